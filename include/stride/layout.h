@@ -1,0 +1,152 @@
+/*
+ * stride: the cache-aware weight layout planner (shared/SPEC.md section 1).
+ *
+ * THE RULE. A tensor whose role is a GEMM weight (see arch.h) and whose type is a float
+ * type (F32, F16, BF16) has its row stride padded when padding is enabled and its packed
+ * row size in bytes is a multiple of the cache alias period:
+ *     row_bytes % alias == 0  ->  nb[1] = row_bytes + pad     (defaults 2048 and 128)
+ *     otherwise               ->  nb[1] = row_bytes
+ *     nb[2] = nb[1] * N,  nb[3] = nb[2] * E                    (experts stay packed)
+ * Never padded: row lookups (token embeddings, also when the output is tied to them),
+ * norms, biases, rope factors, tensors not in the architecture's table, and quantized
+ * weights (a 128-byte pad is not a multiple of their block size).
+ *
+ * THE POLICY. --pad-weights on|off|auto (default auto) on every command that loads a
+ * model. Environment: STRIDE_PAD_WEIGHTS=on|off|auto (the flag wins over it);
+ * STRIDE_NO_PAD_WEIGHTS=1 or GGML_CUDA_NO_PAD_WEIGHTS=1 is the kill switch and forces
+ * off over everything; STRIDE_ROW_ALIAS (power of two) and STRIDE_ROW_PAD (multiple of
+ * 16) override the geometry. Invalid values are errors, never ignored.
+ *
+ * AUTO. Until per-device calibration exists, `auto` resolves per device kind from a
+ * built-in table (st_layout_auto_builtin), and says which entry it used.
+ */
+#ifndef STRIDE_LAYOUT_H
+#define STRIDE_LAYOUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stride/arch.h"
+#include "stride/gguf.h"
+#include "stride/status.h"
+#include "stride/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ST_LAYOUT_DEFAULT_ALIAS 2048
+#define ST_LAYOUT_DEFAULT_PAD 128
+
+typedef enum st_pad_mode {
+    ST_PAD_MODE_AUTO = 0,
+    ST_PAD_MODE_ON,
+    ST_PAD_MODE_OFF,
+} st_pad_mode;
+
+const char *st_pad_mode_name(st_pad_mode mode); /* "auto", "on", "off" */
+
+/* Parses "on", "off", "auto" (exact, lower case). ST_ERROR_INVALID naming `what` (the flag
+ * or variable) and the accepted values otherwise. */
+st_status st_pad_mode_parse(const char *s, const char *what, st_pad_mode *out, st_error *err);
+
+/* The kind of device that will hold the weights: the key of the built-in `auto` table. */
+typedef enum st_device_kind {
+    ST_DEVICE_KIND_CPU = 0,
+    ST_DEVICE_KIND_NVIDIA_HOPPER,  /* sm_90 */
+    ST_DEVICE_KIND_NVIDIA_OTHER,
+    ST_DEVICE_KIND_AMD_RDNA35,     /* gfx1150/gfx1151 */
+    ST_DEVICE_KIND_AMD_OTHER,
+    ST_DEVICE_KIND_COUNT,
+} st_device_kind;
+
+const char *st_device_kind_name(st_device_kind kind); /* "cpu", "nvidia-hopper", ... */
+bool st_device_kind_from_name(const char *s, st_device_kind *out);
+
+typedef const char *(*st_getenv_fn)(const char *name, void *ctx);
+
+typedef struct st_layout_policy {
+    st_pad_mode mode;           /* after flag > STRIDE_PAD_WEIGHTS > default */
+    const char *mode_source;    /* "--pad-weights", "STRIDE_PAD_WEIGHTS" or "default" */
+    bool kill_switch;           /* STRIDE_NO_PAD_WEIGHTS / GGML_CUDA_NO_PAD_WEIGHTS set */
+    const char *kill_switch_var;/* the variable that set it, or NULL */
+    size_t alias;               /* bytes; power of two */
+    size_t pad;                 /* bytes; multiple of 16 */
+} st_layout_policy;
+
+/* Resolves the policy from the --pad-weights value (NULL when the flag was not given) and
+ * the environment, read through getenv_fn (NULL: the process environment). Kill-switch
+ * values: "1", "true", "yes", "on" set it; "0", "false", "no", "off" or empty leave it
+ * unset; anything else is an error. */
+st_status st_layout_policy_resolve(st_layout_policy *out, const char *flag_value,
+                                   st_getenv_fn getenv_fn, void *getenv_ctx, st_error *err);
+
+/* Built-in `auto` table: whether padding is on for a device kind, and the measurement
+ * behind the entry (a short sentence for inspect/--help). */
+bool st_layout_auto_builtin(st_device_kind kind, const char **why);
+
+typedef enum st_pad_reason {
+    ST_PAD_REASON_PADDED = 0,       /* GEMM weight, float, row_bytes % alias == 0 */
+    ST_PAD_REASON_ROW_NOT_ALIASED,  /* GEMM weight, float, row_bytes % alias != 0 */
+    ST_PAD_REASON_NOT_GEMM_WEIGHT,  /* role is row lookup / norm / bias / rope factors */
+    ST_PAD_REASON_UNKNOWN_TENSOR,   /* not in the architecture's table */
+    ST_PAD_REASON_QUANTIZED,        /* block-quantized type */
+    ST_PAD_REASON_NOT_FLOAT,        /* integer or f64 type */
+    ST_PAD_REASON_POLICY_OFF,       /* --pad-weights off / STRIDE_PAD_WEIGHTS=off */
+    ST_PAD_REASON_KILL_SWITCH,      /* STRIDE_NO_PAD_WEIGHTS / GGML_CUDA_NO_PAD_WEIGHTS */
+    ST_PAD_REASON_AUTO_OFF,         /* auto resolved to off on this device */
+    ST_PAD_REASON_COUNT,
+} st_pad_reason;
+
+/* Short tag: "padded", "row-not-aliased", "not-gemm-weight", ... */
+const char *st_pad_reason_name(st_pad_reason reason);
+
+typedef struct st_layout_entry {
+    const char *name;        /* into the GGUF mapping; name_len bytes */
+    size_t name_len;
+    st_tensor_role role;
+    st_tensor tensor;        /* type, ne, chosen nb (data NULL) */
+    size_t packed_row_bytes; /* nb[1] of the packed layout */
+    bool padded;
+    st_pad_reason reason;
+    size_t extra_bytes;      /* planned size - packed size */
+} st_layout_entry;
+
+typedef struct st_layout_plan {
+    st_arch arch;
+    st_device_kind device;
+    bool pad_enabled;         /* policy resolved for this device */
+    const char *pad_enabled_why;
+    size_t alias, pad;
+    uint64_t n_entries;
+    st_layout_entry *entries; /* in file order */
+    uint64_t n_padded;
+    size_t total_packed_bytes;
+    size_t total_planned_bytes;
+    size_t total_extra_bytes;
+} st_layout_plan;
+
+/* Decides one tensor. `pad_enabled` is the resolved policy for the device (see
+ * st_layout_plan_gguf); `disabled_reason` is the reason recorded when it is false. */
+void st_layout_decide(st_tensor_role role, st_type type, const int64_t ne[ST_MAX_DIMS],
+                      bool pad_enabled, st_pad_reason disabled_reason, size_t alias, size_t pad,
+                      st_layout_entry *out);
+
+/* Plans every tensor of an open GGUF file for a device. The plan's names point into f,
+ * which must outlive it. ST_ERROR_UNSUPPORTED for an architecture stride has no table for
+ * is NOT an error: tensors are then ST_ROLE_UNKNOWN and left packed. */
+st_status st_layout_plan_gguf(const st_gguf_file *f, const st_layout_policy *policy,
+                              st_device_kind device, st_layout_plan *out, st_error *err);
+
+void st_layout_plan_free(st_layout_plan *plan);
+
+/* One sentence on why an entry is (not) padded, e.g. "row 4096 B is a multiple of the
+ * 2048 B alias period" or "token embeddings are read by row lookup". */
+void st_layout_entry_explain(const st_layout_entry *e, size_t alias, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRIDE_LAYOUT_H */

@@ -1,0 +1,100 @@
+#include "cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int cli_fail(const char *cmd, const st_error *err) {
+    fprintf(stderr, "stride %s: %s\n", cmd, err->message[0] ? err->message : st_status_name(err->status));
+    return ST_EXIT_FAILURE;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "stride %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\ntry 'stride %s --help'\n", cmd);
+    va_end(ap);
+    return ST_EXIT_USAGE;
+}
+
+bool cli_take_value(int argc, char **argv, int *i, const char *name, const char **value,
+                    bool *missing) {
+    const char *arg = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(arg, name, n) != 0) return false;
+    if (arg[n] == '=') { /* --flag=value */
+        *value = arg + n + 1;
+        return true;
+    }
+    if (arg[n] != '\0') return false;
+    if (*i + 1 >= argc) {
+        *missing = true;
+        return true;
+    }
+    *value = argv[++*i];
+    return true;
+}
+
+bool cli_parse_u64(const char *s, uint64_t *out) {
+    if (!s || !*s || *s == '-' || *s == '+') return false;
+    errno = 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0') return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
+double cli_now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void cli_format_bytes(uint64_t bytes, char *buf, int size) {
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, (size_t)size, "%llu B", (unsigned long long)bytes);
+    else
+        snprintf(buf, (size_t)size, "%.2f %s", v, units[u]);
+}
+
+void cli_progress_begin(cli_progress *p, const char *label) {
+    p->label = label;
+    p->enabled = isatty(STDERR_FILENO) == 1;
+    p->start = cli_now_seconds();
+    p->last_draw = 0.0;
+}
+
+void cli_progress_update(void *ctx, uint64_t done, uint64_t total) {
+    cli_progress *p = ctx;
+    if (!p->enabled) return;
+    double now = cli_now_seconds();
+    if (done < total && now - p->last_draw < 0.1) return;
+    p->last_draw = now;
+    char a[32], b[32];
+    cli_format_bytes(done, a, sizeof(a));
+    cli_format_bytes(total, b, sizeof(b));
+    double pct = total ? 100.0 * (double)done / (double)total : 100.0;
+    double el = now - p->start;
+    double rate = el > 0 ? (double)done / el / (1024.0 * 1024.0) : 0.0;
+    fprintf(stderr, "\r%s: %5.1f%% (%s / %s, %.0f MiB/s)   ", p->label, pct, a, b, rate);
+    fflush(stderr);
+}
+
+void cli_progress_end(cli_progress *p) {
+    if (!p->enabled) return;
+    fprintf(stderr, "\n");
+}

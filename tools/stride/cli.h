@@ -1,0 +1,51 @@
+/* Helpers shared by the subcommands: argument parsing, errors, progress display. */
+#ifndef STRIDE_TOOL_CLI_H
+#define STRIDE_TOOL_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "stride/status.h"
+
+#define ST_EXIT_OK 0
+#define ST_EXIT_FAILURE 1
+#define ST_EXIT_USAGE 2
+
+/* Prints "stride <cmd>: <message>" for a library error and returns ST_EXIT_FAILURE. */
+int cli_fail(const char *cmd, const st_error *err);
+
+/* Prints "stride <cmd>: <formatted>" plus "try 'stride <cmd> --help'" and returns
+ * ST_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* True when arg is "--name" and stores the following argument in *value, advancing *i.
+ * A missing value is a usage error reported through *missing. */
+bool cli_take_value(int argc, char **argv, int *i, const char *name, const char **value,
+                    bool *missing);
+
+/* Strict integer parsing: the whole string, in range. */
+bool cli_parse_u64(const char *s, uint64_t *out);
+
+/* Progress on a terminal: a single updating line on stderr, only when stderr is a tty. */
+typedef struct cli_progress {
+    const char *label;
+    bool enabled;
+    double start;
+    double last_draw;
+} cli_progress;
+
+void cli_progress_begin(cli_progress *p, const char *label);
+/* Suits st_synth_options.progress and similar callbacks (ctx is the cli_progress). */
+void cli_progress_update(void *ctx, uint64_t done, uint64_t total);
+void cli_progress_end(cli_progress *p);
+
+double cli_now_seconds(void);
+
+/* "1.50 GiB", "12.0 MiB", "640 B" */
+void cli_format_bytes(uint64_t bytes, char *buf, int size);
+
+#endif

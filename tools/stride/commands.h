@@ -1,0 +1,9 @@
+/* stride command-line tool: one function per subcommand, each in cmd_<name>.c.
+ * Each returns the process exit status: 0 success, 1 failure, 2 bad usage. */
+#ifndef STRIDE_TOOL_COMMANDS_H
+#define STRIDE_TOOL_COMMANDS_H
+
+int st_cmd_synth(int argc, char **argv);
+int st_cmd_inspect(int argc, char **argv);
+
+#endif

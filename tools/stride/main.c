@@ -1,0 +1,59 @@
+/* stride: one binary, git-style subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+
+typedef struct command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv);
+} command;
+
+static const command commands[] = {
+    {"synth", "write a GGUF with random weights and the shapes of a real model", st_cmd_synth},
+    {"inspect", "show a GGUF file's metadata, tensors and weight layout", st_cmd_inspect},
+};
+
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void print_help(FILE *out) {
+    fprintf(out,
+            "stride %s: LLM inference for float-weight GGUF models, with a cache-aware weight layout\n\n"
+            "usage: stride <command> [options]\n\ncommands:\n",
+            STRIDE_VERSION_STRING);
+    for (size_t i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "  %-10s %s\n", "help", "show this help, or a command's: stride help <command>");
+    fprintf(out, "\n'stride <command> --help' shows a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_help(stderr);
+        return ST_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "help") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+        if (argc >= 3 && strcmp(name, "help") == 0) {
+            for (size_t i = 0; i < N_COMMANDS; i++) {
+                if (strcmp(argv[2], commands[i].name) == 0) {
+                    char *sub[] = {argv[2], "--help", NULL};
+                    return commands[i].run(2, sub);
+                }
+            }
+            fprintf(stderr, "stride: no command '%s'; 'stride help' lists them\n", argv[2]);
+            return ST_EXIT_USAGE;
+        }
+        print_help(stdout);
+        return ST_EXIT_OK;
+    }
+    if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+        printf("stride %s\n", STRIDE_VERSION_STRING);
+        return ST_EXIT_OK;
+    }
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (strcmp(name, commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "stride: no command '%s'; 'stride help' lists them\n", name);
+    return ST_EXIT_USAGE;
+}
