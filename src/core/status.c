@@ -23,9 +23,18 @@ st_status st_error_wrap(st_error *err, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof(prefix), fmt, ap);
     va_end(ap);
-    char joined[2 * ST_ERROR_MESSAGE_MAX + 2];
-    snprintf(joined, sizeof(joined), "%s: %s", prefix, err->message);
-    snprintf(err->message, sizeof(err->message), "%s", joined);
+    /* prefix + ": " + old message, truncated to the buffer */
+    char joined[ST_ERROR_MESSAGE_MAX];
+    size_t np = strlen(prefix), nm = strlen(err->message), cap = sizeof(joined) - 1;
+    size_t n = 0;
+    memcpy(joined, prefix, np < cap ? np : cap);
+    n = np < cap ? np : cap;
+    for (const char *sep = ": "; *sep && n < cap; sep++) joined[n++] = *sep;
+    size_t take = nm < cap - n ? nm : cap - n;
+    memcpy(joined + n, err->message, take);
+    n += take;
+    joined[n] = '\0';
+    memcpy(err->message, joined, n + 1);
     return err->status;
 }
 
