@@ -1,0 +1,43 @@
+// CUDA device discovery: count, properties, and the device kind that keys `auto`.
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/cuda_device.h"
+#include "cuda/gpu_runtime.h"
+
+extern "C" int st_cuda_runtime_device_count(void) {
+    int n = 0;
+    // No driver, no device: the CUDA backend is simply not usable. Clear the sticky error.
+    if (st_gpu_get_device_count(&n) != st_gpu_success) {
+        (void)st_gpu_get_last_error();
+        return 0;
+    }
+    return n;
+}
+
+static st_device_kind classify(const st_gpu_device_prop_t *prop) {
+    if (prop->major == 9) return ST_DEVICE_KIND_NVIDIA_HOPPER;
+    return ST_DEVICE_KIND_NVIDIA_OTHER;
+}
+
+extern "C" st_status st_cuda_runtime_query(int index, st_device_info *out, st_error *err) {
+    int n = st_cuda_runtime_device_count();
+    if (index < 0 || index >= n)
+        return st_error_set(err, ST_ERROR_DEVICE,
+                            "CUDA device %d requested but %d device(s) found (check nvidia-smi and "
+                            "CUDA_VISIBLE_DEVICES)",
+                            index, n);
+    st_gpu_device_prop_t prop;
+    ST_GPU_CHECK(st_gpu_get_device_properties(&prop, index));
+    memset(out, 0, sizeof(*out));
+    out->backend = ST_BACKEND_CUDA;
+    out->kind = classify(&prop);
+    snprintf(out->name, sizeof(out->name), "%s", prop.name);
+    out->compute_major = prop.major;
+    out->compute_minor = prop.minor;
+    out->total_memory = prop.totalGlobalMem;
+    out->l2_bytes = (size_t)prop.l2CacheSize;
+    ST_GPU_CHECK(st_gpu_driver_get_version(&out->driver_version));
+    ST_GPU_CHECK(st_gpu_runtime_get_version(&out->runtime_version));
+    return ST_OK;
+}
