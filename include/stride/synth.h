@@ -44,11 +44,18 @@ typedef struct st_synth_preset {
     bool tied_output;          /* no output.weight: the output reads token_embd */
     bool rope_freqs;           /* llama3-style rope_freqs.weight factors */
     bool long_rope;            /* phi3 rope_factors_long/short */
+    int64_t n_ctx_orig;        /* original context of the rope scaling (llama3 rope_freqs,
+                                  phi3 long rope); 0 when unused */
 } st_synth_preset;
 
 uint64_t st_synth_n_presets(void);
 const st_synth_preset *st_synth_get_preset(uint64_t i);
 const st_synth_preset *st_synth_find_preset(const char *name);
+
+/* Tensor count and total tensor bytes (packed, without alignment padding) that
+ * st_synth_write produces for p with matrices and embeddings of weight_type. */
+void st_synth_preset_size(const st_synth_preset *p, st_type weight_type, uint64_t *n_tensors,
+                          uint64_t *n_bytes);
 
 typedef struct st_synth_options {
     st_type weight_type;  /* F32, F16 or BF16: matrices and embeddings; norms stay F32 */

@@ -1,0 +1,408 @@
+/*
+ * Writing a synthetic model: the tensor list of each architecture (llama.cpp's names and
+ * shapes), its metadata (the keys llama.cpp's converter writes), and random weights
+ * streamed in chunks so memory use does not depend on the model's size.
+ *
+ * Weights. Every tensor has its own random stream: element i of tensor T is a pure
+ * function of (seed, name of T, i) (splitmix64 on a counter), so the file does not depend
+ * on the tensor order or the chunk size, and a chunk can be filled in parallel.
+ *   - matrices (ne = {K, N[, E]}): uniform(-a, a) with a = sqrt(3/K), variance 1/K, so
+ *     y = W x of a unit-scale x is unit-scale again;
+ *   - token_embd ({n_embd, n_vocab}) and the untied output ({n_embd, n_vocab}) are drawn
+ *     the same way with K = n_embd, std 1/sqrt(n_embd) (about what trained models have:
+ *     0.022 for n_embd 2048): tied logits h . e come out unit-scale, and gemma3's
+ *     sqrt(n_embd) input scaling brings the embeddings to unit scale;
+ *   - RMSNorm weights: 1 + uniform(-0.1, 0.1). Also for gemma3: llama.cpp's converter
+ *     adds the 1 of Gemma's (1 + w) norm to the stored weight, so a GGUF file holds
+ *     values near 1 and the runtime multiplies by them as they are;
+ *   - rope factors are computed, not random (see fill_rope_factors).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "synth_internal.h"
+
+/* Elements generated per chunk: 4 MiB of floats, at most 4 MiB written per call. */
+#define CHUNK_ELEMS ((size_t)1 << 20)
+
+/* ---- tensor list ------------------------------------------------------------------- */
+
+typedef struct tensor_list {
+    st_synth_tensor *t;
+    uint64_t n, cap;
+    st_type wtype;
+    bool nomem;
+} tensor_list;
+
+static void add(tensor_list *l, st_synth_fill fill, st_type type, uint32_t n_dims, int64_t ne0,
+                int64_t ne1, int64_t ne2, const char *fmt, int layer) {
+    if (l->nomem) return;
+    if (l->n == l->cap) {
+        uint64_t cap = l->cap ? l->cap * 2 : 64;
+        st_synth_tensor *t = realloc(l->t, cap * sizeof(*t));
+        if (!t) {
+            l->nomem = true;
+            return;
+        }
+        l->t = t;
+        l->cap = cap;
+    }
+    st_synth_tensor *t = &l->t[l->n++];
+    memset(t, 0, sizeof(*t));
+    int len = snprintf(t->name, sizeof(t->name), fmt, layer);
+    ST_ASSERT(len > 0 && len < (int)sizeof(t->name));
+    t->type = type;
+    t->n_dims = n_dims;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->ne[2] = ne2;
+    t->fill = fill;
+}
+
+/* A weight matrix {K, N}: the requested type. */
+static void add_mat(tensor_list *l, const char *fmt, int layer, int64_t k, int64_t n) {
+    add(l, ST_SYNTH_FILL_MATRIX, l->wtype, 2, k, n, 1, fmt, layer);
+}
+
+/* Expert weights {K, N, E}. */
+static void add_exps(tensor_list *l, const char *fmt, int layer, int64_t k, int64_t n, int64_t e) {
+    add(l, ST_SYNTH_FILL_MATRIX, l->wtype, 3, k, n, e, fmt, layer);
+}
+
+/* 1-D tensors are F32, as the converter writes them. */
+static void add_norm(tensor_list *l, const char *fmt, int layer, int64_t n) {
+    add(l, ST_SYNTH_FILL_NORM, ST_TYPE_F32, 1, n, 1, 1, fmt, layer);
+}
+
+/* One block's tensors (ggml order: ne[0] = input features, ne[1] = output features). */
+static void add_block(tensor_list *l, const st_synth_preset *p, int il) {
+    const int64_t e = p->n_embd;
+    const int64_t q = p->n_head * p->head_dim;     /* query width */
+    const int64_t kv = p->n_head_kv * p->head_dim; /* key / value width */
+    const int64_t f = p->n_ff;
+
+    add_norm(l, "blk.%d.attn_norm.weight", il, e);
+    if (p->arch == ST_ARCH_PHI3) {
+        add_mat(l, "blk.%d.attn_qkv.weight", il, e, q + 2 * kv); /* q | k | v stacked */
+    } else {
+        add_mat(l, "blk.%d.attn_q.weight", il, e, q);
+        add_mat(l, "blk.%d.attn_k.weight", il, e, kv);
+        add_mat(l, "blk.%d.attn_v.weight", il, e, kv);
+    }
+    if (p->arch == ST_ARCH_QWEN3 || p->arch == ST_ARCH_GEMMA3) { /* per head */
+        add_norm(l, "blk.%d.attn_q_norm.weight", il, p->head_dim);
+        add_norm(l, "blk.%d.attn_k_norm.weight", il, p->head_dim);
+    } else if (p->arch == ST_ARCH_OLMOE) { /* over the whole projection */
+        add_norm(l, "blk.%d.attn_q_norm.weight", il, q);
+        add_norm(l, "blk.%d.attn_k_norm.weight", il, kv);
+    }
+    add_mat(l, "blk.%d.attn_output.weight", il, q, e);
+    if (p->arch == ST_ARCH_GEMMA3) add_norm(l, "blk.%d.post_attention_norm.weight", il, e);
+    add_norm(l, "blk.%d.ffn_norm.weight", il, e);
+    switch (p->arch) {
+    case ST_ARCH_PHI3:
+        add_mat(l, "blk.%d.ffn_up.weight", il, e, 2 * f); /* gate | up stacked */
+        add_mat(l, "blk.%d.ffn_down.weight", il, f, e);
+        break;
+    case ST_ARCH_OLMOE:
+        /* the router stays F32, as the converter keeps it */
+        add(l, ST_SYNTH_FILL_MATRIX, ST_TYPE_F32, 2, e, p->n_expert, 1, "blk.%d.ffn_gate_inp.weight", il);
+        add_exps(l, "blk.%d.ffn_gate_exps.weight", il, e, f, p->n_expert);
+        add_exps(l, "blk.%d.ffn_up_exps.weight", il, e, f, p->n_expert);
+        add_exps(l, "blk.%d.ffn_down_exps.weight", il, f, e, p->n_expert);
+        break;
+    default:
+        add_mat(l, "blk.%d.ffn_gate.weight", il, e, f);
+        add_mat(l, "blk.%d.ffn_up.weight", il, e, f);
+        add_mat(l, "blk.%d.ffn_down.weight", il, f, e);
+        break;
+    }
+    if (p->arch == ST_ARCH_GEMMA3) add_norm(l, "blk.%d.post_ffw_norm.weight", il, e);
+}
+
+static st_status check_preset(const st_synth_preset *p, st_error *err) {
+    const char *bad = NULL;
+    if (p->arch <= ST_ARCH_UNKNOWN || p->arch >= ST_ARCH_COUNT) bad = "unknown architecture";
+    else if (p->n_vocab <= ST_SYNTH_N_FIXED_TOKENS) bad = "n_vocab must exceed the 259 special and byte tokens";
+    else if (p->n_embd <= 0 || p->n_layer <= 0 || p->n_ff <= 0 || p->head_dim <= 0) bad = "non-positive size";
+    else if (p->n_head <= 0 || p->n_head_kv <= 0 || p->n_head % p->n_head_kv != 0) bad = "bad head counts";
+    else if (p->n_rot <= 0 || p->n_rot > p->head_dim || p->n_rot % 2 != 0) bad = "bad rotary dimension count";
+    else if ((p->arch == ST_ARCH_OLMOE) != (p->n_expert > 0)) bad = "experts are for olmoe only";
+    else if (p->n_expert > 0 && (p->n_expert_used <= 0 || p->n_expert_used > p->n_expert)) bad = "bad expert counts";
+    else if ((p->rope_freqs || p->long_rope) && p->n_ctx_orig <= 0) bad = "rope scaling without n_ctx_orig";
+    else if (p->arch == ST_ARCH_GEMMA3 && (p->sliding_window <= 0 || p->sliding_window_pattern <= 0))
+        bad = "gemma3 needs a sliding window and pattern";
+    if (bad) return st_error_set(err, ST_ERROR_INVALID, "synth: preset '%s': %s", p->name, bad);
+    return ST_OK;
+}
+
+st_status st_synth_build_tensors(const st_synth_preset *p, st_type weight_type,
+                                 st_synth_tensor **out, uint64_t *n_out, st_error *err) {
+    *out = NULL;
+    *n_out = 0;
+    st_status st = check_preset(p, err);
+    if (st) return st;
+    tensor_list l = {.wtype = weight_type};
+    /* The converter yields its computed tensors (generate_extra_tensors) first. */
+    if (p->rope_freqs) add(&l, ST_SYNTH_FILL_ROPE_FREQS, ST_TYPE_F32, 1, p->n_rot / 2, 1, 1, "rope_freqs.weight", 0);
+    if (p->long_rope) {
+        add(&l, ST_SYNTH_FILL_ROPE_LONG, ST_TYPE_F32, 1, p->n_rot / 2, 1, 1, "rope_factors_long.weight", 0);
+        add(&l, ST_SYNTH_FILL_ROPE_SHORT, ST_TYPE_F32, 1, p->n_rot / 2, 1, 1, "rope_factors_short.weight", 0);
+    }
+    add(&l, ST_SYNTH_FILL_MATRIX, weight_type, 2, p->n_embd, p->n_vocab, 1, "token_embd.weight", 0);
+    for (int il = 0; il < (int)p->n_layer; il++) add_block(&l, p, il);
+    add_norm(&l, "output_norm.weight", 0, p->n_embd);
+    if (!p->tied_output) add_mat(&l, "output.weight", 0, p->n_embd, p->n_vocab);
+    if (l.nomem) {
+        free(l.t);
+        return st_error_set(err, ST_ERROR_NOMEM, "synth: out of memory for the tensor list");
+    }
+    *out = l.t;
+    *n_out = l.n;
+    return ST_OK;
+}
+
+static uint64_t tensor_nelements(const st_synth_tensor *t) {
+    return (uint64_t)t->ne[0] * (uint64_t)t->ne[1] * (uint64_t)t->ne[2];
+}
+
+static size_t type_size(st_type type) { return type == ST_TYPE_F32 ? 4 : 2; }
+
+void st_synth_preset_size(const st_synth_preset *p, st_type weight_type, uint64_t *n_tensors,
+                          uint64_t *n_bytes) {
+    st_synth_tensor *t = NULL;
+    uint64_t n = 0, bytes = 0;
+    if (st_synth_build_tensors(p, weight_type, &t, &n, NULL) == ST_OK)
+        for (uint64_t i = 0; i < n; i++) bytes += tensor_nelements(&t[i]) * type_size(t[i].type);
+    free(t);
+    if (n_tensors) *n_tensors = n;
+    if (n_bytes) *n_bytes = bytes;
+}
+
+/* ---- metadata ---------------------------------------------------------------------- */
+
+static uint32_t file_type_of(st_type t) {
+    switch (t) {
+    case ST_TYPE_F16: return 1;   /* LLAMA_FTYPE_MOSTLY_F16 */
+    case ST_TYPE_BF16: return 32; /* LLAMA_FTYPE_MOSTLY_BF16 */
+    default: return 0;            /* LLAMA_FTYPE_ALL_F32 */
+    }
+}
+
+#define TRY(expr)                                                                              \
+    do {                                                                                       \
+        st_status st_ = (expr);                                                                \
+        if (st_ != ST_OK) return st_;                                                          \
+    } while (0)
+
+static st_status set_u32(st_gguf_writer *w, const char *arch, const char *key, int64_t v, st_error *err) {
+    char k[128];
+    snprintf(k, sizeof(k), "%s.%s", arch, key);
+    ST_ASSERT(v >= 0 && v <= UINT32_MAX);
+    return st_gguf_writer_set_u32(w, k, (uint32_t)v, err);
+}
+
+static st_status set_f32(st_gguf_writer *w, const char *arch, const char *key, double v, st_error *err) {
+    char k[128];
+    snprintf(k, sizeof(k), "%s.%s", arch, key);
+    return st_gguf_writer_set_f32(w, k, (float)v, err);
+}
+
+/* The keys of llama.cpp's converter (gguf-py Keys). Notes per architecture:
+ * - gemma3: llama.cpp hard-codes the pattern (6) and the local rope base (10000); we also
+ *   write gguf-py's generic keys attention.sliding_window_pattern (u32: every Nth layer is
+ *   global) and rope.freq_base_swa so that a reader needs no per-model table.
+ * - phi3: rope.scaling.attn_factor = sqrt(1 + ln(s) / ln(n_ctx_orig)), s = n_ctx / n_ctx_orig,
+ *   as the converter computes it for longrope.
+ * - olmoe: the per-expert width is feed_forward_length (llama.cpp reads n_ff for olmoe's
+ *   expert tensors). */
+static st_status write_metadata(st_gguf_writer *w, const st_synth_preset *p, st_type wtype, st_error *err) {
+    const char *a = st_arch_name(p->arch);
+    TRY(st_gguf_writer_set_str(w, "general.architecture", a, err));
+    TRY(st_gguf_writer_set_str(w, "general.name", p->name, err));
+    TRY(set_u32(w, a, "context_length", p->n_ctx_train, err));
+    TRY(set_u32(w, a, "embedding_length", p->n_embd, err));
+    TRY(set_u32(w, a, "block_count", p->n_layer, err));
+    TRY(set_u32(w, a, "feed_forward_length", p->n_ff, err));
+    TRY(set_u32(w, a, "attention.head_count", p->n_head, err));
+    TRY(set_u32(w, a, "attention.head_count_kv", p->n_head_kv, err));
+    TRY(set_f32(w, a, "rope.freq_base", p->rope_freq_base, err));
+    TRY(set_f32(w, a, "attention.layer_norm_rms_epsilon", p->rms_eps, err));
+    TRY(set_u32(w, a, "attention.key_length", p->head_dim, err));
+    TRY(set_u32(w, a, "attention.value_length", p->head_dim, err));
+    TRY(set_u32(w, a, "rope.dimension_count", p->n_rot, err));
+    TRY(set_u32(w, a, "vocab_size", p->n_vocab, err));
+    if (p->arch == ST_ARCH_GEMMA3) {
+        TRY(set_u32(w, a, "attention.sliding_window", p->sliding_window, err));
+        TRY(set_u32(w, a, "attention.sliding_window_pattern", p->sliding_window_pattern, err));
+        TRY(set_f32(w, a, "rope.freq_base_swa", p->rope_freq_base_swa, err));
+    }
+    if (p->arch == ST_ARCH_PHI3) {
+        TRY(set_u32(w, a, "attention.sliding_window", p->sliding_window, err));
+        if (p->long_rope) {
+            double s = (double)p->n_ctx_train / (double)p->n_ctx_orig;
+            double attn_factor = s > 1.0 ? sqrt(1.0 + log(s) / log((double)p->n_ctx_orig)) : 1.0;
+            TRY(set_u32(w, a, "rope.scaling.original_context_length", p->n_ctx_orig, err));
+            TRY(set_f32(w, a, "rope.scaling.attn_factor", attn_factor, err));
+        }
+    }
+    if (p->n_expert > 0) {
+        TRY(set_u32(w, a, "expert_count", p->n_expert, err));
+        TRY(set_u32(w, a, "expert_used_count", p->n_expert_used, err));
+    }
+    TRY(st_gguf_writer_set_u32(w, "general.file_type", file_type_of(wtype), err));
+    return st_synth_write_vocab(w, p, err);
+}
+
+/* ---- values ------------------------------------------------------------------------ */
+
+static uint64_t mix64(uint64_t z) { /* splitmix64's finalizer */
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t tensor_key(uint64_t seed, const char *name) {
+    uint64_t h = 0xCBF29CE484222325ULL; /* FNV-1a */
+    for (const char *c = name; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001B3ULL;
+    return mix64(seed ^ mix64(h));
+}
+
+/* Uniform in [-1, 1): 24 random bits, exact in float. */
+static inline float uniform_pm1(uint64_t key, uint64_t i) {
+    uint64_t r = mix64(key + (i + 1) * 0x9E3779B97F4A7C15ULL);
+    return (float)(r >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+/* llama3 factors, as llama.cpp's converter computes them from the HF rope_scaling:
+ * wavelengths shorter than n_ctx_orig/high_freq_factor keep 1, longer than
+ * n_ctx_orig/low_freq_factor get the full factor, and the band between is interpolated. */
+static float llama3_factor(const st_synth_preset *p, int64_t i) {
+    double freq = 1.0 / pow(p->rope_freq_base, (double)(2 * i) / (double)p->n_rot);
+    double wavelen = 2.0 * 3.14159265358979323846 / freq;
+    double orig = (double)p->n_ctx_orig;
+    double low_wavelen = orig / ST_SYNTH_LLAMA3_LOW_FREQ_FACTOR;
+    double high_wavelen = orig / ST_SYNTH_LLAMA3_HIGH_FREQ_FACTOR;
+    if (wavelen < high_wavelen) return 1.0f;
+    if (wavelen > low_wavelen) return (float)ST_SYNTH_LLAMA3_FACTOR;
+    double smooth = (orig / wavelen - ST_SYNTH_LLAMA3_LOW_FREQ_FACTOR) /
+                    (ST_SYNTH_LLAMA3_HIGH_FREQ_FACTOR - ST_SYNTH_LLAMA3_LOW_FREQ_FACTOR);
+    return (float)(1.0 / ((1.0 - smooth) / ST_SYNTH_LLAMA3_FACTOR + smooth));
+}
+
+/* Phi long-rope factors are learned per model; these are plausible stand-ins: short
+ * factors 1 (no change inside the original context), long factors rising geometrically
+ * from 1 at the highest frequency to s = n_ctx / n_ctx_orig at the lowest. */
+static float phi3_factor(const st_synth_preset *p, st_synth_fill fill, int64_t i) {
+    if (fill == ST_SYNTH_FILL_ROPE_SHORT) return 1.0f;
+    int64_t n = p->n_rot / 2;
+    double s = (double)p->n_ctx_train / (double)p->n_ctx_orig;
+    if (s < 1.0) s = 1.0;
+    return (float)pow(s, n > 1 ? (double)i / (double)(n - 1) : 1.0);
+}
+
+/* Fills dst[0..n) with elements [first, first + n) of tensor t. */
+static void fill_values(const st_synth_preset *p, const st_synth_tensor *t, uint64_t key,
+                        uint64_t first, size_t n, float *dst) {
+    switch (t->fill) {
+    case ST_SYNTH_FILL_MATRIX: {
+        const float a = (float)sqrt(3.0 / (double)t->ne[0]);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+        for (int64_t j = 0; j < (int64_t)n; j++) dst[j] = a * uniform_pm1(key, first + (uint64_t)j);
+        break;
+    }
+    case ST_SYNTH_FILL_NORM:
+        for (size_t j = 0; j < n; j++) dst[j] = 1.0f + 0.1f * uniform_pm1(key, first + j);
+        break;
+    case ST_SYNTH_FILL_ROPE_FREQS:
+        for (size_t j = 0; j < n; j++) dst[j] = llama3_factor(p, (int64_t)(first + j));
+        break;
+    case ST_SYNTH_FILL_ROPE_LONG:
+    case ST_SYNTH_FILL_ROPE_SHORT:
+        for (size_t j = 0; j < n; j++) dst[j] = phi3_factor(p, t->fill, (int64_t)(first + j));
+        break;
+    }
+}
+
+/* ---- writing ----------------------------------------------------------------------- */
+
+typedef struct stream {
+    float *vals;     /* CHUNK_ELEMS */
+    uint16_t *half;  /* CHUNK_ELEMS, for F16/BF16 */
+    uint64_t done, total;
+    const st_synth_options *opt;
+} stream;
+
+static st_status write_tensor(st_gguf_writer *w, const st_synth_preset *p, const st_synth_tensor *t,
+                              stream *s, st_error *err) {
+    const uint64_t key = tensor_key(s->opt->seed, t->name);
+    const uint64_t n = tensor_nelements(t);
+    for (uint64_t first = 0; first < n; first += CHUNK_ELEMS) {
+        size_t m = (size_t)(n - first < CHUNK_ELEMS ? n - first : CHUNK_ELEMS);
+        fill_values(p, t, key, first, m, s->vals);
+        const void *bytes = s->vals;
+        size_t nbytes = m * sizeof(float);
+        if (t->type == ST_TYPE_F16) {
+            st_f32_to_f16_row(s->vals, s->half, m);
+            bytes = s->half;
+            nbytes = m * sizeof(uint16_t);
+        } else if (t->type == ST_TYPE_BF16) {
+            st_f32_to_bf16_row(s->vals, s->half, m);
+            bytes = s->half;
+            nbytes = m * sizeof(uint16_t);
+        }
+        TRY(st_gguf_writer_write_data(w, bytes, nbytes, err));
+        s->done += nbytes;
+        if (s->opt->progress) s->opt->progress(s->opt->progress_ctx, s->done, s->total);
+    }
+    return ST_OK;
+}
+
+static st_status write_all(st_gguf_writer *w, const st_synth_preset *p, const st_synth_options *opt,
+                           const st_synth_tensor *t, uint64_t n_t, st_error *err) {
+    TRY(write_metadata(w, p, opt->weight_type, err));
+    for (uint64_t i = 0; i < n_t; i++) {
+        TRY(st_gguf_writer_add_tensor(w, t[i].name, t[i].type, t[i].n_dims, t[i].ne, err));
+    }
+    TRY(st_gguf_writer_write_header(w, err));
+
+    stream s = {.opt = opt};
+    for (uint64_t i = 0; i < n_t; i++) s.total += tensor_nelements(&t[i]) * type_size(t[i].type);
+    s.vals = malloc(CHUNK_ELEMS * sizeof(float));
+    s.half = malloc(CHUNK_ELEMS * sizeof(uint16_t));
+    st_status st = ST_OK;
+    if (!s.vals || !s.half) st = st_error_set(err, ST_ERROR_NOMEM, "synth: out of memory for the write buffers");
+    for (uint64_t i = 0; st == ST_OK && i < n_t; i++) st = write_tensor(w, p, &t[i], &s, err);
+    free(s.vals);
+    free(s.half);
+    return st;
+}
+
+st_status st_synth_write(const st_synth_preset *p, const st_synth_options *opt, const char *path,
+                         st_error *err) {
+    ST_ASSERT(p && opt && path);
+    st_type wt = opt->weight_type;
+    if (wt != ST_TYPE_F32 && wt != ST_TYPE_F16 && wt != ST_TYPE_BF16)
+        return st_error_set(err, ST_ERROR_INVALID, "synth: weight type %s is not f32, f16 or bf16",
+                            st_type_name(wt));
+    st_synth_tensor *t = NULL;
+    uint64_t n_t = 0;
+    TRY(st_synth_build_tensors(p, wt, &t, &n_t, err));
+
+    st_gguf_writer *w = NULL;
+    st_status st = st_gguf_writer_open(path, &w, err);
+    if (st == ST_OK) {
+        st = write_all(w, p, opt, t, n_t, err);
+        if (st == ST_OK)
+            st = st_gguf_writer_close(w, err);
+        else
+            st_gguf_writer_abort(w);
+    }
+    free(t);
+    if (st != ST_OK) st_error_wrap(err, "writing %s (preset %s)", path, p->name);
+    return st;
+}
