@@ -98,3 +98,36 @@ void cli_progress_end(cli_progress *p) {
     if (!p->enabled) return;
     fprintf(stderr, "\n");
 }
+
+void cli_json_string(FILE *out, const char *s, size_t len) {
+    fputc('"', out);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        switch (c) {
+        case '"': fputs("\\\"", out); break;
+        case '\\': fputs("\\\\", out); break;
+        case '\n': fputs("\\n", out); break;
+        case '\r': fputs("\\r", out); break;
+        case '\t': fputs("\\t", out); break;
+        default:
+            if (c < 0x20) {
+                fprintf(out, "\\u%04x", c);
+            } else if (c < 0x80) {
+                fputc(c, out);
+            } else {
+                /* copy a well-formed UTF-8 sequence; anything else becomes U+FFFD */
+                size_t n = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+                if (c >= 0xf5) n = 0;
+                bool ok = n > 0 && i + n <= len;
+                for (size_t k = 1; ok && k < n; k++) ok = ((unsigned char)s[i + k] & 0xc0) == 0x80;
+                if (ok) {
+                    fwrite(s + i, 1, n, out);
+                    i += n - 1;
+                } else {
+                    fputs("\\ufffd", out);
+                }
+            }
+        }
+    }
+    fputc('"', out);
+}

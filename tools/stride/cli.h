@@ -4,6 +4,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stddef.h>
 
 #include "stride/status.h"
 
@@ -49,3 +51,6 @@ double cli_now_seconds(void);
 void cli_format_bytes(uint64_t bytes, char *buf, int size);
 
 #endif
+
+/* Writes s (len bytes) as a JSON string literal, quotes included. */
+void cli_json_string(FILE *out, const char *s, size_t len);
