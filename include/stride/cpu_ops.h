@@ -1,0 +1,190 @@
+/*
+ * stride: the CPU reference ops.
+ *
+ * Plain C11 + OpenMP. These are the ops the model code reaches through the backend's
+ * function table; every CUDA op is checked against them. Readable first, then reasonably
+ * fast (the matmul blocks and threads; nothing uses intrinsics).
+ *
+ * CONVENTIONS (see tensor.h for the dimension convention):
+ *  - Every operand is an st_tensor descriptor: type, ne[4], nb[4] (byte strides), data.
+ *    Every op honours nb[1..3] for every operand: rows may be padded (a weight at its
+ *    planned stride) and activations may be views (a slice of heads out of a fused qkv
+ *    row). nb[0] must be the element size: the contiguous dimension is contiguous.
+ *  - Activations are F32. Weights are F32, F16 or BF16 at any row stride. The KV cache
+ *    is F16 or F32.
+ *  - Shape and type mismatches are programmer errors: they abort through ST_ASSERT at
+ *    the op's entry. An op returns st_status only where the input itself can be bad
+ *    (token ids, cache positions) or where it allocates scratch memory.
+ *  - Results do not depend on the thread count nor on the row stride: every output
+ *    element is computed by one thread, in one fixed summation order.
+ *  - Index arrays (ids, positions) are plain packed int32 host arrays.
+ *  - dst may alias an input only where an op says so.
+ */
+#ifndef STRIDE_CPU_OPS_H
+#define STRIDE_CPU_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "stride/status.h"
+#include "stride/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- threads ------------------------------------------------------------------------- */
+
+/* Threads the CPU ops use (OpenMP's team size); n <= 0 restores the default (all cores).
+ * Without OpenMP the ops run on one thread and this does nothing. */
+void st_cpu_set_threads(int n);
+int st_cpu_get_threads(void);
+
+/* ---- row lookup and products --------------------------------------------------------- */
+
+/* dst[:, m] = src[:, ids[m]].
+ *   dst F32 [K, M]; src F32/F16/BF16 [K, V] at any row stride (a padded tied embedding
+ *   works); ids int32 [M]. ST_ERROR_INVALID when an id is outside [0, V). */
+st_status st_cpu_get_rows(st_tensor *dst, const st_tensor *src, const int32_t *ids, st_error *err);
+
+/* y[n, m] = sum_k W[n, k] * x[m, k]  (ggml's mul_mat; F32 accumulation).
+ *   dst F32 [N, M]; w F32/F16/BF16 [K, N] at any row stride nb[1]; x F32 [K, M].
+ * Each output is one dot product over the whole row of W in a fixed order (8 interleaved
+ * partial sums, combined pairwise, then the tail), so the result is bit-identical for
+ * every row stride and every thread count. ST_ERROR_NOMEM when scratch allocation fails. */
+st_status st_cpu_mul_mat(st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err);
+
+/* MoE product over selected experts (ggml's mul_mat_id):
+ *   dst[:, j, m] = W[ids[m * n_used + j]] . x_slot(j, m)
+ *   dst F32 [N, n_used, M]; w F32/F16/BF16 [K, N, E] at any nb[1], nb[2];
+ *   ids int32 [n_used, M] packed (ids[m * n_used + j]: slot j of token m);
+ *   x F32, either one input per token, shared by its slots: [K, M] (ne = {K, M, 1}) or
+ *   [K, 1, M]; or one input per slot: [K, n_used, M] (the down projection, whose input
+ *   is each expert's own activation).
+ * Each output equals what st_cpu_mul_mat gives for that expert's matrix, bit for bit.
+ * Expert ids are checked (ST_ERROR_INVALID outside [0, E)): they come from data. */
+st_status st_cpu_mul_mat_id(st_tensor *dst, const st_tensor *w, const st_tensor *x,
+                            const int32_t *ids, st_error *err);
+
+/* ---- normalisation ------------------------------------------------------------------- */
+
+/* RMSNorm along ne[0] of every row (any ne[1..3]):
+ *   dst = x / sqrt(mean(x^2) + eps) * w           (plus_one false)
+ *   dst = x / sqrt(mean(x^2) + eps) * (1 + w)     (plus_one true: Gemma as Hugging Face
+ *                                                  stores it; llama.cpp's converter folds
+ *                                                  the +1 into gemma GGUF weights instead)
+ * x, dst F32 [D, ...] with strides (e.g. [head_dim, n_head, M] for q/k norm); w F32 [D]
+ * contiguous, or NULL for no scale (plus_one is then ignored). The sum of squares is
+ * accumulated in double. dst may be x. */
+void st_cpu_rms_norm(st_tensor *dst, const st_tensor *x, const st_tensor *w, float eps,
+                     bool plus_one);
+
+/* ---- rotary position embedding ------------------------------------------------------- */
+
+typedef enum st_rope_mode {
+    ST_ROPE_MODE_NORM = 0, /* rotate adjacent pairs (2i, 2i+1): llama's GGUF layout */
+    ST_ROPE_MODE_NEOX = 2, /* rotate pairs (i, i + n_rot/2): qwen3, gemma3, phi3, olmoe */
+} st_rope_mode;
+
+typedef struct st_rope_params {
+    st_rope_mode mode;
+    int32_t n_rot;              /* rotated dims, even, <= head_dim; the rest pass through */
+    float freq_base;            /* theta_i = pos * base^(-2i/n_rot) */
+    float freq_scale;           /* linear position scaling (pos * freq_scale); 1 = none */
+    const float *freq_factors;  /* [n_rot/2]: theta_i /= factor_i (llama3 rope_freqs,
+                                   phi3 long/short factors); NULL = none */
+    float attn_factor;          /* multiplies cos and sin (phi3 long-rope / YaRN mscale);
+                                   1 = none */
+} st_rope_params;
+
+/* Parameters with defaults: freq_scale 1, attn_factor 1, no factors. */
+st_rope_params st_rope_params_default(st_rope_mode mode, int32_t n_rot, float freq_base);
+
+/* dst, x F32 [head_dim, n_head, M] with strides; positions int32 [M].
+ * Angles are computed in double (theta_i = pos * freq_scale * base^(-2i/n_rot) / f_i),
+ * then cos/sin rounded to f32. dst may be x. */
+void st_cpu_rope(st_tensor *dst, const st_tensor *x, const int32_t *positions,
+                 const st_rope_params *p);
+
+/* ---- softmax and activations --------------------------------------------------------- */
+
+/* dst = softmax(scale * x) along ne[0] of every row; max-subtracted, f32 exponentials
+ * summed in double. dst may be x. */
+void st_cpu_softmax(st_tensor *dst, const st_tensor *x, float scale);
+
+/* Elementwise; dst and x of one shape (any strides). dst may be x. */
+void st_cpu_silu(st_tensor *dst, const st_tensor *x);      /* x * sigmoid(x) */
+void st_cpu_gelu_tanh(st_tensor *dst, const st_tensor *x); /* 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) */
+
+/* Gated units: dst = act(gate) * up; dst, gate, up of one shape [F, ...]. dst may be
+ * gate or up. */
+void st_cpu_swiglu(st_tensor *dst, const st_tensor *gate, const st_tensor *up);
+void st_cpu_geglu(st_tensor *dst, const st_tensor *gate, const st_tensor *up);
+
+/* The same over one fused tensor gu [2F, ...]: gate = gu[0:F], up = gu[F:2F] (phi3's
+ * gate_up_proj: Hugging Face chunks it as (gate, up), and llama.cpp's ggml_swiglu applies
+ * the activation to the first half). dst [F, ...]. */
+void st_cpu_swiglu_fused(st_tensor *dst, const st_tensor *gu);
+void st_cpu_geglu_fused(st_tensor *dst, const st_tensor *gu);
+
+/* dst = a + b, dst = a * b. b has a's shape or broadcasts: each b->ne[i] is a->ne[i] or 1
+ * (a [D] vector over rows, a [D, 1, M] bias over heads, ...). dst may be a. */
+void st_cpu_add(st_tensor *dst, const st_tensor *a, const st_tensor *b);
+void st_cpu_mul(st_tensor *dst, const st_tensor *a, const st_tensor *b);
+
+/* dst = s * x. dst may be x. */
+void st_cpu_scale(st_tensor *dst, const st_tensor *x, float s);
+
+/* ---- attention ----------------------------------------------------------------------- */
+
+typedef struct st_attn_params {
+    int64_t n_kv;   /* valid cache entries: keys 0 .. n_kv-1 (cache index = position) */
+    int32_t window; /* 0: full causal; else sliding: key t visible iff pos - t < window,
+                       i.e. window keys counting the query's own (llama.cpp's
+                       LLAMA_SWA_TYPE_STANDARD `p1 - p0 >= n_swa` masks; transformers'
+                       sliding_window_overlay keeps `kv_idx > q_idx - sliding_window`) */
+    float scale;    /* scores = scale * q.k (usually 1/sqrt(head_dim)) */
+    float softcap;  /* 0: none; else scores = softcap * tanh(scores / softcap) */
+} st_attn_params;
+
+/* Causal attention with GQA over a KV cache:
+ *   dst F32 [head_dim, n_head, M]; q F32 [head_dim, n_head, M] (strided views welcome);
+ *   k_cache, v_cache F16 or F32 [head_dim, n_head_kv, n_ctx] with strides;
+ *   positions int32 [M]: query m sees cache entries t <= positions[m] (and t < n_kv,
+ *   and inside the window). Query head h reads kv head h / (n_head / n_head_kv).
+ * Scores and softmax in f32 with max subtraction; a query that sees no key (impossible
+ * when its own position is in the cache) gets zeros. ST_ERROR_NOMEM on scratch failure. */
+st_status st_cpu_attention(st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                           const st_tensor *v_cache, const int32_t *positions,
+                           const st_attn_params *p, st_error *err);
+
+/* cache[:, :, positions[m]] = convert(x[:, :, m]): x F32 [head_dim, n_head_kv, M],
+ * cache F16 or F32 [head_dim, n_head_kv, n_ctx] (F16: round to nearest even).
+ * ST_ERROR_INVALID when a position is outside [0, n_ctx) (the context is full). */
+st_status st_cpu_kv_store(st_tensor *cache, const st_tensor *x, const int32_t *positions,
+                          st_error *err);
+
+/* ---- MoE routing --------------------------------------------------------------------- */
+
+/* Chooses k experts per token from router logits F32 [E, M] (strided).
+ *   softmax_first true:  p = softmax(logits over all E); the k largest p are chosen and
+ *                        their weights are p (OLMoE, Qwen-MoE, Mixtral as trained);
+ *   softmax_first false: the k largest logits are chosen and their weights are the
+ *                        softmax over those k logits only.
+ *   normalize: the k weights are then divided by their sum (HF's norm_topk_prob; OLMoE's
+ *              released config has it false, Qwen3-MoE true).
+ * out_ids int32 [k, M] packed (out_ids[m * k + j]), in decreasing order of weight, ties
+ * to the lower expert index; out_weights F32 [k, M] with strides. */
+void st_cpu_topk_route(int32_t *out_ids, st_tensor *out_weights, const st_tensor *logits,
+                       int32_t k, bool softmax_first, bool normalize);
+
+/* Combines the chosen experts' outputs: dst[:, m] = sum_j weights[j, m] * src[:, j, m],
+ * summed in slot order j = 0, 1, ... (a fixed order: results do not depend on threads).
+ *   dst F32 [D, M]; src F32 [D, k, M]; weights F32 [k, M]; all with strides. */
+void st_cpu_moe_combine(st_tensor *dst, const st_tensor *src, const st_tensor *weights);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRIDE_CPU_OPS_H */
