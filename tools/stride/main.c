@@ -14,6 +14,7 @@ typedef struct command {
 static const command commands[] = {
     {"synth", "write a GGUF with random weights and the shapes of a real model", st_cmd_synth},
     {"inspect", "show a GGUF file's metadata, tensors and weight layout", st_cmd_inspect},
+    {"run", "evaluate a prompt and generate (greedy), printing token ids", st_cmd_run},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -1,0 +1,151 @@
+/*
+ * stride: models. Hyperparameters from GGUF metadata, weights in the planned layout on a
+ * backend, and a session (KV cache + scratch) that evaluates tokens.
+ *
+ * One forward pass serves every architecture (src/model/forward.c): the differences
+ * (fused qkv, q/k norms, post norms, GeGLU, MoE, sliding windows, embedding scale) are
+ * data in st_hparams and the presence of weights, not separate code paths.
+ */
+#ifndef STRIDE_MODEL_H
+#define STRIDE_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "stride/arch.h"
+#include "stride/backend.h"
+#include "stride/gguf.h"
+#include "stride/layout.h"
+#include "stride/status.h"
+#include "stride/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum st_ffn_act {
+    ST_FFN_ACT_SILU = 0, /* SwiGLU: llama, qwen3, phi3, olmoe */
+    ST_FFN_ACT_GELU_TANH, /* GeGLU: gemma3 */
+} st_ffn_act;
+
+typedef struct st_hparams {
+    st_arch arch;
+    int64_t n_vocab;
+    int64_t n_embd;
+    int64_t n_layer;
+    int64_t n_head;
+    int64_t n_head_kv;
+    int64_t head_dim;        /* attention.key_length (== value_length) */
+    int64_t n_ff;            /* dense FFN width, or per-expert width for MoE */
+    int64_t n_expert;        /* 0 for dense models */
+    int64_t n_expert_used;
+    bool expert_weights_norm;/* renormalise the chosen experts' weights (norm_topk_prob) */
+    int64_t n_rot;           /* rotated dims per head (partial rotary when < head_dim) */
+    int64_t n_ctx_train;
+    st_rope_mode rope_mode;
+    float rope_freq_base;
+    float rope_freq_base_swa;/* sliding-window layers (gemma3); = rope_freq_base otherwise */
+    float rope_freq_scale;   /* linear scaling of positions; 1 = none */
+    float rms_eps;
+    int64_t sliding_window;  /* 0 = none */
+    int64_t swa_pattern;     /* layer il is sliding iff (il + 1) % swa_pattern != 0; 0 = none */
+    float embd_scale;        /* token embeddings are multiplied by this (gemma: sqrt(n_embd)) */
+    float attn_scale;        /* scores scale, 1/sqrt(head_dim) */
+    st_ffn_act ffn_act;
+    int64_t n_ctx_orig;      /* phi3 long-rope: original context (0 = none) */
+    float rope_attn_factor;  /* phi3 long-rope cos/sin factor; 1 = none */
+    int32_t bos_id, eos_id;  /* -1 when absent */
+} st_hparams;
+
+/* Reads and checks the hyperparameters of a GGUF model. ST_ERROR_UNSUPPORTED for an
+ * architecture stride does not run; ST_ERROR_FORMAT for missing or inconsistent keys. */
+st_status st_hparams_from_gguf(const st_gguf_file *f, st_hparams *out, st_error *err);
+
+/* Whether layer il uses the sliding window. */
+bool st_hparams_layer_is_swa(const st_hparams *hp, int64_t il);
+
+/* The weights of one block. NULL where the architecture has no such tensor. Shapes in
+ * ggml order (ne[0] first); D = n_embd, Hq = n_head*head_dim, Hk = n_head_kv*head_dim,
+ * F = n_ff, E = n_expert. */
+typedef struct st_layer_weights {
+    st_tensor *attn_norm;      /* [D] */
+    st_tensor *wq, *wk, *wv;   /* [D, Hq], [D, Hk], [D, Hk] */
+    st_tensor *wqkv;           /* [D, Hq + 2Hk]   fused (phi3) */
+    st_tensor *wo;             /* [Hq, D] */
+    st_tensor *q_norm, *k_norm;/* [head_dim] per head (qwen3, gemma3), or [Hq]/[Hk] (olmoe) */
+    st_tensor *post_attn_norm; /* [D] gemma3 */
+    st_tensor *ffn_norm;       /* [D] */
+    st_tensor *w_gate, *w_up;  /* [D, F] */
+    st_tensor *w_gate_up;      /* [D, 2F] fused (phi3: gate rows first) */
+    st_tensor *w_down;         /* [F, D] */
+    st_tensor *post_ffn_norm;  /* [D] gemma3 */
+    st_tensor *router;         /* [D, E] */
+    st_tensor *gate_exps, *up_exps; /* [D, F, E] */
+    st_tensor *down_exps;      /* [F, D, E] */
+} st_layer_weights;
+
+typedef struct st_model {
+    st_hparams hp;
+    st_backend *backend;      /* not owned */
+    st_layout_plan plan;      /* the layout every weight was placed in */
+    st_tensor *tensors;       /* every tensor of the file, in file order, in backend memory */
+    uint64_t n_tensors;
+    void *weights_buffer;     /* one backend allocation holding every tensor */
+    size_t weights_bytes;
+    st_tensor *token_embd;    /* [D, V] row lookup */
+    st_tensor *output_norm;   /* [D] */
+    st_tensor *output;        /* [D, V]; == token_embd when tied */
+    st_tensor *rope_factors;  /* [n_rot/2] llama3 rope_freqs or phi3 short/long; may be NULL */
+    st_layer_weights *layers; /* [n_layer] */
+    st_gguf_file *file;       /* kept open: names in plan point into it */
+} st_model;
+
+/* Progress while uploading: bytes done / total. */
+typedef void (*st_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
+typedef struct st_model_load_options {
+    st_layout_policy policy;
+    st_progress_fn progress;  /* may be NULL */
+    void *progress_ctx;
+    int64_t n_ctx;            /* context the model will run at (selects phi3 long/short rope factors); 0 = n_ctx_train */
+} st_model_load_options;
+
+/* Opens path, plans the layout for the backend's device, allocates one buffer and uploads
+ * every tensor into its planned layout. */
+st_status st_model_load(const char *path, st_backend *backend, const st_model_load_options *opt,
+                        st_model **out, st_error *err);
+void st_model_free(st_model *m);
+
+/* ---- sessions ---- */
+
+typedef struct st_session st_session;
+
+typedef struct st_session_options {
+    int64_t n_ctx;      /* KV cache length in tokens */
+    int64_t n_ubatch;   /* tokens per forward pass (micro-batch) */
+    st_type kv_type;    /* ST_TYPE_F16 (default) or ST_TYPE_F32 */
+} st_session_options;
+
+st_session_options st_session_options_default(void);
+
+st_status st_session_init(st_model *m, const st_session_options *opt, st_session **out, st_error *err);
+void st_session_free(st_session *s);
+
+/* Tokens evaluated so far (the next position). */
+int64_t st_session_n_past(const st_session *s);
+
+/* Evaluates n tokens at positions n_past.. (in micro-batches). Logits (host, F32,
+ * n_vocab per row) are written for every token when all_logits, else for the last only;
+ * logits may be NULL. ST_ERROR_INVALID when the context would overflow or an id is out of
+ * range. */
+st_status st_session_eval(st_session *s, const int32_t *tokens, int64_t n, bool all_logits, float *logits,
+                          st_error *err);
+
+/* Forgets tokens from position n_past on (n_past <= current). */
+void st_session_rewind(st_session *s, int64_t n_past);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRIDE_MODEL_H */

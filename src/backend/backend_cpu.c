@@ -1,0 +1,178 @@
+/* The CPU backend: host memory and the reference ops (src/cpu/). Index tensors are I32
+ * tensors in host memory, handed to the ops as plain arrays. */
+#include "backend/backend_cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "stride/cpu_ops.h"
+
+#define CPU_ALIGNMENT 256
+
+static void cpu_free(st_backend *b) { free(b); }
+
+static st_status cpu_alloc(st_backend *b, size_t nbytes, void **out, st_error *err) {
+    (void)b;
+    size_t rounded = (nbytes + CPU_ALIGNMENT - 1) / CPU_ALIGNMENT * CPU_ALIGNMENT;
+    if (rounded < nbytes) return st_error_set(err, ST_ERROR_NOMEM, "allocation of %zu bytes overflows", nbytes);
+    *out = aligned_alloc(CPU_ALIGNMENT, rounded ? rounded : CPU_ALIGNMENT);
+    if (!*out)
+        return st_error_set(err, ST_ERROR_NOMEM, "out of host memory allocating %zu bytes (%.2f GiB)", nbytes,
+                            (double)nbytes / (1 << 30));
+    return ST_OK;
+}
+
+static void cpu_dealloc(st_backend *b, void *ptr) {
+    (void)b;
+    free(ptr);
+}
+
+static st_status cpu_copy(st_backend *b, void *dst, const void *src, size_t n, st_error *err) {
+    (void)b;
+    (void)err;
+    if (n) memcpy(dst, src, n);
+    return ST_OK;
+}
+
+/* The CPU's "2D copy": every row of every expert to its padded place, pad bytes zeroed. */
+static st_status cpu_upload_weight(st_backend *b, st_tensor *dst, const void *packed, st_error *err) {
+    (void)b;
+    (void)err;
+    ST_ASSERT(st_tensor_has_contiguous_rows(dst));
+    size_t row = st_tensor_row_bytes(dst);
+    size_t pad = dst->nb[1] - row;
+    int64_t rows = dst->ne[1] * dst->ne[2] * dst->ne[3];
+    const char *src = packed;
+    char *out = dst->data;
+    for (int64_t r = 0; r < rows; r++) {
+        memcpy(out + (size_t)r * dst->nb[1], src + (size_t)r * row, row);
+        if (pad) memset(out + (size_t)r * dst->nb[1] + row, 0, pad);
+    }
+    return ST_OK;
+}
+
+static const int32_t *ids_of(const st_tensor *t) {
+    ST_ASSERT(t->type == ST_TYPE_I32 && t->nb[0] == sizeof(int32_t));
+    return t->data;
+}
+
+static st_status cpu_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *ids,
+                              st_error *err) {
+    (void)b;
+    return st_cpu_get_rows(dst, src, ids_of(ids), err);
+}
+
+static st_status cpu_mul_mat(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err) {
+    (void)b;
+    return st_cpu_mul_mat(dst, w, x, err);
+}
+
+static st_status cpu_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
+                                const st_tensor *ids, st_error *err) {
+    (void)b;
+    return st_cpu_mul_mat_id(dst, w, x, ids_of(ids), err);
+}
+
+static void cpu_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, const st_tensor *w, float eps) {
+    (void)b;
+    st_cpu_rms_norm(dst, x, w, eps, false);
+}
+
+static void cpu_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const st_tensor *positions,
+                     const st_rope_params *p) {
+    (void)b;
+    st_cpu_rope(dst, x, ids_of(positions), p);
+}
+
+static void cpu_swiglu(st_backend *b, st_tensor *dst, const st_tensor *gate, const st_tensor *up) {
+    (void)b;
+    st_cpu_swiglu(dst, gate, up);
+}
+
+static void cpu_geglu(st_backend *b, st_tensor *dst, const st_tensor *gate, const st_tensor *up) {
+    (void)b;
+    st_cpu_geglu(dst, gate, up);
+}
+
+static void cpu_swiglu_fused(st_backend *b, st_tensor *dst, const st_tensor *gate_up) {
+    (void)b;
+    st_cpu_swiglu_fused(dst, gate_up);
+}
+
+static void cpu_add(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x) {
+    (void)b;
+    st_cpu_add(dst, a, x);
+}
+
+static void cpu_scale(st_backend *b, st_tensor *dst, const st_tensor *x, float s) {
+    (void)b;
+    st_cpu_scale(dst, x, s);
+}
+
+static st_status cpu_kv_store(st_backend *b, st_tensor *cache, const st_tensor *x, const st_tensor *positions,
+                              st_error *err) {
+    (void)b;
+    return st_cpu_kv_store(cache, x, ids_of(positions), err);
+}
+
+static st_status cpu_attention(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                               const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
+                               st_error *err) {
+    (void)b;
+    return st_cpu_attention(dst, q, k_cache, v_cache, ids_of(positions), p, err);
+}
+
+static void cpu_topk_route(st_backend *b, st_tensor *ids, st_tensor *weights, const st_tensor *logits, int32_t k,
+                           bool softmax_first, bool normalize) {
+    (void)b;
+    ST_ASSERT(ids->type == ST_TYPE_I32 && ids->ne[0] == k);
+    st_cpu_topk_route(ids->data, weights, logits, k, softmax_first, normalize);
+}
+
+static void cpu_moe_combine(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *weights) {
+    (void)b;
+    st_cpu_moe_combine(dst, src, weights);
+}
+
+static st_status cpu_synchronize(st_backend *b, st_error *err) {
+    (void)b;
+    (void)err;
+    return ST_OK;
+}
+
+static const st_backend_iface cpu_iface = {
+    .free = cpu_free,
+    .alloc = cpu_alloc,
+    .dealloc = cpu_dealloc,
+    .write = cpu_copy,
+    .read = cpu_copy,
+    .upload_weight = cpu_upload_weight,
+    .get_rows = cpu_get_rows,
+    .mul_mat = cpu_mul_mat,
+    .mul_mat_id = cpu_mul_mat_id,
+    .rms_norm = cpu_rms_norm,
+    .rope = cpu_rope,
+    .swiglu = cpu_swiglu,
+    .geglu = cpu_geglu,
+    .swiglu_fused = cpu_swiglu_fused,
+    .add = cpu_add,
+    .scale = cpu_scale,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .topk_route = cpu_topk_route,
+    .moe_combine = cpu_moe_combine,
+    .synchronize = cpu_synchronize,
+};
+
+st_status st_backend_cpu_init(st_backend **out, st_error *err) {
+    st_backend *b = calloc(1, sizeof(*b));
+    if (!b) return st_error_set(err, ST_ERROR_NOMEM, "out of host memory creating the CPU backend");
+    b->iface = &cpu_iface;
+    st_status s = st_device_query(ST_BACKEND_CPU, 0, &b->device, err);
+    if (s != ST_OK) {
+        free(b);
+        return s;
+    }
+    *out = b;
+    return ST_OK;
+}

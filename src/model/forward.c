@@ -1,0 +1,202 @@
+/*
+ * The forward pass of every supported architecture, one micro-batch of M tokens at a
+ * time, as straight-line code over backend ops. What differs between architectures is
+ * data: which weights exist (fused qkv, q/k norms, post norms, experts) and the
+ * hyperparameters (rope mode and bases, sliding windows, activation, embedding scale).
+ *
+ *   x = embd[ids] * embd_scale                                   [D, M]
+ *   for each layer:
+ *     h = rmsnorm(x) * attn_norm
+ *     q, k, v = Wq h, Wk h, Wv h   (or one fused Wqkv h)         [hd, Hq|Hk, M]
+ *     q, k = rmsnorm(q) * q_norm, rmsnorm(k) * k_norm            (per head, or whole)
+ *     q, k = rope(q, pos), rope(k, pos)
+ *     cache[pos] = k, v
+ *     a = softmax(scale q.K^T + causal/window mask) V            [Hq, M]
+ *     o = Wo a;  o = rmsnorm(o) * post_attn_norm (gemma3);  x += o
+ *     h = rmsnorm(x) * ffn_norm
+ *     dense: f = Wdown (act(Wgate h) * Wup h)
+ *     MoE:   p = softmax(Wrouter h); top-k experts e_j with weights w_j;
+ *            f = sum_j w_j Wdown[e_j] (act(Wgate[e_j] h) * Wup[e_j] h)
+ *     f = rmsnorm(f) * post_ffn_norm (gemma3);  x += f
+ *   logits = Wout (rmsnorm(x) * output_norm)                     [V, n_out]
+ */
+#include "model/session_internal.h"
+
+#define TRY(expr)                                                                                                  \
+    do {                                                                                                           \
+        st_status try_s_ = (expr);                                                                                 \
+        if (try_s_ != ST_OK) return try_s_;                                                                        \
+    } while (0)
+
+/* The first M tokens of a [n, U] activation, as [n, M]. */
+static st_tensor cols(const st_tensor *t, int64_t M) {
+    st_tensor v = *t;
+    v.ne[1] = M;
+    v.nb[2] = v.nb[3] = v.nb[1] * (size_t)M;
+    return v;
+}
+
+/* The first M tokens of a [n, K, U] per-expert-slot activation, as [n, K, M]. */
+static st_tensor slots(const st_tensor *t, int64_t M) {
+    st_tensor v = *t;
+    v.ne[2] = M;
+    v.nb[3] = v.nb[2] * (size_t)M;
+    return v;
+}
+
+/* Rows [row0, row0 + n) of each column of a [R, M] activation, viewed as
+ * [head_dim, n / head_dim, M] (heads of q, k or v inside a qkv buffer). */
+static st_tensor heads(const st_tensor *t, int64_t row0, int64_t n, int64_t head_dim, int64_t M) {
+    st_tensor v = {.type = ST_TYPE_F32};
+    v.ne[0] = head_dim;
+    v.ne[1] = n / head_dim;
+    v.ne[2] = M;
+    v.ne[3] = 1;
+    v.nb[0] = sizeof(float);
+    v.nb[1] = (size_t)head_dim * sizeof(float);
+    v.nb[2] = t->nb[1];
+    v.nb[3] = v.nb[2] * (size_t)M;
+    v.data = (char *)t->data + (size_t)row0 * sizeof(float);
+    return v;
+}
+
+/* The same rows as a 2D [n, M] view. */
+static st_tensor rows(const st_tensor *t, int64_t row0, int64_t n, int64_t M) {
+    st_tensor v = cols(t, M);
+    v.ne[0] = n;
+    v.data = (char *)t->data + (size_t)row0 * sizeof(float);
+    return v;
+}
+
+static st_status attention_block(st_session *s, const st_layer_weights *l, int64_t il, int64_t M, int64_t n_kv,
+                                 st_error *err) {
+    st_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_backend *b = m->backend;
+    const st_backend_iface *be = b->iface;
+    const int64_t hd = hp->head_dim, Hq = hp->n_head * hd, Hk = hp->n_head_kv * hd;
+    st_tensor x = cols(&s->x, M), h = cols(&s->h, M), pos = s->pos;
+    pos.ne[0] = M;
+
+    be->rms_norm(b, &h, &x, l->attn_norm, hp->rms_eps);
+
+    st_tensor qkv = cols(&s->qkv, M);
+    if (l->wqkv) {
+        TRY(be->mul_mat(b, &qkv, l->wqkv, &h, err)); /* [Hq + 2Hk, M] */
+    } else {
+        st_tensor q2 = rows(&qkv, 0, Hq, M), k2 = rows(&qkv, Hq, Hk, M), v2 = rows(&qkv, Hq + Hk, Hk, M);
+        TRY(be->mul_mat(b, &q2, l->wq, &h, err));
+        TRY(be->mul_mat(b, &k2, l->wk, &h, err));
+        TRY(be->mul_mat(b, &v2, l->wv, &h, err));
+    }
+    st_tensor q = heads(&qkv, 0, Hq, hd, M);       /* [hd, n_head, M] */
+    st_tensor k = heads(&qkv, Hq, Hk, hd, M);      /* [hd, n_head_kv, M] */
+    st_tensor v = heads(&qkv, Hq + Hk, Hk, hd, M); /* [hd, n_head_kv, M] */
+
+    if (l->q_norm) {
+        if (l->q_norm->ne[0] == hd) { /* per head (qwen3, gemma3) */
+            be->rms_norm(b, &q, &q, l->q_norm, hp->rms_eps);
+            be->rms_norm(b, &k, &k, l->k_norm, hp->rms_eps);
+        } else { /* over the whole projection (olmoe) */
+            st_tensor q2 = rows(&qkv, 0, Hq, M), k2 = rows(&qkv, Hq, Hk, M);
+            be->rms_norm(b, &q2, &q2, l->q_norm, hp->rms_eps);
+            be->rms_norm(b, &k2, &k2, l->k_norm, hp->rms_eps);
+        }
+    }
+
+    const bool swa = st_hparams_layer_is_swa(hp, il);
+    st_rope_params rp = st_rope_params_default(hp->rope_mode, (int32_t)hp->n_rot,
+                                               swa ? hp->rope_freq_base_swa : hp->rope_freq_base);
+    rp.freq_scale = hp->rope_freq_scale;
+    rp.attn_factor = hp->rope_attn_factor;
+    rp.freq_factors = m->rope_factors ? m->rope_factors->data : NULL;
+    be->rope(b, &q, &q, &pos, &rp);
+    be->rope(b, &k, &k, &pos, &rp);
+
+    st_kv_layer *kv = &s->kv[il];
+    TRY(be->kv_store(b, &kv->k, &k, &pos, err));
+    TRY(be->kv_store(b, &kv->v, &v, &pos, err));
+
+    st_attn_params ap = {.n_kv = n_kv, .window = swa ? (int32_t)hp->sliding_window : 0, .scale = hp->attn_scale};
+    st_tensor attn = heads(&s->attn, 0, Hq, hd, M); /* [hd, n_head, M] */
+    TRY(be->attention(b, &attn, &q, &kv->k, &kv->v, &pos, &ap, err));
+
+    st_tensor a2 = cols(&s->attn, M), o = cols(&s->proj, M);
+    TRY(be->mul_mat(b, &o, l->wo, &a2, err)); /* [D, M] */
+    if (l->post_attn_norm) be->rms_norm(b, &o, &o, l->post_attn_norm, hp->rms_eps);
+    be->add(b, &x, &x, &o);
+    return ST_OK;
+}
+
+static st_status ffn_dense(st_session *s, const st_layer_weights *l, int64_t M, st_error *err) {
+    st_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_backend *b = m->backend;
+    const st_backend_iface *be = b->iface;
+    const int64_t F = hp->n_ff;
+    st_tensor h = cols(&s->h, M), out = cols(&s->proj, M);
+    st_tensor act = rows(&s->ffn_b, 0, F, M); /* [F, M] */
+    if (l->w_gate) {
+        st_tensor gate = rows(&s->ffn_a, 0, F, M), up = rows(&s->ffn_a, F, F, M);
+        TRY(be->mul_mat(b, &gate, l->w_gate, &h, err));
+        TRY(be->mul_mat(b, &up, l->w_up, &h, err));
+        if (hp->ffn_act == ST_FFN_ACT_GELU_TANH) be->geglu(b, &act, &gate, &up);
+        else be->swiglu(b, &act, &gate, &up);
+    } else { /* fused gate_up (phi3): gate rows first */
+        st_tensor gate_up = rows(&s->ffn_a, 0, 2 * F, M);
+        TRY(be->mul_mat(b, &gate_up, l->w_up, &h, err));
+        be->swiglu_fused(b, &act, &gate_up);
+    }
+    return be->mul_mat(b, &out, l->w_down, &act, err); /* [D, M] */
+}
+
+static st_status ffn_moe(st_session *s, const st_layer_weights *l, int64_t M, st_error *err) {
+    st_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_backend *b = m->backend;
+    const st_backend_iface *be = b->iface;
+    st_tensor h = cols(&s->h, M), out = cols(&s->proj, M);
+    st_tensor logits = cols(&s->moe_logits, M), ids = cols(&s->moe_ids, M), w = cols(&s->moe_weights, M);
+    TRY(be->mul_mat(b, &logits, l->router, &h, err)); /* [E, M] */
+    be->topk_route(b, &ids, &w, &logits, (int32_t)hp->n_expert_used, true, hp->expert_weights_norm);
+    st_tensor gate = slots(&s->ffn_a, M), up = slots(&s->ffn_b, M), down = slots(&s->moe_down, M);
+    TRY(be->mul_mat_id(b, &gate, l->gate_exps, &h, &ids, err)); /* [F, K, M] */
+    TRY(be->mul_mat_id(b, &up, l->up_exps, &h, &ids, err));     /* [F, K, M] */
+    be->swiglu(b, &up, &gate, &up);
+    TRY(be->mul_mat_id(b, &down, l->down_exps, &up, &ids, err)); /* [D, K, M] */
+    be->moe_combine(b, &out, &down, &w);                          /* [D, M] */
+    return ST_OK;
+}
+
+st_status st_forward(st_session *s, int64_t M, int64_t n_kv, int64_t n_out, st_error *err) {
+    st_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_backend *b = m->backend;
+    const st_backend_iface *be = b->iface;
+    st_tensor x = cols(&s->x, M), ids = s->ids;
+    ids.ne[0] = M;
+
+    TRY(be->get_rows(b, &x, m->token_embd, &ids, err)); /* [D, M] */
+    if (hp->embd_scale != 1.0f) be->scale(b, &x, &x, hp->embd_scale);
+
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        const st_layer_weights *l = &m->layers[il];
+        TRY(attention_block(s, l, il, M, n_kv, err));
+
+        st_tensor h = cols(&s->h, M), f = cols(&s->proj, M);
+        be->rms_norm(b, &h, &x, l->ffn_norm, hp->rms_eps);
+        TRY(hp->n_expert > 0 ? ffn_moe(s, l, M, err) : ffn_dense(s, l, M, err));
+        if (l->post_ffn_norm) be->rms_norm(b, &f, &f, l->post_ffn_norm, hp->rms_eps);
+        be->add(b, &x, &x, &f);
+    }
+
+    if (n_out == 0) return ST_OK; /* a micro-batch whose logits nobody reads */
+    /* the last n_out tokens: final norm, then the output head */
+    st_tensor last = x;
+    last.ne[1] = n_out;
+    last.data = (char *)x.data + (size_t)(M - n_out) * x.nb[1];
+    last.nb[2] = last.nb[3] = last.nb[1] * (size_t)n_out;
+    st_tensor hn = cols(&s->h, n_out), logits = cols(&s->logits, n_out);
+    be->rms_norm(b, &hn, &last, m->output_norm, hp->rms_eps);
+    return be->mul_mat(b, &logits, m->output, &hn, err); /* [V, n_out] */
+}

@@ -1,0 +1,171 @@
+/* Sessions: the KV cache, the scratch activations of one micro-batch, and the eval loop
+ * that cuts a token sequence into micro-batches. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/session_internal.h"
+
+st_session_options st_session_options_default(void) {
+    st_session_options o = {.n_ctx = 4096, .n_ubatch = 512, .kv_type = ST_TYPE_F16};
+    return o;
+}
+
+/* A packed tensor of `type` with ne = {n0, n1, n2}, placed at *offset in base. */
+static st_tensor place(void *base, size_t *offset, st_type type, int64_t n0, int64_t n1, int64_t n2) {
+    st_tensor t = {.type = type, .ne = {n0, n1, n2, 1}};
+    bool ok = st_tensor_set_packed_strides(&t);
+    ST_ASSERT(ok);
+    t.data = base ? (char *)base + *offset : NULL;
+    *offset += (st_tensor_nbytes(&t) + 255) / 256 * 256;
+    return t;
+}
+
+/* Lays out every scratch tensor; with base NULL it only measures. */
+static size_t layout_scratch(st_session *s, void *base) {
+    const st_hparams *hp = &s->model->hp;
+    const int64_t U = s->opt.n_ubatch, D = hp->n_embd, hd = hp->head_dim;
+    const int64_t Hq = hp->n_head * hd, Hk = hp->n_head_kv * hd, F = hp->n_ff, K = hp->n_expert_used;
+    size_t off = 0;
+    s->ids = place(base, &off, ST_TYPE_I32, U, 1, 1);
+    s->pos = place(base, &off, ST_TYPE_I32, U, 1, 1);
+    s->x = place(base, &off, ST_TYPE_F32, D, U, 1);
+    s->h = place(base, &off, ST_TYPE_F32, D, U, 1);
+    s->qkv = place(base, &off, ST_TYPE_F32, Hq + 2 * Hk, U, 1);
+    s->attn = place(base, &off, ST_TYPE_F32, Hq, U, 1);
+    s->proj = place(base, &off, ST_TYPE_F32, D, U, 1);
+    if (hp->n_expert > 0) {
+        s->ffn_a = place(base, &off, ST_TYPE_F32, F, K, U);
+        s->ffn_b = place(base, &off, ST_TYPE_F32, F, K, U);
+        s->moe_logits = place(base, &off, ST_TYPE_F32, hp->n_expert, U, 1);
+        s->moe_ids = place(base, &off, ST_TYPE_I32, K, U, 1);
+        s->moe_weights = place(base, &off, ST_TYPE_F32, K, U, 1);
+        s->moe_down = place(base, &off, ST_TYPE_F32, D, K, U);
+    } else {
+        s->ffn_a = place(base, &off, ST_TYPE_F32, 2 * F, U, 1);
+        s->ffn_b = place(base, &off, ST_TYPE_F32, F, U, 1);
+    }
+    return off;
+}
+
+static st_status ensure_logits(st_session *s, int64_t n, st_error *err) {
+    if (n <= s->n_logits_cap) return ST_OK;
+    st_backend *b = s->model->backend;
+    if (s->logits_buffer) b->iface->dealloc(b, s->logits_buffer);
+    s->logits_buffer = NULL;
+    s->n_logits_cap = 0;
+    size_t off = 0;
+    st_tensor t = place(NULL, &off, ST_TYPE_F32, s->model->hp.n_vocab, n, 1);
+    st_status st = b->iface->alloc(b, off, &s->logits_buffer, err);
+    if (st != ST_OK) return st_error_wrap(err, "allocating logits for %lld tokens", (long long)n);
+    t.data = s->logits_buffer;
+    s->logits = t;
+    s->n_logits_cap = n;
+    return ST_OK;
+}
+
+st_status st_session_init(st_model *m, const st_session_options *opt, st_session **out, st_error *err) {
+    *out = NULL;
+    const st_hparams *hp = &m->hp;
+    if (opt->n_ctx <= 0 || opt->n_ubatch <= 0)
+        return st_error_set(err, ST_ERROR_INVALID, "context (%lld) and micro-batch (%lld) must be positive",
+                            (long long)opt->n_ctx, (long long)opt->n_ubatch);
+    if (opt->kv_type != ST_TYPE_F16 && opt->kv_type != ST_TYPE_F32)
+        return st_error_set(err, ST_ERROR_INVALID, "KV cache type must be f16 or f32, not %s",
+                            st_type_name(opt->kv_type));
+    st_session *s = calloc(1, sizeof(*s));
+    if (!s) return st_error_set(err, ST_ERROR_NOMEM, "out of memory");
+    s->model = m;
+    s->opt = *opt;
+    if (s->opt.n_ubatch > s->opt.n_ctx) s->opt.n_ubatch = s->opt.n_ctx;
+    st_backend *b = m->backend;
+    st_status st;
+
+    s->kv = calloc((size_t)hp->n_layer, sizeof(st_kv_layer));
+    if (!s->kv) {
+        st = st_error_set(err, ST_ERROR_NOMEM, "out of memory");
+        goto fail;
+    }
+    size_t kv_bytes = 0;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        s->kv[il].k = place(NULL, &kv_bytes, opt->kv_type, hp->head_dim, hp->n_head_kv, opt->n_ctx);
+        s->kv[il].v = place(NULL, &kv_bytes, opt->kv_type, hp->head_dim, hp->n_head_kv, opt->n_ctx);
+    }
+    if ((st = b->iface->alloc(b, kv_bytes, &s->kv_buffer, err)) != ST_OK) {
+        st_error_wrap(err, "allocating the KV cache (%lld tokens, %.2f GiB)", (long long)opt->n_ctx,
+                      (double)kv_bytes / (1 << 30));
+        goto fail;
+    }
+    size_t off = 0;
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+        s->kv[il].k = place(s->kv_buffer, &off, opt->kv_type, hp->head_dim, hp->n_head_kv, opt->n_ctx);
+        s->kv[il].v = place(s->kv_buffer, &off, opt->kv_type, hp->head_dim, hp->n_head_kv, opt->n_ctx);
+    }
+    size_t scratch_bytes = layout_scratch(s, NULL);
+    if ((st = b->iface->alloc(b, scratch_bytes, &s->scratch, err)) != ST_OK) {
+        st_error_wrap(err, "allocating activations for %lld-token micro-batches", (long long)s->opt.n_ubatch);
+        goto fail;
+    }
+    layout_scratch(s, s->scratch);
+    if ((st = ensure_logits(s, 1, err)) != ST_OK) goto fail;
+    *out = s;
+    return ST_OK;
+fail:
+    st_session_free(s);
+    return st;
+}
+
+void st_session_free(st_session *s) {
+    if (!s) return;
+    st_backend *b = s->model->backend;
+    if (s->kv_buffer) b->iface->dealloc(b, s->kv_buffer);
+    if (s->scratch) b->iface->dealloc(b, s->scratch);
+    if (s->logits_buffer) b->iface->dealloc(b, s->logits_buffer);
+    free(s->kv);
+    free(s);
+}
+
+int64_t st_session_n_past(const st_session *s) { return s->n_past; }
+
+void st_session_rewind(st_session *s, int64_t n_past) {
+    ST_ASSERT(n_past >= 0 && n_past <= s->n_past);
+    s->n_past = n_past;
+}
+
+st_status st_session_eval(st_session *s, const int32_t *tokens, int64_t n, bool all_logits, float *logits,
+                          st_error *err) {
+    const st_hparams *hp = &s->model->hp;
+    st_backend *b = s->model->backend;
+    if (n <= 0) return st_error_set(err, ST_ERROR_INVALID, "no tokens to evaluate");
+    if (n > s->opt.n_ctx - s->n_past)
+        return st_error_set(err, ST_ERROR_INVALID,
+                            "%lld tokens do not fit: %lld of the %lld-token context are used (raise the context "
+                            "size)",
+                            (long long)n, (long long)s->n_past, (long long)s->opt.n_ctx);
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
+            return st_error_set(err, ST_ERROR_INVALID, "token id %d at index %lld is outside the vocabulary (0..%lld)",
+                                tokens[i], (long long)i, (long long)hp->n_vocab - 1);
+    const int64_t U = s->opt.n_ubatch;
+    st_status st;
+    if (all_logits && (st = ensure_logits(s, U < n ? U : n, err)) != ST_OK) return st;
+    int32_t *pos = malloc((size_t)U * sizeof(int32_t));
+    if (!pos) return st_error_set(err, ST_ERROR_NOMEM, "out of memory");
+    for (int64_t done = 0; done < n; done += U) {
+        int64_t M = n - done < U ? n - done : U;
+        bool last_batch = done + M == n;
+        int64_t n_out = all_logits ? M : (last_batch ? 1 : 0);
+        for (int64_t i = 0; i < M; i++) pos[i] = (int32_t)(s->n_past + i);
+        if ((st = b->iface->write(b, s->ids.data, tokens + done, (size_t)M * sizeof(int32_t), err)) != ST_OK ||
+            (st = b->iface->write(b, s->pos.data, pos, (size_t)M * sizeof(int32_t), err)) != ST_OK ||
+            (st = st_forward(s, M, s->n_past + M, n_out, err)) != ST_OK)
+            break;
+        s->n_past += M;
+        if (logits && (all_logits || last_batch)) {
+            float *dst = logits + (all_logits ? done : 0) * hp->n_vocab;
+            st = b->iface->read(b, dst, s->logits.data, (size_t)(n_out * hp->n_vocab) * sizeof(float), err);
+            if (st != ST_OK) break;
+        }
+    }
+    free(pos);
+    return st;
+}

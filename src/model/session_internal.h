@@ -1,0 +1,46 @@
+/* A session's state, shared by session.c (allocation, the eval loop) and forward.c (one
+ * micro-batch through the model). Shapes: D = n_embd, Hq = n_head*head_dim,
+ * Hk = n_head_kv*head_dim, F = n_ff, E = n_expert, K = n_expert_used, V = n_vocab,
+ * U = n_ubatch (the most tokens in one forward pass), C = n_ctx. */
+#ifndef STRIDE_MODEL_SESSION_INTERNAL_H
+#define STRIDE_MODEL_SESSION_INTERNAL_H
+
+#include "stride/model.h"
+
+typedef struct st_kv_layer {
+    st_tensor k; /* [head_dim, n_head_kv, C] F16/F32 */
+    st_tensor v; /* [head_dim, n_head_kv, C] */
+} st_kv_layer;
+
+struct st_session {
+    st_model *model;
+    st_session_options opt;
+    int64_t n_past;
+    st_kv_layer *kv;        /* [n_layer] */
+    void *kv_buffer;
+
+    /* scratch for one micro-batch of up to U tokens, in backend memory */
+    void *scratch;
+    st_tensor ids;          /* I32 [U] token ids */
+    st_tensor pos;          /* I32 [U] positions */
+    st_tensor x;            /* [D, U] residual stream */
+    st_tensor h;            /* [D, U] normalised input of a sub-block */
+    st_tensor qkv;          /* [Hq + 2Hk, U] q, k, v rows of each token, one after another */
+    st_tensor attn;         /* [Hq, U] attention output */
+    st_tensor proj;         /* [D, U] output of attn_output / ffn_down */
+    st_tensor ffn_a;        /* [2F, U] gate (or fused gate_up); MoE: [F, K, U] gate */
+    st_tensor ffn_b;        /* [F, U] up / activation; MoE: [F, K, U] up, then activation */
+    st_tensor moe_logits;   /* [E, U] router logits */
+    st_tensor moe_ids;      /* I32 [K, U] chosen experts */
+    st_tensor moe_weights;  /* [K, U] their weights */
+    st_tensor moe_down;     /* [D, K, U] each chosen expert's output */
+    st_tensor logits;       /* [V, n_logits_cap] */
+    int64_t n_logits_cap;
+    void *logits_buffer;
+};
+
+/* Runs tokens ids[0..M) at positions pos[0..M) (already in backend memory) through the
+ * model. Logits of the last `n_out` tokens of the batch go to s->logits [V, n_out]. */
+st_status st_forward(st_session *s, int64_t M, int64_t n_kv, int64_t n_out, st_error *err);
+
+#endif
