@@ -158,12 +158,9 @@ void st_fuzz_gguf_walk(const st_gguf_file *f, const uint8_t *base, size_t size) 
     FUZZ_CHECK(st_gguf_version(f) == ST_GGUF_VERSION, st_gguf_version(f), 0);
     FUZZ_CHECK(align != 0 && (align & (align - 1)) == 0, align, 0);
     if (base) FUZZ_CHECK(st_gguf_file_size(f) == size, st_gguf_file_size(f), size);
-    /* With no tensors the reader accepts a file that ends before the data section's
-     * alignment padding, and data_off then lies past the end (28-byte reproducer:
-     * fuzz/corpus/regress_no_tensors_short_padding.gguf). Harmless while nothing reads
-     * data, so it is only required when there are tensors; tighten once the reader clamps
-     * or rejects it. */
-    if (n_t > 0) FUZZ_CHECK(data_off <= st_gguf_file_size(f), data_off, st_gguf_file_size(f));
+    /* The data section never starts past the end, also for a file with no tensors that
+     * ends before the alignment padding (fuzz/corpus/regress_no_tensors_short_padding.gguf). */
+    FUZZ_CHECK(data_off <= st_gguf_file_size(f), data_off, st_gguf_file_size(f));
 
     for (uint64_t i = 0; i < n_kv; i++) {
         const st_gguf_kv *kv = st_gguf_get_kv(f, i);

@@ -493,7 +493,12 @@ static st_status parse_tensors(parser *p, st_error *err) {
     if (rem && f->data_offset > UINT64_MAX - (f->alignment - rem))
         return st_error_set(err, ST_ERROR_FORMAT, "the data section offset overflows 64 bits");
     if (rem) f->data_offset += f->alignment - rem;
-    if (f->n_tensors == 0) return ST_OK;
+    if (f->n_tensors == 0) {
+        /* A file with no tensors may end without the final padding; keep the invariant
+         * data_offset <= size so that size - data_offset never underflows. */
+        if (f->data_offset > f->size) f->data_offset = f->size;
+        return ST_OK;
+    }
 
     name_ref *refs = malloc((size_t)f->n_tensors * sizeof(*refs));
     f->by_name = malloc((size_t)f->n_tensors * sizeof(*f->by_name));

@@ -785,6 +785,23 @@ static void test_open_errors(void **state) {
     assert_int_equal(unlink(path), 0);
 }
 
+/* A file with no tensors that ends before the data section's alignment padding is
+ * accepted, and its data section is clamped to the end of the file (never past it). */
+static void test_no_tensors_short_padding(void **state) {
+    (void)state;
+    unsigned char short_file[28] = {'G', 'G', 'U', 'F', 3, 0, 0, 0}; /* n_tensors 0, n_kv 0 */
+    st_gguf_file *f = NULL;
+    st_error err = {0};
+    assert_int_equal(st_gguf_open_memory(short_file, sizeof(short_file), &f, &err), ST_OK);
+    assert_int_equal(st_gguf_data_offset(f), 28); /* header end 24, padded to 32 > size: clamped */
+    assert_true(st_gguf_data_offset(f) <= st_gguf_file_size(f));
+    st_gguf_close(f);
+    unsigned char full[32] = {'G', 'G', 'U', 'F', 3, 0, 0, 0};
+    assert_int_equal(st_gguf_open_memory(full, sizeof(full), &f, &err), ST_OK);
+    assert_int_equal(st_gguf_data_offset(f), 32);
+    st_gguf_close(f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_default_alignment),
@@ -796,6 +813,7 @@ int main(void) {
         cmocka_unit_test(test_reader_metadata_errors),
         cmocka_unit_test(test_reader_tensor_errors),
         cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_no_tensors_short_padding),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
