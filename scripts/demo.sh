@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on an embedded default: installs what is missing, builds, makes a small
-# model itself and shows what stride does with it.
+# model itself (a synthetic Qwen3-architecture model with random weights) and runs it on
+# the GPU when there is one, else on the CPU.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 "$here/scripts/install-deps.sh"
@@ -10,9 +11,8 @@ models="$here/models"
 mkdir -p "$models"
 model="$models/tiny-qwen3-f16.gguf"
 [ -f "$model" ] || "$stride" synth tiny-qwen3 -o "$model" --type f16 --seed 1
-# Until `stride run` lands, the main job shows the planned weight layout of the model for
-# this machine's device (the GPU when there is one), then the same with the alias period forced small enough that the
-# tiny model's weights are padded.
-"$stride" inspect "$model" --layout
-echo
-STRIDE_ROW_ALIAS=128 STRIDE_ROW_PAD=64 "$stride" inspect "$model" --layout --pad-weights on
+
+echo "== the planned weight layout (summary)"
+"$stride" inspect "$model" --layout | grep -E '^(layout|padded):|^ {11}alias'
+echo "== greedy generation from token ids (text prompts arrive with the tokenizers)"
+"$stride" run -m "$model" --tokens 1,100,200,300 -n 32 --temp 0
