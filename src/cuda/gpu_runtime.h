@@ -15,6 +15,8 @@
 #include <cuda_runtime.h>
 
 #define ST_GPU_WARP_SIZE 32
+/* All lanes of a warp, for the *_sync shuffles (a 64-bit mask under HIP's wave64). */
+#define ST_GPU_WARP_MASK 0xffffffffu
 
 typedef cudaError_t st_gpu_error_t;
 typedef cudaStream_t st_gpu_stream_t;

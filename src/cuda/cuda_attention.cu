@@ -1,0 +1,204 @@
+// Causal attention with GQA over the KV cache, and the store of new keys/values into it.
+//
+// Cache: [head_dim, n_head_kv, n_ctx] F16 or F32 with strides; cache index = position.
+// Query m at position p sees keys t with t <= p, t < n_kv and, with a window W > 0,
+// p - t < W (cpu_ops.h, st_attn_params).
+//
+// The first, simple kernel: one block per (query head, token). The query sits in shared
+// memory; keys are visited in tiles of ATTN_TILE with an online softmax (running max and
+// sum, the accumulator rescaled when the max grows), so any n_kv fits in a fixed amount of
+// shared memory. Within a tile each warp scores keys (lanes split head_dim, a shuffle
+// sum), then every thread accumulates its own output dimensions over the tile's values.
+// F32 throughout. A decode step runs only n_head blocks: a split-KV kernel is later work.
+#include <math.h>
+
+#include "cuda/cuda_common.cuh"
+
+#define ATTN_THREADS 128
+#define ATTN_TILE 64
+#define ATTN_MAX_HEAD_DIM 512
+#define ATTN_DIMS_PER_THREAD (ATTN_MAX_HEAD_DIM / ATTN_THREADS)
+
+// ---- kv_store ---------------------------------------------------------------------------------
+
+// cache[:, :, positions[m]] = x[:, :, m] converted (F16: round to nearest even).
+template <st_type T> __device__ __forceinline__ void cache_store(char *row, int64_t d, float v);
+template <> __device__ __forceinline__ void cache_store<ST_TYPE_F32>(char *row, int64_t d, float v) {
+    ((float *)row)[d] = v;
+}
+template <> __device__ __forceinline__ void cache_store<ST_TYPE_F16>(char *row, int64_t d, float v) {
+    ((unsigned short *)row)[d] = st_gpu_float_to_half_bits(v);
+}
+
+template <st_type T>
+__device__ void kv_store_impl(st_cuda_view cache, st_cuda_view x, const int32_t *__restrict__ positions,
+                              st_cuda_op_error *op_err) {
+    const int64_t head_dim = x.ne0, n_head_kv = x.ne1, M = x.ne2, n_ctx = cache.ne2;
+    const int64_t n = head_dim * n_head_kv;
+    for (int64_t m = blockIdx.y; m < M; m += gridDim.y) {
+        const int32_t pos = positions[m];
+        if (pos < 0 || pos >= n_ctx) {
+            if (blockIdx.x == 0 && threadIdx.x == 0)
+                cuda_report_op_error(op_err, ST_CUDA_OP_ERROR_KV_POSITION, pos, m, n_ctx);
+            continue;
+        }
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+            const int64_t d = i % head_dim, h = i / head_dim;
+            const float v = ((const float *)(x.data + h * x.nb1 + m * x.nb2))[d];
+            cache_store<T>(cache.data + h * cache.nb1 + (int64_t)pos * cache.nb2, d, v);
+        }
+    }
+}
+
+__global__ void kv_store_f32(st_cuda_view cache, st_cuda_view x, const int32_t *positions, st_cuda_op_error *e) {
+    kv_store_impl<ST_TYPE_F32>(cache, x, positions, e);
+}
+__global__ void kv_store_f16(st_cuda_view cache, st_cuda_view x, const int32_t *positions, st_cuda_op_error *e) {
+    kv_store_impl<ST_TYPE_F16>(cache, x, positions, e);
+}
+
+static bool is_cache_type(st_type t) { return t == ST_TYPE_F16 || t == ST_TYPE_F32; }
+
+st_status st_cuda_kv_store(st_backend *b, st_tensor *cache, const st_tensor *x, const st_tensor *positions,
+                           st_error *err) {
+    // x F32 [head_dim, n_head_kv, M]; cache F16/F32 [head_dim, n_head_kv, n_ctx]; positions I32 [M].
+    // A position outside the context is reported by the next read/synchronize.
+    st_cuda_ctx *c = cuda_ctx(b);
+    ST_ASSERT(cuda_is_f32_rows(x) && x->ne[3] == 1);
+    ST_ASSERT(is_cache_type(cache->type) && cuda_is_float_weight(cache) && cache->ne[3] == 1);
+    ST_ASSERT(cache->ne[0] == x->ne[0] && cache->ne[1] == x->ne[1]);
+    ST_ASSERT(cuda_is_i32_index(positions) && positions->ne[0] >= x->ne[2]);
+    const int64_t n = x->ne[0] * x->ne[1], M = x->ne[2];
+    if (n == 0 || M == 0) return ST_OK;
+    const int threads = 256;
+    unsigned int gx = cuda_blocks(n, threads);
+    const dim3 grid(gx < 64 ? gx : 64, cuda_grid_y(M));
+    const int32_t *pos = (const int32_t *)positions->data;
+    if (cache->type == ST_TYPE_F16)
+        kv_store_f16<<<grid, threads, 0, c->stream>>>(cuda_view(cache), cuda_view(x), pos, c->d_op_error);
+    else
+        kv_store_f32<<<grid, threads, 0, c->stream>>>(cuda_view(cache), cuda_view(x), pos, c->d_op_error);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
+// ---- attention --------------------------------------------------------------------------------
+
+template <st_type T>
+__device__ void attention_impl(st_cuda_view dst, st_cuda_view q, st_cuda_view kc, st_cuda_view vc,
+                               const int32_t *__restrict__ positions, int64_t n_kv, int32_t window, float scale,
+                               float softcap) {
+    __shared__ float q_s[ATTN_MAX_HEAD_DIM]; // [head_dim] the query
+    __shared__ float p_s[ATTN_TILE];         // [tile] scores, then their exponentials
+    const int64_t head_dim = q.ne0, n_head = q.ne1, M = q.ne2;
+    const int64_t group = n_head / kc.ne1; // query heads per kv head
+    const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
+    const int n_warps = blockDim.x / ST_GPU_WARP_SIZE;
+
+    for (int64_t r = blockIdx.x; r < n_head * M; r += gridDim.x) {
+        const int64_t h = r % n_head, m = r / n_head, kvh = h / group;
+        const float *qr = (const float *)(q.data + h * q.nb1 + m * q.nb2);
+        float *out = (float *)(dst.data + h * dst.nb1 + m * dst.nb2);
+        const int64_t pos = positions[m];
+        const int64_t t_hi = pos < n_kv - 1 ? pos : n_kv - 1;
+        int64_t t_lo = window > 0 ? pos - window + 1 : 0;
+        if (t_lo < 0) t_lo = 0;
+        if (t_hi < t_lo) { // sees nothing: defined as zeros
+            for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) out[d] = 0.0f;
+            continue;
+        }
+        __syncthreads(); // q_s and p_s of the previous row are no longer read
+        for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) q_s[d] = qr[d];
+        __syncthreads();
+
+        float acc[ATTN_DIMS_PER_THREAD];
+#pragma unroll
+        for (int i = 0; i < ATTN_DIMS_PER_THREAD; i++) acc[i] = 0.0f;
+        float run_max = -INFINITY, run_sum = 0.0f;
+        const char *k_head = kc.data + kvh * kc.nb1;
+        const char *v_head = vc.data + kvh * vc.nb1;
+
+        for (int64_t t0 = t_lo; t0 <= t_hi; t0 += ATTN_TILE) {
+            const int nt = (int)(t_hi - t0 + 1 < ATTN_TILE ? t_hi - t0 + 1 : ATTN_TILE);
+            for (int j = warp; j < nt; j += n_warps) {
+                const char *krow = k_head + (t0 + j) * kc.nb2;
+                float s = 0.0f;
+                for (int64_t d = lane; d < head_dim; d += ST_GPU_WARP_SIZE) s = fmaf(q_s[d], cuda_load_f32<T>(krow, d), s);
+#pragma unroll
+                for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) s += __shfl_xor_sync(ST_GPU_WARP_MASK, s, off);
+                s *= scale;
+                if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+                if (lane == 0) p_s[j] = s;
+            }
+            __syncthreads();
+            float tile_max = -INFINITY;
+            for (int j = 0; j < nt; j++) tile_max = fmaxf(tile_max, p_s[j]);
+            const float new_max = fmaxf(run_max, tile_max);
+            const float factor = expf(run_max - new_max); // 0 on the first tile (run_max = -inf)
+            __syncthreads(); // every thread has read the scores
+            for (int j = threadIdx.x; j < nt; j += blockDim.x) p_s[j] = expf(p_s[j] - new_max);
+            __syncthreads();
+            float tile_sum = 0.0f;
+            for (int j = 0; j < nt; j++) tile_sum += p_s[j];
+            run_sum = run_sum * factor + tile_sum;
+#pragma unroll
+            for (int i = 0; i < ATTN_DIMS_PER_THREAD; i++) {
+                const int64_t d = threadIdx.x + (int64_t)i * blockDim.x;
+                if (d >= head_dim) break;
+                float a = acc[i] * factor;
+                for (int j = 0; j < nt; j++) a = fmaf(p_s[j], cuda_load_f32<T>(v_head + (t0 + j) * vc.nb2, d), a);
+                acc[i] = a;
+            }
+            run_max = new_max;
+            __syncthreads(); // p_s is rewritten by the next tile
+        }
+#pragma unroll
+        for (int i = 0; i < ATTN_DIMS_PER_THREAD; i++) {
+            const int64_t d = threadIdx.x + (int64_t)i * blockDim.x;
+            if (d >= head_dim) break;
+            out[d] = acc[i] / run_sum;
+        }
+    }
+}
+
+__global__ void __launch_bounds__(ATTN_THREADS)
+    attention_f32(st_cuda_view dst, st_cuda_view q, st_cuda_view kc, st_cuda_view vc, const int32_t *positions,
+                  int64_t n_kv, int32_t window, float scale, float softcap) {
+    attention_impl<ST_TYPE_F32>(dst, q, kc, vc, positions, n_kv, window, scale, softcap);
+}
+__global__ void __launch_bounds__(ATTN_THREADS)
+    attention_f16(st_cuda_view dst, st_cuda_view q, st_cuda_view kc, st_cuda_view vc, const int32_t *positions,
+                  int64_t n_kv, int32_t window, float scale, float softcap) {
+    attention_impl<ST_TYPE_F16>(dst, q, kc, vc, positions, n_kv, window, scale, softcap);
+}
+
+st_status st_cuda_attention(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                            const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
+                            st_error *err) {
+    // q, dst F32 [head_dim, n_head, M]; k_cache, v_cache [head_dim, n_head_kv, n_ctx] (one type)
+    st_cuda_ctx *c = cuda_ctx(b);
+    ST_ASSERT(cuda_is_f32_rows(q) && cuda_is_f32_rows(dst) && cuda_same_shape(dst, q));
+    ST_ASSERT(q->ne[3] == 1 && p != NULL);
+    ST_ASSERT(is_cache_type(k_cache->type) && k_cache->type == v_cache->type);
+    ST_ASSERT(cuda_is_float_weight(k_cache) && cuda_is_float_weight(v_cache));
+    ST_ASSERT(cuda_same_shape(k_cache, v_cache) && k_cache->ne[3] == 1);
+    const int64_t head_dim = q->ne[0], n_head = q->ne[1], M = q->ne[2], n_head_kv = k_cache->ne[1];
+    ST_ASSERT(k_cache->ne[0] == head_dim && n_head_kv > 0 && n_head % n_head_kv == 0);
+    ST_ASSERT(head_dim <= ATTN_MAX_HEAD_DIM);
+    ST_ASSERT(p->n_kv >= 0 && p->n_kv <= k_cache->ne[2] && p->window >= 0);
+    ST_ASSERT(cuda_is_i32_index(positions) && positions->ne[0] >= M);
+    const int64_t rows = n_head * M;
+    if (rows == 0 || head_dim == 0) return ST_OK;
+    const unsigned int grid = (unsigned int)(rows < (1 << 30) ? rows : (1 << 30));
+    const int32_t *pos = (const int32_t *)positions->data;
+    if (k_cache->type == ST_TYPE_F16)
+        attention_f16<<<grid, ATTN_THREADS, 0, c->stream>>>(cuda_view(dst), cuda_view(q), cuda_view(k_cache),
+                                                             cuda_view(v_cache), pos, p->n_kv, p->window, p->scale,
+                                                             p->softcap);
+    else
+        attention_f32<<<grid, ATTN_THREADS, 0, c->stream>>>(cuda_view(dst), cuda_view(q), cuda_view(k_cache),
+                                                             cuda_view(v_cache), pos, p->n_kv, p->window, p->scale,
+                                                             p->softcap);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}

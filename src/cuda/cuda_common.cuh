@@ -1,0 +1,189 @@
+/*
+ * Shared by the CUDA backend's files (one op family per .cu file): the backend context,
+ * the strided view every kernel addresses its operands through, element loads with a
+ * dtype, the device-side error record, and the host entry point of every op family.
+ *
+ * Error model. Launch and runtime failures return ST_ERROR_DEVICE from the op that hit
+ * them (ops with a void signature keep the first one in ctx->sticky and the next
+ * write/read/synchronize returns it). Bad DATA seen by a kernel (a token id outside the
+ * vocabulary, an expert id outside [0, E), a cache position outside the context) cannot
+ * be returned by the op without a host synchronisation, which the decode path must not
+ * have: the kernel records the first such error in ctx->d_op_error and skips the bad
+ * row, and the next read/synchronize returns ST_ERROR_INVALID with the CPU backend's
+ * message.
+ */
+#ifndef STRIDE_CUDA_COMMON_CUH
+#define STRIDE_CUDA_COMMON_CUH
+
+#include <stdint.h>
+
+#include "cuda/gpu_runtime.h"
+#include "stride/backend.h"
+
+/* ---- the backend context ----------------------------------------------------------- */
+
+/* What a kernel found wrong with its input data (first one wins). */
+typedef enum st_cuda_op_error_code {
+    ST_CUDA_OP_ERROR_NONE = 0,
+    ST_CUDA_OP_ERROR_ROW_ID = 1,      /* get_rows: id outside [0, V) */
+    ST_CUDA_OP_ERROR_EXPERT_ID = 2,   /* mul_mat_id: expert id outside [0, E) */
+    ST_CUDA_OP_ERROR_KV_POSITION = 3, /* kv_store: position outside [0, n_ctx) */
+} st_cuda_op_error_code;
+
+typedef struct st_cuda_op_error {
+    int code;       /* st_cuda_op_error_code; set first, by atomicCAS from 0 */
+    int value;      /* the offending id or position */
+    long long index; /* where it was: token index (slot for expert ids: token * n_used + j) */
+    long long limit; /* the exclusive upper bound it broke */
+} st_cuda_op_error;
+
+#define ST_CUDA_PINNED_BUFFERS 2
+
+typedef struct st_cuda_ctx {
+    int device;
+    st_gpu_stream_t stream;              /* every op, copy and GEMM runs on it, in order */
+    st_gpu_blas_handle_t blas;           /* bound to stream, with its own workspace */
+    void *blas_workspace;
+    void *scratch;                       /* GEMM operands: converted x, staged y */
+    size_t scratch_bytes;
+    st_cuda_op_error *d_op_error;        /* device: first data error of an op */
+    st_cuda_op_error *h_op_error;        /* pinned host copy, read after a sync */
+    st_error sticky;                     /* first failure of a void op */
+    void *pinned[ST_CUDA_PINNED_BUFFERS]; /* weight upload staging, double-buffered */
+    st_gpu_event_t pinned_free[ST_CUDA_PINNED_BUFFERS]; /* its last copy has finished */
+    size_t pinned_bytes;
+    int pinned_next;
+} st_cuda_ctx;
+
+static inline st_cuda_ctx *cuda_ctx(st_backend *b) { return (st_cuda_ctx *)b->ctx; }
+
+/* Scratch of at least nbytes on the device (grows; growing synchronises the device). */
+st_status st_cuda_scratch(st_cuda_ctx *c, size_t nbytes, void **out, st_error *err);
+
+/* Keeps the first failure of a void op for the next write/read/synchronize. */
+void st_cuda_keep_error(st_cuda_ctx *c, st_status s, const st_error *err);
+
+/* ---- strided views ------------------------------------------------------------------ */
+
+/* A tensor as kernels see it: rows of ne0 contiguous elements, row r = (i1, i2, i3)
+ * flattened with i1 fastest, at data + i1*nb1 + i2*nb2 + i3*nb3. */
+typedef struct st_cuda_view {
+    char *data;
+    int64_t ne0, ne1, ne2, ne3;
+    int64_t nb1, nb2, nb3;
+} st_cuda_view;
+
+static inline st_cuda_view cuda_view(const st_tensor *t) {
+    st_cuda_view v;
+    v.data = (char *)t->data;
+    v.ne0 = t->ne[0];
+    v.ne1 = t->ne[1];
+    v.ne2 = t->ne[2];
+    v.ne3 = t->ne[3];
+    v.nb1 = (int64_t)t->nb[1];
+    v.nb2 = (int64_t)t->nb[2];
+    v.nb3 = (int64_t)t->nb[3];
+    return v;
+}
+
+static inline int64_t cuda_nrows(const st_tensor *t) { return t->ne[1] * t->ne[2] * t->ne[3]; }
+
+__device__ __forceinline__ char *cuda_row(const st_cuda_view &v, int64_t r) {
+    const int64_t i1 = r % v.ne1;
+    const int64_t i2 = (r / v.ne1) % v.ne2;
+    const int64_t i3 = r / (v.ne1 * v.ne2);
+    return v.data + i1 * v.nb1 + i2 * v.nb2 + i3 * v.nb3;
+}
+
+/* F32 activation rows: element size in nb[0] (the contract of cpu_ops.h). */
+static inline bool cuda_is_f32_rows(const st_tensor *t) {
+    return t->type == ST_TYPE_F32 && t->nb[0] == sizeof(float) && t->ne[0] >= 0 && t->ne[1] >= 0 &&
+           t->ne[2] >= 0 && t->ne[3] >= 0;
+}
+
+static inline bool cuda_is_float_weight(const st_tensor *t) {
+    switch (t->type) {
+    case ST_TYPE_F32: return t->nb[0] == 4;
+    case ST_TYPE_F16:
+    case ST_TYPE_BF16: return t->nb[0] == 2;
+    default: return false;
+    }
+}
+
+static inline bool cuda_same_shape(const st_tensor *a, const st_tensor *b) {
+    return a->ne[0] == b->ne[0] && a->ne[1] == b->ne[1] && a->ne[2] == b->ne[2] && a->ne[3] == b->ne[3];
+}
+
+static inline bool cuda_is_i32_index(const st_tensor *t) {
+    return t->type == ST_TYPE_I32 && t->nb[0] == sizeof(int32_t);
+}
+
+/* ---- element loads ------------------------------------------------------------------ */
+
+/* One element of a weight/cache row as f32 (exact for all three types). */
+template <st_type T> __device__ __forceinline__ float cuda_load_f32(const char *row, int64_t i);
+template <> __device__ __forceinline__ float cuda_load_f32<ST_TYPE_F32>(const char *row, int64_t i) {
+    return ((const float *)row)[i];
+}
+template <> __device__ __forceinline__ float cuda_load_f32<ST_TYPE_F16>(const char *row, int64_t i) {
+    return st_gpu_half_as_float(((const unsigned short *)row)[i]);
+}
+template <> __device__ __forceinline__ float cuda_load_f32<ST_TYPE_BF16>(const char *row, int64_t i) {
+    return st_gpu_bf16_as_float(((const unsigned short *)row)[i]);
+}
+
+/* Records a data error (first one wins); the kernel then skips the bad row. */
+__device__ __forceinline__ void cuda_report_op_error(st_cuda_op_error *e, int code, int value, long long index,
+                                                     long long limit) {
+    if (atomicCAS(&e->code, 0, code) == 0) {
+        e->value = value;
+        e->index = index;
+        e->limit = limit;
+    }
+}
+
+/* Grid y is at most 65535: kernels loop over rows with a stride of gridDim.y. */
+#define ST_CUDA_MAX_GRID_Y 65535
+
+static inline unsigned int cuda_grid_y(int64_t rows) {
+    return (unsigned int)(rows < ST_CUDA_MAX_GRID_Y ? (rows > 0 ? rows : 1) : ST_CUDA_MAX_GRID_Y);
+}
+
+static inline unsigned int cuda_blocks(int64_t n, int threads) { return (unsigned int)((n + threads - 1) / threads); }
+
+/* ---- the op families (one .cu file each) -------------------------------------------- */
+
+/* cuda_matmul.cu */
+st_status st_cuda_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *ids,
+                           st_error *err);
+st_status st_cuda_mul_mat(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err);
+
+/* cuda_moe.cu */
+st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
+                             const st_tensor *ids, st_error *err);
+st_status st_cuda_topk_route(st_backend *b, st_tensor *ids, st_tensor *weights, const st_tensor *logits, int32_t k,
+                             bool softmax_first, bool normalize, st_error *err);
+st_status st_cuda_moe_combine(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *weights,
+                              st_error *err);
+
+/* cuda_norm_rope.cu */
+st_status st_cuda_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, const st_tensor *w, float eps,
+                           st_error *err);
+st_status st_cuda_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const st_tensor *positions,
+                       const st_rope_params *p, st_error *err);
+
+/* cuda_elementwise.cu */
+st_status st_cuda_glu(st_backend *b, st_tensor *dst, const st_tensor *gate, const st_tensor *up, bool gelu,
+                      st_error *err);
+st_status st_cuda_glu_fused(st_backend *b, st_tensor *dst, const st_tensor *gate_up, bool gelu, st_error *err);
+st_status st_cuda_add(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x, st_error *err);
+st_status st_cuda_scale(st_backend *b, st_tensor *dst, const st_tensor *x, float s, st_error *err);
+
+/* cuda_attention.cu */
+st_status st_cuda_kv_store(st_backend *b, st_tensor *cache, const st_tensor *x, const st_tensor *positions,
+                           st_error *err);
+st_status st_cuda_attention(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                            const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
+                            st_error *err);
+
+#endif /* STRIDE_CUDA_COMMON_CUH */

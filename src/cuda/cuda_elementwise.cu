@@ -1,0 +1,132 @@
+// Elementwise ops over strided F32 rows: gated units (SwiGLU, GeGLU; separate gate and up
+// or one fused gate_up row), add with broadcast, scale. Arithmetic is written with
+// explicit roundings (__fmul_rn, __fadd_rn: no fused multiply-add) in the CPU's order, so
+// results differ from the CPU only by the ulps of expf/tanhf.
+//
+// Launch shape for all of them: grid x over a row's elements (capped; threads stride),
+// grid y over rows (capped at 65535; blocks stride).
+#include <math.h>
+
+#include "cuda/cuda_common.cuh"
+
+#define EW_THREADS 256
+#define EW_MAX_GRID_X 64
+
+static dim3 ew_grid(int64_t ne0, int64_t rows) {
+    unsigned int gx = cuda_blocks(ne0, EW_THREADS);
+    if (gx == 0) gx = 1;
+    return dim3(gx < EW_MAX_GRID_X ? gx : EW_MAX_GRID_X, cuda_grid_y(rows));
+}
+
+__device__ __forceinline__ float silu_f32(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+
+__device__ __forceinline__ float gelu_tanh_f32(float x) {
+    const float sqrt_2_over_pi = 0.79788456080286535588f;
+    const float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x);
+    const float t = tanhf(__fmul_rn(sqrt_2_over_pi, __fadd_rn(x, cube)));
+    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
+}
+
+// ---- gated units ----------------------------------------------------------------------------
+
+// y[i] = act(gate[i]) * up[i]; gate/up rows start gate_off/up_off bytes into their rows
+// (the fused form reads both halves of one gate_up row).
+template <bool GELU>
+__device__ void glu_impl(st_cuda_view dst, st_cuda_view gate, int64_t gate_off, st_cuda_view up, int64_t up_off) {
+    const int64_t n = dst.ne0, rows = dst.ne1 * dst.ne2 * dst.ne3;
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float *g = (const float *)(cuda_row(gate, r) + gate_off);
+        const float *u = (const float *)(cuda_row(up, r) + up_off);
+        float *y = (float *)cuda_row(dst, r);
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+            const float a = GELU ? gelu_tanh_f32(g[i]) : silu_f32(g[i]);
+            y[i] = __fmul_rn(a, u[i]);
+        }
+    }
+}
+
+__global__ void swiglu_f32(st_cuda_view dst, st_cuda_view gate, int64_t gate_off, st_cuda_view up, int64_t up_off) {
+    glu_impl<false>(dst, gate, gate_off, up, up_off);
+}
+__global__ void geglu_f32(st_cuda_view dst, st_cuda_view gate, int64_t gate_off, st_cuda_view up, int64_t up_off) {
+    glu_impl<true>(dst, gate, gate_off, up, up_off);
+}
+
+static st_status glu_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *gate, int64_t gate_off,
+                            const st_tensor *up, int64_t up_off, bool gelu, st_error *err) {
+    const int64_t rows = cuda_nrows(dst);
+    if (rows == 0 || dst->ne[0] == 0) return ST_OK;
+    const dim3 grid = ew_grid(dst->ne[0], rows);
+    if (gelu)
+        geglu_f32<<<grid, EW_THREADS, 0, c->stream>>>(cuda_view(dst), cuda_view(gate), gate_off, cuda_view(up), up_off);
+    else
+        swiglu_f32<<<grid, EW_THREADS, 0, c->stream>>>(cuda_view(dst), cuda_view(gate), gate_off, cuda_view(up), up_off);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
+st_status st_cuda_glu(st_backend *b, st_tensor *dst, const st_tensor *gate, const st_tensor *up, bool gelu,
+                      st_error *err) {
+    // dst, gate, up F32 [F, ...]; dst may be gate or up (each element is read, then written)
+    ST_ASSERT(cuda_is_f32_rows(dst) && cuda_is_f32_rows(gate) && cuda_is_f32_rows(up));
+    ST_ASSERT(cuda_same_shape(dst, gate) && cuda_same_shape(dst, up));
+    return glu_launch(cuda_ctx(b), dst, gate, 0, up, 0, gelu, err);
+}
+
+st_status st_cuda_glu_fused(st_backend *b, st_tensor *dst, const st_tensor *gu, bool gelu, st_error *err) {
+    // gu F32 [2F, ...]: gate = gu[0:F], up = gu[F:2F]; dst F32 [F, ...]
+    ST_ASSERT(cuda_is_f32_rows(dst) && cuda_is_f32_rows(gu));
+    ST_ASSERT(gu->ne[0] == 2 * dst->ne[0] && gu->ne[1] == dst->ne[1] && gu->ne[2] == dst->ne[2] &&
+              gu->ne[3] == dst->ne[3]);
+    return glu_launch(cuda_ctx(b), dst, gu, 0, gu, dst->ne[0] * (int64_t)sizeof(float), gelu, err);
+}
+
+// ---- add, scale -----------------------------------------------------------------------------
+
+// dst = a + x, x broadcasting where its ne[i] is 1 (a scalar per row when x->ne[0] == 1).
+__global__ void add_f32(st_cuda_view dst, st_cuda_view a, st_cuda_view x) {
+    const int64_t n = a.ne0, rows = a.ne1 * a.ne2 * a.ne3;
+    const int64_t x_step = x.ne0 == 1 ? 0 : 1;
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const int64_t i1 = r % a.ne1, i2 = (r / a.ne1) % a.ne2, i3 = r / (a.ne1 * a.ne2);
+        const float *xr = (const float *)(x.data + (i1 % x.ne1) * x.nb1 + (i2 % x.ne2) * x.nb2 + (i3 % x.ne3) * x.nb3);
+        const float *ar = (const float *)cuda_row(a, r);
+        float *yr = (float *)cuda_row(dst, r);
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+            yr[i] = ar[i] + xr[i * x_step];
+    }
+}
+
+st_status st_cuda_add(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x, st_error *err) {
+    // dst, a F32 [D, ...]; x F32 with each ne[i] equal to a's or 1; dst may be a
+    st_cuda_ctx *c = cuda_ctx(b);
+    ST_ASSERT(cuda_is_f32_rows(dst) && cuda_is_f32_rows(a) && cuda_is_f32_rows(x));
+    ST_ASSERT(cuda_same_shape(dst, a));
+    for (int i = 0; i < ST_MAX_DIMS; i++) ST_ASSERT(x->ne[i] == a->ne[i] || x->ne[i] == 1);
+    const int64_t rows = cuda_nrows(a);
+    if (rows == 0 || a->ne[0] == 0) return ST_OK;
+    add_f32<<<ew_grid(a->ne[0], rows), EW_THREADS, 0, c->stream>>>(cuda_view(dst), cuda_view(a), cuda_view(x));
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
+__global__ void scale_f32(st_cuda_view dst, st_cuda_view x, float s) {
+    const int64_t n = x.ne0, rows = x.ne1 * x.ne2 * x.ne3;
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float *xr = (const float *)cuda_row(x, r);
+        float *yr = (float *)cuda_row(dst, r);
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+            yr[i] = s * xr[i];
+    }
+}
+
+st_status st_cuda_scale(st_backend *b, st_tensor *dst, const st_tensor *x, float s, st_error *err) {
+    // dst, x F32 [D, ...]; dst may be x
+    st_cuda_ctx *c = cuda_ctx(b);
+    ST_ASSERT(cuda_is_f32_rows(x) && cuda_is_f32_rows(dst) && cuda_same_shape(dst, x));
+    const int64_t rows = cuda_nrows(x);
+    if (rows == 0 || x->ne[0] == 0) return ST_OK;
+    scale_f32<<<ew_grid(x->ne[0], rows), EW_THREADS, 0, c->stream>>>(cuda_view(dst), cuda_view(x), s);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}

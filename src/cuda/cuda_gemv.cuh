@@ -1,0 +1,124 @@
+/*
+ * The matrix-vector product shared by mul_mat (decode, M < ST_CUDA_GEMM_MIN_M) and
+ * mul_mat_id (every MoE product): one warp per weight row, up to CUDA_GEMV_MAX_COLS
+ * input columns at once so that the row is read from memory once for all of them.
+ *
+ * A lane reads 16 bytes of the row at a time (8 halves or 4 floats), consecutive lanes
+ * consecutive 16-byte pieces, so a warp reads 512 contiguous bytes per step. That needs
+ * the row start 16-byte aligned, which holds for every row when the base and the row
+ * stride nb[1] are multiples of 16 (padded strides always are; a packed row of K halves
+ * is when K % 8 == 0). Otherwise, and for the K % 8 tail, lanes read single elements.
+ * Accumulation is f32: weights convert exactly, inputs are f32; only the summation order
+ * differs from the CPU (lane-strided partial sums, then a shuffle tree).
+ */
+#ifndef STRIDE_CUDA_GEMV_CUH
+#define STRIDE_CUDA_GEMV_CUH
+
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_common.cuh"
+
+/* Columns one pass over a weight row serves: below the GEMM threshold, all of them. */
+#define CUDA_GEMV_MAX_COLS (ST_CUDA_GEMM_MIN_M - 1)
+/* Warps (= weight rows) per block. */
+#define CUDA_GEMV_WARPS 4
+
+template <st_type T> struct cuda_elem_bytes;
+template <> struct cuda_elem_bytes<ST_TYPE_F32> { static constexpr int value = 4; };
+template <> struct cuda_elem_bytes<ST_TYPE_F16> { static constexpr int value = 2; };
+template <> struct cuda_elem_bytes<ST_TYPE_BF16> { static constexpr int value = 2; };
+
+/* 16 bytes of a row as floats: 4 (F32) or 8 (F16, BF16; element 2i in the low half of
+ * word i, little endian). */
+template <st_type T> __device__ __forceinline__ void cuda_unpack16(const uint4 &u, float *out);
+template <> __device__ __forceinline__ void cuda_unpack16<ST_TYPE_F32>(const uint4 &u, float *out) {
+    out[0] = __uint_as_float(u.x);
+    out[1] = __uint_as_float(u.y);
+    out[2] = __uint_as_float(u.z);
+    out[3] = __uint_as_float(u.w);
+}
+template <> __device__ __forceinline__ void cuda_unpack16<ST_TYPE_F16>(const uint4 &u, float *out) {
+    const unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        out[2 * i] = st_gpu_half_as_float((unsigned short)(w[i] & 0xffffu));
+        out[2 * i + 1] = st_gpu_half_as_float((unsigned short)(w[i] >> 16));
+    }
+}
+template <> __device__ __forceinline__ void cuda_unpack16<ST_TYPE_BF16>(const uint4 &u, float *out) {
+    const unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        out[2 * i] = __uint_as_float(w[i] << 16);
+        out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+
+__device__ __forceinline__ float cuda_warp_sum(float v) {
+#pragma unroll
+    for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) v += __shfl_xor_sync(ST_GPU_WARP_MASK, v, off);
+    return v;
+}
+
+/* acc[c] = dot(wrow[0..K), xs[c][0..K)) for c < n_cols, in every lane of the warp.
+ *   w_vec: wrow is 16-byte aligned; x_vec: every xs[c] is 16-byte aligned. */
+template <st_type T>
+__device__ __forceinline__ void cuda_gemv_row(const char *__restrict__ wrow, int64_t K, bool w_vec,
+                                              const float *const *xs, int n_cols, bool x_vec,
+                                              float acc[CUDA_GEMV_MAX_COLS]) {
+    constexpr int VEC = 16 / cuda_elem_bytes<T>::value; /* elements per 16-byte load */
+    const int lane = threadIdx.x % ST_GPU_WARP_SIZE;
+#pragma unroll
+    for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) acc[c] = 0.0f;
+
+    int64_t k_done = 0;
+    if (w_vec) {
+        const int64_t n_vec = K / VEC;
+        const uint4 *wv = (const uint4 *)wrow;
+        for (int64_t v = lane; v < n_vec; v += ST_GPU_WARP_SIZE) {
+            float wf[VEC];
+            cuda_unpack16<T>(__ldg(wv + v), wf);
+            const int64_t k0 = v * VEC;
+#pragma unroll
+            for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) {
+                if (c >= n_cols) break;
+                float xf[VEC];
+                if (x_vec) {
+#pragma unroll
+                    for (int i = 0; i < VEC; i += 4) {
+                        const float4 q = __ldg((const float4 *)(xs[c] + k0 + i));
+                        xf[i] = q.x;
+                        xf[i + 1] = q.y;
+                        xf[i + 2] = q.z;
+                        xf[i + 3] = q.w;
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < VEC; i++) xf[i] = __ldg(xs[c] + k0 + i);
+                }
+                float s = acc[c];
+#pragma unroll
+                for (int i = 0; i < VEC; i++) s = fmaf(wf[i], xf[i], s);
+                acc[c] = s;
+            }
+        }
+        k_done = n_vec * VEC;
+    }
+    /* the tail (or the whole row when it is not 16-byte aligned), one element per lane */
+    for (int64_t k = k_done + lane; k < K; k += ST_GPU_WARP_SIZE) {
+        const float wk = cuda_load_f32<T>(wrow, k);
+#pragma unroll
+        for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) {
+            if (c >= n_cols) break;
+            acc[c] = fmaf(wk, __ldg(xs[c] + k), acc[c]);
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) {
+        if (c >= n_cols) break;
+        acc[c] = cuda_warp_sum(acc[c]);
+    }
+}
+
+static inline bool cuda_aligned16(const void *p) { return ((uintptr_t)p % 16) == 0; }
+
+#endif /* STRIDE_CUDA_GEMV_CUH */

@@ -1,0 +1,267 @@
+// Row lookup and the matrix product (ggml's mul_mat): y[n, m] = sum_k W[n, k] x[m, k].
+//
+//   W [K, N] F32/F16/BF16 at row stride nb[1] (padded or packed; never repacked)
+//   x [K, M...] F32, any strides;  y [N, M...] F32, any strides
+//
+// M < ST_CUDA_GEMM_MIN_M (decode): the own matrix-vector kernel (cuda_gemv.cuh), which
+// reads each weight row once for all M columns.
+// M >= ST_CUDA_GEMM_MIN_M (prefill): cuBLAS. In its column-major terms the row-major W is
+// a K x N matrix with leading dimension lda = nb[1] / type_size, so
+//   C (N x M) = op(A) B = W^T(N x K) X(K x M),  op(A) = T, ldb = x row stride, ldc = y's;
+// F16/BF16 weights take x converted to their type (cuBLAS needs A and B of one type):
+// a small kernel writes it packed into scratch; products accumulate in f32 and C is F32.
+#include <limits.h>
+
+#include "cuda/cuda_gemv.cuh"
+
+#define CUDA_ROWS_THREADS 256
+
+// ---- get_rows -----------------------------------------------------------------------------
+
+// dst[:, m] = src[:, ids[m]]; a bad id is recorded and its row left alone.
+template <st_type T>
+__device__ void get_rows_impl(st_cuda_view dst, const char *__restrict__ src, int64_t src_nb1, int64_t V,
+                              const int32_t *__restrict__ ids, st_cuda_op_error *op_err) {
+    const int64_t K = dst.ne0;
+    for (int64_t m = blockIdx.y; m < dst.ne1; m += gridDim.y) {
+        const int32_t id = ids[m];
+        if (id < 0 || id >= V) {
+            if (blockIdx.x == 0 && threadIdx.x == 0)
+                cuda_report_op_error(op_err, ST_CUDA_OP_ERROR_ROW_ID, id, m, V);
+            continue;
+        }
+        const char *row = src + (int64_t)id * src_nb1;
+        float *out = (float *)(dst.data + m * dst.nb1);
+        for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < K; k += (int64_t)gridDim.x * blockDim.x)
+            out[k] = cuda_load_f32<T>(row, k);
+    }
+}
+
+__global__ void get_rows_f32(st_cuda_view dst, const char *src, int64_t nb1, int64_t V, const int32_t *ids,
+                             st_cuda_op_error *e) {
+    get_rows_impl<ST_TYPE_F32>(dst, src, nb1, V, ids, e);
+}
+__global__ void get_rows_f16(st_cuda_view dst, const char *src, int64_t nb1, int64_t V, const int32_t *ids,
+                             st_cuda_op_error *e) {
+    get_rows_impl<ST_TYPE_F16>(dst, src, nb1, V, ids, e);
+}
+__global__ void get_rows_bf16(st_cuda_view dst, const char *src, int64_t nb1, int64_t V, const int32_t *ids,
+                              st_cuda_op_error *e) {
+    get_rows_impl<ST_TYPE_BF16>(dst, src, nb1, V, ids, e);
+}
+
+st_status st_cuda_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *ids,
+                           st_error *err) {
+    // dst F32 [K, M]; src [K, V] at any row stride; ids I32 [M]
+    st_cuda_ctx *c = cuda_ctx(b);
+    ST_ASSERT(cuda_is_f32_rows(dst) && cuda_is_float_weight(src) && cuda_is_i32_index(ids));
+    ST_ASSERT(dst->ne[0] == src->ne[0] && dst->ne[2] == 1 && dst->ne[3] == 1);
+    ST_ASSERT(src->ne[2] == 1 && src->ne[3] == 1 && ids->ne[0] >= dst->ne[1]);
+    const int64_t K = dst->ne[0], M = dst->ne[1];
+    if (K == 0 || M == 0) return ST_OK;
+    const dim3 grid(cuda_blocks(K, CUDA_ROWS_THREADS) < 64 ? cuda_blocks(K, CUDA_ROWS_THREADS) : 64, cuda_grid_y(M));
+    const st_cuda_view d = cuda_view(dst);
+    const char *s = (const char *)src->data;
+    const int64_t nb1 = (int64_t)src->nb[1], V = src->ne[1];
+    const int32_t *id = (const int32_t *)ids->data;
+    switch (src->type) {
+    case ST_TYPE_F32: get_rows_f32<<<grid, CUDA_ROWS_THREADS, 0, c->stream>>>(d, s, nb1, V, id, c->d_op_error); break;
+    case ST_TYPE_F16: get_rows_f16<<<grid, CUDA_ROWS_THREADS, 0, c->stream>>>(d, s, nb1, V, id, c->d_op_error); break;
+    default: get_rows_bf16<<<grid, CUDA_ROWS_THREADS, 0, c->stream>>>(d, s, nb1, V, id, c->d_op_error); break;
+    }
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
+// ---- the matrix-vector kernel (M < ST_CUDA_GEMM_MIN_M, or shapes cuBLAS cannot take) ----
+
+// Block: CUDA_GEMV_WARPS weight rows; grid y: groups of CUDA_GEMV_MAX_COLS columns.
+template <st_type T>
+__device__ void gemv_impl(const char *__restrict__ w, int64_t w_nb1, int64_t K, int64_t N, bool w_vec,
+                          st_cuda_view x, st_cuda_view y, int64_t M, bool x_vec) {
+    const int64_t n = (int64_t)blockIdx.x * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
+    if (n >= N) return;
+    const int lane = threadIdx.x % ST_GPU_WARP_SIZE;
+    for (int64_t m0 = (int64_t)blockIdx.y * CUDA_GEMV_MAX_COLS; m0 < M; m0 += (int64_t)gridDim.y * CUDA_GEMV_MAX_COLS) {
+        const int n_cols = (int)(M - m0 < CUDA_GEMV_MAX_COLS ? M - m0 : CUDA_GEMV_MAX_COLS);
+        const float *xs[CUDA_GEMV_MAX_COLS];
+#pragma unroll
+        for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) xs[c] = (const float *)cuda_row(x, m0 + (c < n_cols ? c : 0));
+        float acc[CUDA_GEMV_MAX_COLS];
+        cuda_gemv_row<T>(w + n * w_nb1, K, w_vec, xs, n_cols, x_vec, acc);
+        if (lane == 0) {
+#pragma unroll
+            for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) {
+                if (c >= n_cols) break;
+                ((float *)cuda_row(y, m0 + c))[n] = acc[c];
+            }
+        }
+    }
+}
+
+__global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)
+    gemv_f32(const char *w, int64_t nb1, int64_t K, int64_t N, bool w_vec, st_cuda_view x, st_cuda_view y, int64_t M,
+             bool x_vec) {
+    gemv_impl<ST_TYPE_F32>(w, nb1, K, N, w_vec, x, y, M, x_vec);
+}
+__global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)
+    gemv_f16(const char *w, int64_t nb1, int64_t K, int64_t N, bool w_vec, st_cuda_view x, st_cuda_view y, int64_t M,
+             bool x_vec) {
+    gemv_impl<ST_TYPE_F16>(w, nb1, K, N, w_vec, x, y, M, x_vec);
+}
+__global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)
+    gemv_bf16(const char *w, int64_t nb1, int64_t K, int64_t N, bool w_vec, st_cuda_view x, st_cuda_view y,
+              int64_t M, bool x_vec) {
+    gemv_impl<ST_TYPE_BF16>(w, nb1, K, N, w_vec, x, y, M, x_vec);
+}
+
+// Every row of the view starts 16-byte aligned.
+static bool cuda_rows_aligned16(const st_tensor *t) {
+    return cuda_aligned16(t->data) && t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0 && t->nb[3] % 16 == 0;
+}
+
+static st_status mul_mat_gemv(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err) {
+    const int64_t K = w->ne[0], N = w->ne[1], M = cuda_nrows(x);
+    const bool w_vec = cuda_aligned16(w->data) && w->nb[1] % 16 == 0;
+    const bool x_vec = cuda_rows_aligned16(x);
+    const int64_t groups = (M + CUDA_GEMV_MAX_COLS - 1) / CUDA_GEMV_MAX_COLS;
+    const dim3 grid(cuda_blocks(N, CUDA_GEMV_WARPS), cuda_grid_y(groups));
+    const dim3 block(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE);
+    const char *wd = (const char *)w->data;
+    const int64_t nb1 = (int64_t)w->nb[1];
+    const st_cuda_view xv = cuda_view(x), yv = cuda_view(dst);
+    switch (w->type) {
+    case ST_TYPE_F32: gemv_f32<<<grid, block, 0, c->stream>>>(wd, nb1, K, N, w_vec, xv, yv, M, x_vec); break;
+    case ST_TYPE_F16: gemv_f16<<<grid, block, 0, c->stream>>>(wd, nb1, K, N, w_vec, xv, yv, M, x_vec); break;
+    default: gemv_bf16<<<grid, block, 0, c->stream>>>(wd, nb1, K, N, w_vec, xv, yv, M, x_vec); break;
+    }
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
+// ---- GEMM operands ----------------------------------------------------------------------
+
+// out[m * K + k] = x row m, element k, in the weight's type (round to nearest even).
+template <st_type T> __device__ __forceinline__ void store_as(char *out, int64_t i, float v);
+template <> __device__ __forceinline__ void store_as<ST_TYPE_F32>(char *out, int64_t i, float v) {
+    ((float *)out)[i] = v;
+}
+template <> __device__ __forceinline__ void store_as<ST_TYPE_F16>(char *out, int64_t i, float v) {
+    ((unsigned short *)out)[i] = st_gpu_float_to_half_bits(v);
+}
+template <> __device__ __forceinline__ void store_as<ST_TYPE_BF16>(char *out, int64_t i, float v) {
+    ((unsigned short *)out)[i] = st_gpu_float_to_bf16_bits(v);
+}
+
+template <st_type T> __device__ void pack_rows_impl(char *__restrict__ out, st_cuda_view x) {
+    const int64_t K = x.ne0, M = x.ne1 * x.ne2 * x.ne3;
+    for (int64_t m = blockIdx.y; m < M; m += gridDim.y) {
+        const float *row = (const float *)cuda_row(x, m);
+        for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < K; k += (int64_t)gridDim.x * blockDim.x)
+            store_as<T>(out, m * K + k, row[k]);
+    }
+}
+
+__global__ void pack_rows_f32(char *out, st_cuda_view x) { pack_rows_impl<ST_TYPE_F32>(out, x); }
+__global__ void pack_rows_f16(char *out, st_cuda_view x) { pack_rows_impl<ST_TYPE_F16>(out, x); }
+__global__ void pack_rows_bf16(char *out, st_cuda_view x) { pack_rows_impl<ST_TYPE_BF16>(out, x); }
+
+// y row m = packed[m * N .. m * N + N): a GEMM result staged in scratch, to a strided y.
+__global__ void unpack_rows_f32(st_cuda_view y, const float *__restrict__ packed) {
+    const int64_t N = y.ne0, M = y.ne1 * y.ne2 * y.ne3;
+    for (int64_t m = blockIdx.y; m < M; m += gridDim.y) {
+        float *row = (float *)cuda_row(y, m);
+        for (int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; n < N; n += (int64_t)gridDim.x * blockDim.x)
+            row[n] = packed[m * N + n];
+    }
+}
+
+// Row r of the view is at data + r * nb[1] for every flattened row r.
+static bool cuda_rows_uniform(const st_tensor *t) {
+    return (t->ne[2] == 1 || t->nb[2] == t->nb[1] * (size_t)t->ne[1]) &&
+           (t->ne[3] == 1 || t->nb[3] == t->nb[1] * (size_t)(t->ne[1] * t->ne[2]));
+}
+
+static dim3 cuda_rows_grid(int64_t ne0, int64_t rows) {
+    unsigned int gx = cuda_blocks(ne0, CUDA_ROWS_THREADS);
+    return dim3(gx < 64 ? (gx ? gx : 1) : 64, cuda_grid_y(rows));
+}
+
+static st_gpu_blas_data_t blas_type(st_type t) {
+    switch (t) {
+    case ST_TYPE_F32: return st_gpu_blas_r_32f;
+    case ST_TYPE_F16: return st_gpu_blas_r_16f;
+    default: return st_gpu_blas_r_16bf;
+    }
+}
+
+static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+// False when cuBLAS cannot take the shape (int dimensions); the caller falls back.
+static bool gemm_supported(const st_tensor *dst, const st_tensor *w, const st_tensor *x) {
+    const size_t ts = w->nb[0];
+    const int64_t K = w->ne[0], N = w->ne[1], M = cuda_nrows(x);
+    return w->nb[1] % ts == 0 && (uintptr_t)w->data % ts == 0 && fits_int(K) && fits_int(N) && fits_int(M) &&
+           fits_int((int64_t)(w->nb[1] / ts)) && fits_int((int64_t)(x->nb[1] / 4)) &&
+           fits_int((int64_t)(dst->nb[1] / 4)) && K > 0;
+}
+
+static st_status mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err) {
+    const size_t ts = w->nb[0];
+    const int64_t K = w->ne[0], N = w->ne[1], M = cuda_nrows(x);
+
+    // B: x in place when cuBLAS can read it (F32 weights, rows at one stride), else packed
+    const bool x_direct = w->type == ST_TYPE_F32 && cuda_rows_uniform(x) && x->nb[1] % 4 == 0 &&
+                          (int64_t)(x->nb[1] / 4) >= K && (uintptr_t)x->data % 4 == 0;
+    // C: y in place when its rows are at one stride, else staged and scattered
+    const bool y_direct = cuda_rows_uniform(dst) && dst->nb[1] % 4 == 0 && (int64_t)(dst->nb[1] / 4) >= N &&
+                          (uintptr_t)dst->data % 4 == 0;
+    const size_t x_bytes = x_direct ? 0 : ((size_t)K * (size_t)M * ts + 255) / 256 * 256;
+    const size_t y_bytes = y_direct ? 0 : (size_t)N * (size_t)M * sizeof(float);
+    char *scratch = NULL;
+    if (x_bytes + y_bytes) {
+        st_status s = st_cuda_scratch(c, x_bytes + y_bytes, (void **)&scratch, err);
+        if (s != ST_OK) return s;
+    }
+
+    const void *B = x->data;
+    int ldb = (int)(x->nb[1] / 4);
+    if (!x_direct) {
+        const dim3 grid = cuda_rows_grid(K, M);
+        const st_cuda_view xv = cuda_view(x);
+        switch (w->type) {
+        case ST_TYPE_F32: pack_rows_f32<<<grid, CUDA_ROWS_THREADS, 0, c->stream>>>(scratch, xv); break;
+        case ST_TYPE_F16: pack_rows_f16<<<grid, CUDA_ROWS_THREADS, 0, c->stream>>>(scratch, xv); break;
+        default: pack_rows_bf16<<<grid, CUDA_ROWS_THREADS, 0, c->stream>>>(scratch, xv); break;
+        }
+        ST_GPU_CHECK_LAUNCH();
+        B = scratch;
+        ldb = (int)K;
+    }
+    float *C = y_direct ? (float *)dst->data : (float *)(scratch + x_bytes);
+    const int ldc = y_direct ? (int)(dst->nb[1] / 4) : (int)N;
+
+    const float alpha = 1.0f, beta = 0.0f;
+    const st_gpu_blas_data_t t = blas_type(w->type);
+    ST_GPU_BLAS_CHECK(st_gpu_blas_gemm_ex(c->blas, st_gpu_blas_op_t, st_gpu_blas_op_n, (int)N, (int)M, (int)K, &alpha,
+                                          w->data, t, (int)(w->nb[1] / ts), B, t, ldb, &beta, C, st_gpu_blas_r_32f,
+                                          ldc, st_gpu_blas_compute_32f, st_gpu_blas_gemm_default));
+    if (!y_direct) {
+        unpack_rows_f32<<<cuda_rows_grid(N, M), CUDA_ROWS_THREADS, 0, c->stream>>>(cuda_view(dst), C);
+        ST_GPU_CHECK_LAUNCH();
+    }
+    return ST_OK;
+}
+
+st_status st_cuda_mul_mat(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err) {
+    // w [K, N] any nb[1]; x F32 [K, M...]; dst F32 [N, M...] (M... = ne[1..3] of x)
+    st_cuda_ctx *c = cuda_ctx(b);
+    ST_ASSERT(cuda_is_float_weight(w) && w->ne[2] == 1 && w->ne[3] == 1);
+    ST_ASSERT(cuda_is_f32_rows(x) && cuda_is_f32_rows(dst));
+    ST_ASSERT(x->ne[0] == w->ne[0] && dst->ne[0] == w->ne[1]);
+    ST_ASSERT(dst->ne[1] == x->ne[1] && dst->ne[2] == x->ne[2] && dst->ne[3] == x->ne[3]);
+    const int64_t N = w->ne[1], M = cuda_nrows(x);
+    if (N == 0 || M == 0) return ST_OK;
+    if (M >= ST_CUDA_GEMM_MIN_M && gemm_supported(dst, w, x)) return mul_mat_gemm(c, dst, w, x, err);
+    return mul_mat_gemv(c, dst, w, x, err);
+}

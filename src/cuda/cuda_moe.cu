@@ -1,0 +1,200 @@
+// Mixture of experts: the product over selected experts (mul_mat_id), the router's top-k
+// choice and the weighted combination of the experts' outputs.
+//
+// mul_mat_id reads the expert ids from device memory inside the kernel, so the decode
+// path has no host synchronisation: block (row group, slot) looks its expert up and runs
+// the matrix-vector product over that expert's slice W + e * nb[2] at the row stride
+// nb[1]. Every (token, slot) reads its expert's rows on its own, so a prefill re-reads
+// an expert once per token that chose it (grouping by expert is later work).
+#include <math.h>
+
+#include "cuda/cuda_gemv.cuh"
+
+// How x is laid out relative to the slots (cpu_ops.h, st_cpu_mul_mat_id).
+typedef enum moe_x_mode {
+    MOE_X_PER_SLOT = 0,  // [K, n_used, M]: slot (j, m) reads x[:, j, m]
+    MOE_X_SHARED_2D = 1, // [K, M]: every slot of token m reads x[:, m]
+    MOE_X_SHARED_3D = 2, // [K, 1, M]: x[:, 0, m]
+} moe_x_mode;
+
+template <st_type T>
+__device__ void mul_mat_id_impl(const char *__restrict__ w, int64_t w_nb1, int64_t w_nb2, int64_t K, int64_t N,
+                                int64_t n_expert, bool w_vec, st_cuda_view x, int x_mode, bool x_vec,
+                                st_cuda_view y, const int32_t *__restrict__ ids, int64_t ids_nb1,
+                                st_cuda_op_error *op_err) {
+    const int64_t n_used = y.ne1, M = y.ne2, n_slots = n_used * M;
+    const int64_t n = (int64_t)blockIdx.x * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
+    const int lane = threadIdx.x % ST_GPU_WARP_SIZE;
+    for (int64_t s = blockIdx.y; s < n_slots; s += gridDim.y) {
+        const int64_t j = s % n_used, m = s / n_used;
+        const int32_t e = *(const int32_t *)((const char *)ids + m * ids_nb1 + j * (int64_t)sizeof(int32_t));
+        if (e < 0 || e >= n_expert) {
+            if (blockIdx.x == 0 && threadIdx.x == 0)
+                cuda_report_op_error(op_err, ST_CUDA_OP_ERROR_EXPERT_ID, e, m * n_used + j, n_expert);
+            continue;
+        }
+        if (n >= N) continue;
+        const char *xrow;
+        if (x_mode == MOE_X_PER_SLOT) xrow = x.data + j * x.nb1 + m * x.nb2;
+        else if (x_mode == MOE_X_SHARED_2D) xrow = x.data + m * x.nb1;
+        else xrow = x.data + m * x.nb2;
+        const float *xs[CUDA_GEMV_MAX_COLS];
+#pragma unroll
+        for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) xs[c] = (const float *)xrow;
+        float acc[CUDA_GEMV_MAX_COLS];
+        cuda_gemv_row<T>(w + (int64_t)e * w_nb2 + n * w_nb1, K, w_vec, xs, 1, x_vec, acc);
+        if (lane == 0) ((float *)(y.data + j * y.nb1 + m * y.nb2))[n] = acc[0];
+    }
+}
+
+#define MUL_MAT_ID_KERNEL(name, T)                                                                                 \
+    __global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)                                           \
+        name(const char *w, int64_t nb1, int64_t nb2, int64_t K, int64_t N, int64_t E, bool w_vec, st_cuda_view x, \
+             int x_mode, bool x_vec, st_cuda_view y, const int32_t *ids, int64_t ids_nb1, st_cuda_op_error *e) {   \
+        mul_mat_id_impl<T>(w, nb1, nb2, K, N, E, w_vec, x, x_mode, x_vec, y, ids, ids_nb1, e);                    \
+    }
+MUL_MAT_ID_KERNEL(mul_mat_id_f32, ST_TYPE_F32)
+MUL_MAT_ID_KERNEL(mul_mat_id_f16, ST_TYPE_F16)
+MUL_MAT_ID_KERNEL(mul_mat_id_bf16, ST_TYPE_BF16)
+
+st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
+                             const st_tensor *ids, st_error *err) {
+    // w [K, N, E] any nb[1], nb[2]; dst F32 [N, n_used, M]; ids I32 [n_used, M];
+    // x F32 [K, M] or [K, 1, M] (shared by the slots of a token) or [K, n_used, M]
+    st_cuda_ctx *c = cuda_ctx(b);
+    ST_ASSERT(cuda_is_float_weight(w) && w->ne[3] == 1);
+    const int64_t K = w->ne[0], N = w->ne[1], E = w->ne[2];
+    ST_ASSERT(cuda_is_f32_rows(dst) && dst->ne[0] == N && dst->ne[3] == 1);
+    const int64_t n_used = dst->ne[1], M = dst->ne[2];
+    ST_ASSERT(cuda_is_f32_rows(x) && x->ne[0] == K && x->ne[3] == 1);
+    ST_ASSERT(cuda_is_i32_index(ids) && ids->ne[0] == n_used && ids->ne[1] >= M);
+    const bool per_slot = x->ne[1] == n_used && x->ne[2] == M;
+    const bool shared_2d = x->ne[1] == M && x->ne[2] == 1;
+    const bool shared_3d = x->ne[1] == 1 && x->ne[2] == M;
+    ST_ASSERT(per_slot || shared_2d || shared_3d);
+    const int x_mode = per_slot ? MOE_X_PER_SLOT : shared_2d ? MOE_X_SHARED_2D : MOE_X_SHARED_3D;
+    const int64_t n_slots = n_used * M;
+    if (N == 0 || n_slots == 0) return ST_OK;
+
+    const bool w_vec = cuda_aligned16(w->data) && w->nb[1] % 16 == 0 && w->nb[2] % 16 == 0;
+    const bool x_vec = cuda_aligned16(x->data) && x->nb[1] % 16 == 0 && x->nb[2] % 16 == 0;
+    const dim3 grid(cuda_blocks(N, CUDA_GEMV_WARPS), cuda_grid_y(n_slots));
+    const dim3 block(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE);
+    const char *wd = (const char *)w->data;
+    const int64_t nb1 = (int64_t)w->nb[1], nb2 = (int64_t)w->nb[2], ids_nb1 = (int64_t)ids->nb[1];
+    const st_cuda_view xv = cuda_view(x), yv = cuda_view(dst);
+    const int32_t *id = (const int32_t *)ids->data;
+    switch (w->type) {
+    case ST_TYPE_F32:
+        mul_mat_id_f32<<<grid, block, 0, c->stream>>>(wd, nb1, nb2, K, N, E, w_vec, xv, x_mode, x_vec, yv, id, ids_nb1,
+                                                      c->d_op_error);
+        break;
+    case ST_TYPE_F16:
+        mul_mat_id_f16<<<grid, block, 0, c->stream>>>(wd, nb1, nb2, K, N, E, w_vec, xv, x_mode, x_vec, yv, id, ids_nb1,
+                                                      c->d_op_error);
+        break;
+    default:
+        mul_mat_id_bf16<<<grid, block, 0, c->stream>>>(wd, nb1, nb2, K, N, E, w_vec, xv, x_mode, x_vec, yv, id,
+                                                       ids_nb1, c->d_op_error);
+        break;
+    }
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
+// ---- top-k routing --------------------------------------------------------------------------
+
+// (a, ia) ranks before (b, ib): larger value first, the lower index on ties.
+__device__ __forceinline__ bool route_before(float a, int64_t ia, float b, int64_t ib) {
+    return a > b || (a == b && ia < ib);
+}
+
+// One thread per token, the CPU's algorithm step for step: k selection passes over the E
+// logits (selection by logit is selection by probability), exponentials relative to the
+// top logit in f32, their sums in double.
+__global__ void topk_route_f32(char *__restrict__ ids, int64_t ids_nb1, st_cuda_view wts, st_cuda_view logits,
+                               int32_t k, bool softmax_first, bool normalize) {
+    const int64_t E = logits.ne0, M = logits.ne1;
+    for (int64_t m = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; m < M; m += (int64_t)gridDim.x * blockDim.x) {
+        const float *l = (const float *)(logits.data + m * logits.nb1); /* [E] */
+        int32_t *id = (int32_t *)(ids + m * ids_nb1);                   /* [k] */
+        float *wt = (float *)(wts.data + m * wts.nb1);                   /* [k] */
+        for (int32_t j = 0; j < k; j++) {
+            int64_t best = -1;
+            for (int64_t e = 0; e < E; e++) {
+                if (j > 0 && !route_before(l[id[j - 1]], id[j - 1], l[e], e)) continue;
+                if (best < 0 || route_before(l[e], e, l[best], best)) best = e;
+            }
+            id[j] = (int32_t)(best < 0 ? 0 : best); /* best < 0 only on NaN logits */
+        }
+        const float top = l[id[0]];
+        double denom = 0.0;
+        if (softmax_first) {
+            for (int64_t e = 0; e < E; e++) denom += (double)expf(l[e] - top);
+        } else {
+            for (int32_t j = 0; j < k; j++) denom += (double)expf(l[id[j]] - top);
+        }
+        double sum = 0.0;
+        for (int32_t j = 0; j < k; j++) {
+            wt[j] = (float)((double)expf(l[id[j]] - top) / denom);
+            sum += (double)wt[j];
+        }
+        if (normalize) {
+            for (int32_t j = 0; j < k; j++) wt[j] = (float)((double)wt[j] / sum);
+        }
+    }
+}
+
+st_status st_cuda_topk_route(st_backend *b, st_tensor *ids, st_tensor *weights, const st_tensor *logits, int32_t k,
+                             bool softmax_first, bool normalize, st_error *err) {
+    // logits F32 [E, M]; ids I32 [k, M]; weights F32 [k, M]
+    st_cuda_ctx *c = cuda_ctx(b);
+    ST_ASSERT(cuda_is_f32_rows(logits) && logits->ne[2] == 1 && logits->ne[3] == 1);
+    ST_ASSERT(cuda_is_f32_rows(weights) && weights->ne[2] == 1 && weights->ne[3] == 1);
+    ST_ASSERT(cuda_is_i32_index(ids) && ids->ne[0] == k);
+    const int64_t E = logits->ne[0], M = logits->ne[1];
+    ST_ASSERT(k >= 1 && k <= E && weights->ne[0] == k && weights->ne[1] == M && ids->ne[1] >= M);
+    if (M == 0) return ST_OK;
+    const int threads = 64;
+    topk_route_f32<<<cuda_blocks(M, threads), threads, 0, c->stream>>>((char *)ids->data, (int64_t)ids->nb[1],
+                                                                        cuda_view(weights), cuda_view(logits), k,
+                                                                        softmax_first, normalize);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
+// ---- combination ----------------------------------------------------------------------------
+
+// dst[:, m] = sum_j weights[j, m] * src[:, j, m] in slot order; __fmul_rn/__fadd_rn keep
+// the CPU's rounding (a product, then a sum: no fused multiply-add).
+__global__ void moe_combine_f32(st_cuda_view dst, st_cuda_view src, st_cuda_view wts) {
+    const int64_t D = src.ne0, k = src.ne1, M = src.ne2;
+    for (int64_t m = blockIdx.y; m < M; m += gridDim.y) {
+        const float *w = (const float *)(wts.data + m * wts.nb1);
+        float *y = (float *)(dst.data + m * dst.nb1);
+        for (int64_t d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; d < D; d += (int64_t)gridDim.x * blockDim.x) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < k; j++) {
+                const float *x = (const float *)(src.data + j * src.nb1 + m * src.nb2);
+                acc = __fadd_rn(acc, __fmul_rn(w[j], x[d]));
+            }
+            y[d] = acc;
+        }
+    }
+}
+
+st_status st_cuda_moe_combine(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *weights,
+                              st_error *err) {
+    // dst F32 [D, M]; src F32 [D, k, M]; weights F32 [k, M]
+    st_cuda_ctx *c = cuda_ctx(b);
+    const int64_t D = src->ne[0], k = src->ne[1], M = src->ne[2];
+    ST_ASSERT(cuda_is_f32_rows(dst) && cuda_is_f32_rows(src) && cuda_is_f32_rows(weights));
+    ST_ASSERT(dst->ne[0] == D && dst->ne[1] == M && weights->ne[0] == k && weights->ne[1] == M);
+    if (D == 0 || M == 0) return ST_OK;
+    const int threads = 256;
+    unsigned int gx = cuda_blocks(D, threads);
+    const dim3 grid(gx < 64 ? gx : 64, cuda_grid_y(M));
+    moe_combine_f32<<<grid, threads, 0, c->stream>>>(cuda_view(dst), cuda_view(src), cuda_view(weights));
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}

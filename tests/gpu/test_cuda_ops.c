@@ -1,0 +1,867 @@
+/*
+ * Every op of the CUDA backend against the CPU backend (the reference) on random inputs:
+ * odd shapes, F32/F16/BF16 weights, packed and padded row strides (+64 and +128 bytes),
+ * strided and misaligned activation views, F16 and F32 KV caches, in-place calls.
+ * Compared by normalised error ||cuda - cpu|| / ||cpu|| (and the largest deviation) with
+ * per-dtype tolerances stated below; NaN never passes, and bytes outside an output view
+ * must be untouched. Also: the upload into the padded layout (pad bytes zeroed), the
+ * same product with padded and packed weights on the GPU, and the data errors that a
+ * kernel reports through the next synchronize.
+ *
+ * Prints one line per case, a table `op | cases | passed | worst error`, then
+ * "N passed, M failed". Exits 1 on any failure or when no case ran, 2 on a setup error
+ * (no GPU, allocation failure), 77 when built without CUDA. STRIDE_TEST_SEED=n reseeds.
+ */
+#include "gpu_test_util.h"
+
+#include "cuda/cuda_backend.h"
+#include "stride/cpu_ops.h"
+
+/* ---- tolerances (normalised error) -------------------------------------------------- */
+
+/* f32 results that differ from the CPU only in summation order (SGEMM, the own GEMV of
+ * any weight type: weights convert to f32 exactly, f32 accumulate). Rounding in a sum of
+ * K terms grows like u*sqrt(K) relative, u = 2^-24: ~1e-6 at K = 4096. */
+#define TOL_F32_SUM 1e-5
+/* cuBLAS F16 GEMM: x is rounded to f16 first (u = 2^-11 = 4.9e-4, RMS relative error
+ * ~u/sqrt(3) = 2.8e-4 per term, and so for the sum of random-signed terms). 3.5x margin. */
+#define TOL_F16_GEMM 1e-3
+/* cuBLAS BF16 GEMM: x rounded to bf16 (u = 2^-8 = 3.9e-3, RMS ~2.3e-3). 3.5x margin. */
+#define TOL_BF16_GEMM 8e-3
+/* Elementwise/norm/rope/routing: the same formula with the same roundings; what differs
+ * is expf/tanhf (CUDA: <= 2 ulp) and an f32 block sum instead of a double sum. */
+#define TOL_ELEMENTWISE 1e-6
+/* Attention: f32 dot products in another order and an online softmax (rescaled sums). */
+#define TOL_ATTENTION 1e-5
+/* Row lookup, add, scale, the cache store, uploads: one rounding or none: exact. */
+#define TOL_EXACT 0.0
+
+st_backend *g_cpu, *g_gpu;
+uint64_t g_rng = 0x5eed5eedull;
+
+/* ---- bookkeeping ------------------------------------------------------------------- */
+
+#define MAX_OPS 32
+
+typedef struct op_stats {
+    const char *op;
+    int cases, passed;
+    double worst;
+} op_stats;
+
+static op_stats g_stats[MAX_OPS];
+static int g_n_ops;
+
+static void record(const char *op, const char *desc, const cmp_result *r, double tol) {
+    op_stats *s = NULL;
+    for (int i = 0; i < g_n_ops; i++)
+        if (strcmp(g_stats[i].op, op) == 0) s = &g_stats[i];
+    if (!s) {
+        if (g_n_ops == MAX_OPS) test_die("too many ops", NULL);
+        s = &g_stats[g_n_ops++];
+        s->op = op;
+    }
+    const bool pass = cmp_pass(r, tol);
+    s->cases++;
+    s->passed += pass;
+    double e = r->bad ? INFINITY : r->nerr;
+    if (e > s->worst) s->worst = e;
+    printf("%-4s %-14s %-58s nerr %.2e max %.2e bad %lld (tol %.0e)\n", pass ? "ok" : "FAIL", op, desc, r->nerr,
+           r->maxerr, (long long)r->bad, tol);
+}
+
+static const char *tname(st_type t) { return st_type_name(t); }
+
+/* Host f32 values converted to a weight type, packed. */
+static void to_type(st_type t, const float *src, char *dst, size_t n) {
+    if (t == ST_TYPE_F32) memcpy(dst, src, n * 4);
+    else if (t == ST_TYPE_F16) st_f32_to_f16_row(src, (uint16_t *)dst, n);
+    else st_f32_to_bf16_row(src, (uint16_t *)dst, n);
+}
+
+/* A weight [K, N, E] of type t with row stride row_bytes + pad, uploaded to both backends
+ * from one packed host copy (kept, so that the same values can be uploaded again at
+ * another stride). */
+typedef struct weight {
+    view v;
+    dual d;
+    char *packed;
+} weight;
+
+static weight weight_upload(st_type t, int64_t K, int64_t N, int64_t E, size_t pad, const char *packed) {
+    weight w;
+    size_t row = (size_t)K * type_size(t), nb1 = row + pad, n = (size_t)(K * N * E);
+    w.v = mkview(t, K, N, E, nb1, nb1 * (size_t)N, 0);
+    w.d = dual_new(nb1 * (size_t)N * (size_t)E);
+    w.packed = malloc(n * type_size(t) + 1);
+    if (!w.packed) test_die("host malloc", NULL);
+    memcpy(w.packed, packed, n * type_size(t));
+    st_error err = {0};
+    st_tensor tc = on(&w.v, w.d.cpu), tg = on(&w.v, w.d.gpu);
+    if (g_cpu->iface->upload_weight(g_cpu, &tc, packed, &err) != ST_OK) test_die("cpu upload", &err);
+    if (g_gpu->iface->upload_weight(g_gpu, &tg, packed, &err) != ST_OK) test_die("cuda upload", &err);
+    return w;
+}
+
+static weight weight_new(st_type t, int64_t K, int64_t N, int64_t E, size_t pad) {
+    size_t n = (size_t)(K * N * E);
+    float *f = malloc(n * sizeof(float) + 1);
+    char *packed = malloc(n * type_size(t) + 1);
+    if (!f || !packed) test_die("host malloc", NULL);
+    for (size_t i = 0; i < n; i++) f[i] = rng_f32();
+    to_type(t, f, packed, n);
+    weight w = weight_upload(t, K, N, E, pad, packed);
+    free(f);
+    free(packed);
+    return w;
+}
+
+static void weight_free(weight *w) {
+    dual_free(&w->d);
+    free(w->packed);
+    w->packed = NULL;
+}
+
+/* I32 [n] in both backends. */
+static dual ids_new(const int32_t *ids, int64_t n) {
+    dual d = dual_new((size_t)n * 4);
+    memcpy(d.host, ids, (size_t)n * 4);
+    dual_upload(&d);
+    return d;
+}
+
+static view ids_view(int64_t ne0, int64_t ne1) { return mkpacked(ST_TYPE_I32, ne0, ne1, 1); }
+
+/* ---- upload ------------------------------------------------------------------------- */
+
+static void test_upload(st_type t, int64_t K, int64_t N, int64_t E, size_t pad) {
+    size_t row = (size_t)K * type_size(t), nb1 = row + pad;
+    dual d = dual_new(nb1 * (size_t)(N * E));
+    memset(d.host, 0xab, d.bytes); /* the pad must come out zeroed, not left as this */
+    dual_upload(&d);
+    view wv = mkview(t, K, N, E, nb1, nb1 * (size_t)N, 0);
+    size_t n = (size_t)(K * N * E);
+    float *f = malloc(n * 4);
+    char *packed = malloc(n * type_size(t));
+    if (!f || !packed) test_die("host malloc", NULL);
+    for (size_t i = 0; i < n; i++) f[i] = rng_f32();
+    to_type(t, f, packed, n);
+    st_error err = {0};
+    st_tensor tc = on(&wv, d.cpu), tg = on(&wv, d.gpu);
+    if (g_cpu->iface->upload_weight(g_cpu, &tc, packed, &err) != ST_OK) test_die("cpu upload", &err);
+    if (g_gpu->iface->upload_weight(g_gpu, &tg, packed, &err) != ST_OK) test_die("cuda upload", &err);
+    char *got = dual_fetch(&d);
+    cmp_result r = compare_bytes(d.cpu, got, d.bytes);
+    for (size_t i = 0; i < (size_t)(N * E) && pad; i++)
+        for (size_t j = row; j < nb1; j++) r.bad += got[i * nb1 + j] != 0;
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s K=%lld N=%lld E=%lld pad=%zu (%.1f MiB)", tname(t), (long long)K, (long long)N,
+             (long long)E, pad, (double)d.bytes / (1 << 20));
+    record("upload_weight", desc, &r, TOL_EXACT);
+    free(got);
+    free(f);
+    free(packed);
+    dual_free(&d);
+}
+
+/* ---- get_rows ------------------------------------------------------------------------ */
+
+static void test_get_rows(st_type t, int64_t K, int64_t M, size_t pad) {
+    const int64_t V = 50;
+    weight w = weight_new(t, K, V, 1, pad);
+    int32_t ids[64];
+    for (int64_t m = 0; m < M; m++) ids[m] = rng_int((int32_t)V);
+    dual di = ids_new(ids, M);
+    view vi = ids_view(M, 1);
+    view vy = mkview(ST_TYPE_F32, K, M, 1, (size_t)(K + 3) * 4, (size_t)(K + 3) * 4 * (size_t)M, 8);
+    dual dy = dual_new(view_bytes(&vy));
+    dual_poison(&dy);
+    st_error err = {0};
+    st_tensor wc = on(&w.v, w.d.cpu), wg = on(&w.v, w.d.gpu), ic = on(&vi, di.cpu), ig = on(&vi, di.gpu);
+    st_tensor yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu);
+    if (g_cpu->iface->get_rows(g_cpu, &yc, &wc, &ic, &err) != ST_OK) test_die("cpu get_rows", &err);
+    if (g_gpu->iface->get_rows(g_gpu, &yg, &wg, &ig, &err) != ST_OK) test_die("cuda get_rows", &err);
+    char *got = dual_fetch(&dy);
+    cmp_result r = compare_f32(&vy, dy.cpu, got, dy.bytes);
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s K=%lld V=%lld M=%lld pad=%zu", tname(t), (long long)K, (long long)V,
+             (long long)M, pad);
+    record("get_rows", desc, &r, TOL_EXACT);
+    free(got);
+    dual_free(&dy);
+    dual_free(&di);
+    weight_free(&w);
+}
+
+/* ---- mul_mat ------------------------------------------------------------------------- */
+
+typedef enum x_layout {
+    X_PACKED = 0,  /* x [K, M], y [N, M] packed */
+    X_STRIDED = 1, /* rows padded by a few floats, bases not 16-byte aligned */
+    X_GAPPED = 2,  /* x [K, 1, M], y [N, 1, M] with gaps between tokens: not one stride */
+} x_layout;
+
+static const char *x_layout_name[] = {"packed", "strided", "gapped"};
+
+static void mm_views(x_layout xl, int64_t K, int64_t N, int64_t M, view *vx, view *vy) {
+    if (xl == X_PACKED) {
+        *vx = mkpacked(ST_TYPE_F32, K, M, 1);
+        *vy = mkpacked(ST_TYPE_F32, N, M, 1);
+    } else if (xl == X_STRIDED) {
+        *vx = mkview(ST_TYPE_F32, K, M, 1, (size_t)(K + 5) * 4, (size_t)(K + 5) * 4 * (size_t)M, 4);
+        *vy = mkview(ST_TYPE_F32, N, M, 1, (size_t)(N + 3) * 4, (size_t)(N + 3) * 4 * (size_t)M, 8);
+    } else {
+        *vx = mkview(ST_TYPE_F32, K, 1, M, (size_t)K * 4, (size_t)K * 4 + 16, 0);
+        *vy = mkview(ST_TYPE_F32, N, 1, M, (size_t)N * 4, (size_t)N * 4 + 32, 0);
+    }
+}
+
+static double mm_tol(st_type t, int64_t M) {
+    if (M < ST_CUDA_GEMM_MIN_M || t == ST_TYPE_F32) return TOL_F32_SUM; /* own GEMV or SGEMM */
+    return t == ST_TYPE_F16 ? TOL_F16_GEMM : TOL_BF16_GEMM;
+}
+
+static int g_pad_cases, g_pad_bitwise;
+
+static void test_mul_mat(st_type t, int64_t K, int64_t N, int64_t M, size_t pad, x_layout xl) {
+    weight w = weight_new(t, K, N, 1, pad);
+    view vx, vy;
+    mm_views(xl, K, N, M, &vx, &vy);
+    dual dx = dual_new(view_bytes(&vx)), dy = dual_new(view_bytes(&vy));
+    dual_random_f32(&dx);
+    dual_poison(&dy);
+    st_error err = {0};
+    st_tensor wc = on(&w.v, w.d.cpu), wg = on(&w.v, w.d.gpu), xc = on(&vx, dx.cpu), xg = on(&vx, dx.gpu);
+    st_tensor yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu);
+    if (g_cpu->iface->mul_mat(g_cpu, &yc, &wc, &xc, &err) != ST_OK) test_die("cpu mul_mat", &err);
+    if (g_gpu->iface->mul_mat(g_gpu, &yg, &wg, &xg, &err) != ST_OK) test_die("cuda mul_mat", &err);
+    char *got = dual_fetch(&dy);
+    const double tol = mm_tol(t, M);
+    cmp_result r = compare_f32(&vy, dy.cpu, got, dy.bytes);
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s K=%lld N=%lld M=%lld pad=%zu x=%s %s", tname(t), (long long)K, (long long)N,
+             (long long)M, pad, x_layout_name[xl], M < ST_CUDA_GEMM_MIN_M ? "gemv" : "gemm");
+    record("mul_mat", desc, &r, tol);
+
+    if (pad) {
+        /* the same product on the GPU with the packed weight: equal within the path's
+         * tolerance; bitwise equality is counted, not required (cuBLAS may tile a
+         * different leading dimension differently; the GEMV changes its load width when
+         * only one of the strides is 16-byte aligned). */
+        weight wp = weight_upload(t, K, N, 1, 0, w.packed);
+        dual dy2 = dual_new(dy.bytes);
+        dual_poison(&dy2);
+        st_tensor wpg = on(&wp.v, wp.d.gpu), y2g = on(&vy, dy2.gpu);
+        if (g_gpu->iface->mul_mat(g_gpu, &y2g, &wpg, &xg, &err) != ST_OK) test_die("cuda mul_mat", &err);
+        char *got2 = dual_fetch(&dy2);
+        cmp_result r2 = compare_f32(&vy, got, got2, dy.bytes);
+        g_pad_cases++;
+        g_pad_bitwise += memcmp(got, got2, dy.bytes) == 0;
+        record("mul_mat padded~packed", desc, &r2, tol);
+        free(got2);
+        dual_free(&dy2);
+        weight_free(&wp);
+    }
+    free(got);
+    dual_free(&dx);
+    dual_free(&dy);
+    weight_free(&w);
+}
+
+/* ---- mul_mat_id ---------------------------------------------------------------------- */
+
+typedef enum moe_x { MOE_PER_SLOT = 0, MOE_SHARED_2D = 1, MOE_SHARED_3D = 2 } moe_x;
+static const char *moe_x_name[] = {"per-slot", "shared-2d", "shared-3d"};
+
+static void test_mul_mat_id(st_type t, int64_t K, int64_t N, int64_t E, int64_t n_used, int64_t M, size_t pad,
+                            moe_x xm) {
+    weight w = weight_new(t, K, N, E, pad);
+    int32_t ids[256];
+    for (int64_t i = 0; i < n_used * M; i++) ids[i] = rng_int((int32_t)E);
+    dual di = ids_new(ids, n_used * M);
+    view vi = ids_view(n_used, M);
+    view vx;
+    if (xm == MOE_PER_SLOT) {
+        size_t nb1 = (size_t)(K + 3) * 4;
+        vx = mkview(ST_TYPE_F32, K, n_used, M, nb1, nb1 * (size_t)n_used + 16, 4);
+    } else if (xm == MOE_SHARED_2D) {
+        vx = mkpacked(ST_TYPE_F32, K, M, 1);
+    } else {
+        vx = mkview(ST_TYPE_F32, K, 1, M, (size_t)K * 4, (size_t)(K + 4) * 4, 0);
+    }
+    size_t ynb1 = (size_t)(N + 1) * 4;
+    view vy = mkview(ST_TYPE_F32, N, n_used, M, ynb1, ynb1 * (size_t)n_used + 8, 0);
+    dual dx = dual_new(view_bytes(&vx)), dy = dual_new(view_bytes(&vy));
+    dual_random_f32(&dx);
+    dual_poison(&dy);
+    st_error err = {0};
+    st_tensor wc = on(&w.v, w.d.cpu), wg = on(&w.v, w.d.gpu), xc = on(&vx, dx.cpu), xg = on(&vx, dx.gpu);
+    st_tensor yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu), ic = on(&vi, di.cpu), ig = on(&vi, di.gpu);
+    if (g_cpu->iface->mul_mat_id(g_cpu, &yc, &wc, &xc, &ic, &err) != ST_OK) test_die("cpu mul_mat_id", &err);
+    if (g_gpu->iface->mul_mat_id(g_gpu, &yg, &wg, &xg, &ig, &err) != ST_OK) test_die("cuda mul_mat_id", &err);
+    char *got = dual_fetch(&dy);
+    cmp_result r = compare_f32(&vy, dy.cpu, got, dy.bytes);
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s K=%lld N=%lld E=%lld used=%lld M=%lld pad=%zu x=%s", tname(t), (long long)K,
+             (long long)N, (long long)E, (long long)n_used, (long long)M, pad, moe_x_name[xm]);
+    record("mul_mat_id", desc, &r, TOL_F32_SUM);
+    free(got);
+    dual_free(&dx);
+    dual_free(&dy);
+    dual_free(&di);
+    weight_free(&w);
+}
+
+/* ---- rms_norm ------------------------------------------------------------------------ */
+
+/* heads: x is [D, 6, M] inside a wider (qkv-like) row; else [D, 1, M] packed. */
+static void test_rms_norm(int64_t D, int64_t M, bool heads, bool with_w, bool in_place) {
+    const int64_t H = heads ? 6 : 1;
+    view vx = heads ? mkview(ST_TYPE_F32, D, H, M, (size_t)D * 4, (size_t)(D * H + 2 * D + 7) * 4, 12)
+                    : mkview(ST_TYPE_F32, D, 1, M, (size_t)D * 4, (size_t)D * 4, 0); /* [D, 1, M] packed */
+    view vy = in_place ? vx : mkview(ST_TYPE_F32, D, H, M, (size_t)(D + 1) * 4, (size_t)(D + 1) * 4 * (size_t)H, 4);
+    view vw = mkpacked(ST_TYPE_F32, D, 1, 1);
+    dual dx = dual_new(view_bytes(&vx)), dw = dual_new(view_bytes(&vw));
+    dual dy = in_place ? dx : dual_new(view_bytes(&vy));
+    dual_random_f32(&dx);
+    dual_random_f32(&dw);
+    if (!in_place) dual_poison(&dy);
+    st_tensor xc = on(&vx, dx.cpu), xg = on(&vx, dx.gpu), wc = on(&vw, dw.cpu), wg = on(&vw, dw.gpu);
+    st_tensor yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu);
+    g_cpu->iface->rms_norm(g_cpu, &yc, &xc, with_w ? &wc : NULL, 1e-5f);
+    g_gpu->iface->rms_norm(g_gpu, &yg, &xg, with_w ? &wg : NULL, 1e-5f);
+    char *got = dual_fetch(&dy);
+    cmp_result r = compare_f32(&vy, dy.cpu, got, dy.bytes);
+    char desc[128];
+    snprintf(desc, sizeof(desc), "D=%lld heads=%lld M=%lld w=%s %s", (long long)D, (long long)H, (long long)M,
+             with_w ? "yes" : "none", in_place ? "in-place" : "strided-out");
+    record("rms_norm", desc, &r, TOL_ELEMENTWISE);
+    free(got);
+    if (!in_place) dual_free(&dy);
+    dual_free(&dx);
+    dual_free(&dw);
+}
+
+/* ---- rope ---------------------------------------------------------------------------- */
+
+static void test_rope(int64_t hd, int32_t n_rot, st_rope_mode mode, bool factors, bool scaled, int64_t M,
+                      bool in_place) {
+    const int64_t H = 6;
+    view vx = mkview(ST_TYPE_F32, hd, H, M, (size_t)hd * 4, (size_t)(hd * (H + 4)) * 4, 0);
+    view vy = in_place ? vx : mkpacked(ST_TYPE_F32, hd, H, M);
+    view vf = mkpacked(ST_TYPE_F32, n_rot / 2 > 0 ? n_rot / 2 : 1, 1, 1);
+    dual dx = dual_new(view_bytes(&vx)), df = dual_new(view_bytes(&vf));
+    dual dy = in_place ? dx : dual_new(view_bytes(&vy));
+    dual_random_f32(&dx);
+    for (int64_t i = 0; i < vf.t.ne[0]; i++) {
+        float f = 1.0f + 7.0f * (0.5f + 0.5f * rng_f32()); /* llama3-like factors in [1, 8] */
+        memcpy(df.host + i * 4, &f, 4);
+    }
+    dual_upload(&df);
+    if (!in_place) dual_poison(&dy);
+    int32_t pos[8];
+    for (int64_t m = 0; m < M; m++) pos[m] = rng_int(32768);
+    dual dp = ids_new(pos, M);
+    view vp = ids_view(M, 1);
+    st_rope_params p = st_rope_params_default(mode, n_rot, mode == ST_ROPE_MODE_NORM ? 500000.0f : 10000.0f);
+    if (scaled) {
+        p.freq_scale = 0.25f;
+        p.attn_factor = 1.1f;
+    }
+    st_rope_params pc = p, pg = p; /* freq_factors live in each backend's memory */
+    pc.freq_factors = factors ? (const float *)df.cpu : NULL;
+    pg.freq_factors = factors ? (const float *)df.gpu : NULL;
+    st_tensor xc = on(&vx, dx.cpu), xg = on(&vx, dx.gpu), yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu);
+    st_tensor ppc = on(&vp, dp.cpu), ppg = on(&vp, dp.gpu);
+    g_cpu->iface->rope(g_cpu, &yc, &xc, &ppc, &pc);
+    g_gpu->iface->rope(g_gpu, &yg, &xg, &ppg, &pg);
+    char *got = dual_fetch(&dy);
+    cmp_result r = compare_f32(&vy, dy.cpu, got, dy.bytes);
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s hd=%lld n_rot=%d M=%lld factors=%d scaled=%d %s",
+             mode == ST_ROPE_MODE_NORM ? "norm" : "neox", (long long)hd, n_rot, (long long)M, factors, scaled,
+             in_place ? "in-place" : "out");
+    record("rope", desc, &r, TOL_ELEMENTWISE);
+    free(got);
+    if (!in_place) dual_free(&dy);
+    dual_free(&dx);
+    dual_free(&df);
+    dual_free(&dp);
+}
+
+/* ---- gated units, add, scale ---------------------------------------------------------- */
+
+/* form 0: separate packed; 1: strided views; 2: in place (dst = up); 3: fused gate_up */
+static void test_glu(bool gelu, int64_t F, int64_t M, int form) {
+    view vg = {0}, vu = {0}, vy = {0}, vgu = {0};
+    dual dg = {0}, du = {0}, dy = {0}, dgu = {0};
+    if (form == 3) {
+        vgu = mkview(ST_TYPE_F32, 2 * F, M, 1, (size_t)(2 * F + 3) * 4, (size_t)(2 * F + 3) * 4 * (size_t)M, 4);
+        vy = mkview(ST_TYPE_F32, F, M, 1, (size_t)(F + 1) * 4, (size_t)(F + 1) * 4 * (size_t)M, 0);
+        dgu = dual_new(view_bytes(&vgu));
+        dual_random_f32(&dgu);
+    } else {
+        size_t pad = form == 1 ? 5 : 0;
+        vg = mkview(ST_TYPE_F32, F, M, 1, (size_t)(F + pad) * 4, (size_t)(F + pad) * 4 * (size_t)M, form == 1 ? 4 : 0);
+        vu = mkview(ST_TYPE_F32, F, M, 1, (size_t)(F + 2 * pad) * 4, (size_t)(F + 2 * pad) * 4 * (size_t)M, 0);
+        vy = form == 2 ? vu : mkview(ST_TYPE_F32, F, M, 1, (size_t)(F + pad) * 4, (size_t)(F + pad) * 4 * (size_t)M, 0);
+        dg = dual_new(view_bytes(&vg));
+        du = dual_new(view_bytes(&vu));
+        dual_random_f32(&dg);
+        dual_random_f32(&du);
+    }
+    if (form == 2) {
+        dy = du;
+    } else {
+        dy = dual_new(view_bytes(&vy));
+        dual_poison(&dy);
+    }
+    st_tensor yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu);
+    if (form == 3) {
+        st_tensor guc = on(&vgu, dgu.cpu), gug = on(&vgu, dgu.gpu);
+        if (gelu) test_die("no geglu_fused in the backend table", NULL);
+        g_cpu->iface->swiglu_fused(g_cpu, &yc, &guc);
+        g_gpu->iface->swiglu_fused(g_gpu, &yg, &gug);
+    } else {
+        st_tensor gc = on(&vg, dg.cpu), gg = on(&vg, dg.gpu), uc = on(&vu, du.cpu), ug = on(&vu, du.gpu);
+        if (gelu) {
+            g_cpu->iface->geglu(g_cpu, &yc, &gc, &uc);
+            g_gpu->iface->geglu(g_gpu, &yg, &gg, &ug);
+        } else {
+            g_cpu->iface->swiglu(g_cpu, &yc, &gc, &uc);
+            g_gpu->iface->swiglu(g_gpu, &yg, &gg, &ug);
+        }
+    }
+    char *got = dual_fetch(&dy);
+    cmp_result r = compare_f32(&vy, dy.cpu, got, dy.bytes);
+    static const char *forms[] = {"packed", "strided", "in-place", "fused"};
+    char desc[128];
+    snprintf(desc, sizeof(desc), "F=%lld M=%lld %s", (long long)F, (long long)M, forms[form]);
+    record(form == 3 ? "swiglu_fused" : gelu ? "geglu" : "swiglu", desc, &r, TOL_ELEMENTWISE);
+    free(got);
+    if (form == 3) dual_free(&dgu);
+    else {
+        dual_free(&dg);
+        dual_free(&du);
+    }
+    if (form != 2) dual_free(&dy);
+}
+
+/* b: 0 same shape; 1 a row vector [D]; 2 a bias [D, 1, M] over [D, 3, M]; 3 a scalar per row */
+static void test_add(int64_t D, int64_t M, int bshape, bool in_place) {
+    const int64_t H = bshape == 2 ? 3 : 1;
+    view va = mkview(ST_TYPE_F32, D, H, M, (size_t)(D + 2) * 4, (size_t)(D + 2) * 4 * (size_t)H + 12, 4);
+    view vb;
+    if (bshape == 0) vb = mkpacked(ST_TYPE_F32, D, H, M);
+    else if (bshape == 1) vb = mkpacked(ST_TYPE_F32, D, 1, 1);
+    else if (bshape == 2) vb = mkview(ST_TYPE_F32, D, 1, M, (size_t)D * 4, (size_t)(D + 3) * 4, 0);
+    else vb = mkview(ST_TYPE_F32, 1, H, M, 8, 8 * (size_t)H, 0);
+    view vy = in_place ? va : mkpacked(ST_TYPE_F32, D, H, M);
+    dual da = dual_new(view_bytes(&va)), db = dual_new(view_bytes(&vb));
+    dual dy = in_place ? da : dual_new(view_bytes(&vy));
+    dual_random_f32(&da);
+    dual_random_f32(&db);
+    if (!in_place) dual_poison(&dy);
+    st_tensor ac = on(&va, da.cpu), ag = on(&va, da.gpu), bc = on(&vb, db.cpu), bg = on(&vb, db.gpu);
+    st_tensor yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu);
+    g_cpu->iface->add(g_cpu, &yc, &ac, &bc);
+    g_gpu->iface->add(g_gpu, &yg, &ag, &bg);
+    char *got = dual_fetch(&dy);
+    cmp_result r = compare_f32(&vy, dy.cpu, got, dy.bytes);
+    static const char *shapes[] = {"same", "row-vector", "bias-over-heads", "scalar-per-row"};
+    char desc[128];
+    snprintf(desc, sizeof(desc), "D=%lld H=%lld M=%lld b=%s %s", (long long)D, (long long)H, (long long)M,
+             shapes[bshape], in_place ? "in-place" : "out");
+    record("add", desc, &r, TOL_EXACT);
+    free(got);
+    if (!in_place) dual_free(&dy);
+    dual_free(&da);
+    dual_free(&db);
+}
+
+static void test_scale(int64_t D, int64_t M, bool in_place) {
+    view vx = mkview(ST_TYPE_F32, D, M, 1, (size_t)(D + 3) * 4, (size_t)(D + 3) * 4 * (size_t)M, 0);
+    view vy = in_place ? vx : mkpacked(ST_TYPE_F32, D, M, 1);
+    dual dx = dual_new(view_bytes(&vx));
+    dual dy = in_place ? dx : dual_new(view_bytes(&vy));
+    dual_random_f32(&dx);
+    if (!in_place) dual_poison(&dy);
+    st_tensor xc = on(&vx, dx.cpu), xg = on(&vx, dx.gpu), yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu);
+    g_cpu->iface->scale(g_cpu, &yc, &xc, 8.0f / 3.0f);
+    g_gpu->iface->scale(g_gpu, &yg, &xg, 8.0f / 3.0f);
+    char *got = dual_fetch(&dy);
+    cmp_result r = compare_f32(&vy, dy.cpu, got, dy.bytes);
+    char desc[128];
+    snprintf(desc, sizeof(desc), "D=%lld M=%lld %s", (long long)D, (long long)M, in_place ? "in-place" : "out");
+    record("scale", desc, &r, TOL_EXACT);
+    free(got);
+    if (!in_place) dual_free(&dy);
+    dual_free(&dx);
+}
+
+/* ---- KV cache and attention ---------------------------------------------------------- */
+
+/* A cache [hd, n_kv_head, n_ctx] of type t (strided between positions when gapped),
+ * filled with random values of that type. */
+static dual cache_new(st_type t, int64_t hd, int64_t n_kv_head, int64_t n_ctx, bool gapped, view *v) {
+    size_t nb1 = (size_t)hd * type_size(t), nb2 = nb1 * (size_t)n_kv_head + (gapped ? 64 : 0);
+    *v = mkview(t, hd, n_kv_head, n_ctx, nb1, nb2, 0);
+    dual d = dual_new(view_bytes(v));
+    size_t n = d.bytes / type_size(t);
+    float *f = malloc(n * 4);
+    if (!f) test_die("host malloc", NULL);
+    for (size_t i = 0; i < n; i++) f[i] = rng_f32();
+    to_type(t, f, d.host, n);
+    free(f);
+    dual_upload(&d);
+    return d;
+}
+
+static void test_kv_store(st_type t, int64_t hd, int64_t M, bool gapped) {
+    const int64_t n_kv_head = 2, n_ctx = 40;
+    view vc;
+    dual dc = cache_new(t, hd, n_kv_head, n_ctx, gapped, &vc);
+    view vx = mkview(ST_TYPE_F32, hd, n_kv_head, M, (size_t)hd * 4, (size_t)(hd * 8) * 4, 4);
+    dual dx = dual_new(view_bytes(&vx));
+    dual_random_f32(&dx);
+    int32_t pos[8];
+    for (int64_t m = 0; m < M; m++) pos[m] = (int32_t)(3 + 7 * m); /* distinct, < n_ctx */
+    dual dp = ids_new(pos, M);
+    view vp = ids_view(M, 1);
+    st_error err = {0};
+    st_tensor cc = on(&vc, dc.cpu), cg = on(&vc, dc.gpu), xc = on(&vx, dx.cpu), xg = on(&vx, dx.gpu);
+    st_tensor pc = on(&vp, dp.cpu), pg = on(&vp, dp.gpu);
+    if (g_cpu->iface->kv_store(g_cpu, &cc, &xc, &pc, &err) != ST_OK) test_die("cpu kv_store", &err);
+    if (g_gpu->iface->kv_store(g_gpu, &cg, &xg, &pg, &err) != ST_OK) test_die("cuda kv_store", &err);
+    char *got = dual_fetch(&dc);
+    cmp_result r = compare_bytes(dc.cpu, got, dc.bytes);
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s hd=%lld kv_heads=%lld M=%lld %s", tname(t), (long long)hd, (long long)n_kv_head,
+             (long long)M, gapped ? "gapped" : "packed");
+    record("kv_store", desc, &r, TOL_EXACT);
+    free(got);
+    dual_free(&dc);
+    dual_free(&dx);
+    dual_free(&dp);
+}
+
+/* positions: 0 the last M of n_kv (prefill), 1 random in [0, n_kv) */
+static void test_attention(st_type t, int64_t hd, int64_t H, int64_t Hkv, int64_t n_kv, int64_t M, int32_t window,
+                           float softcap, int positions) {
+    const int64_t n_ctx = n_kv + 3;
+    view vk, vv;
+    const bool gapped = (n_kv % 2) == 1;
+    dual dk = cache_new(t, hd, Hkv, n_ctx, gapped, &vk), dv = cache_new(t, hd, Hkv, n_ctx, gapped, &vv);
+    view vq = mkview(ST_TYPE_F32, hd, H, M, (size_t)hd * 4, (size_t)(hd * (H + 2 * Hkv)) * 4, 0);
+    view vy = mkview(ST_TYPE_F32, hd, H, M, (size_t)hd * 4, (size_t)(hd * H + 5) * 4, 4);
+    dual dq = dual_new(view_bytes(&vq)), dy = dual_new(view_bytes(&vy));
+    dual_random_f32(&dq);
+    dual_poison(&dy);
+    int32_t pos[16];
+    for (int64_t m = 0; m < M; m++)
+        pos[m] = positions == 0 ? (int32_t)(n_kv - M + m) : rng_int((int32_t)n_kv);
+    dual dp = ids_new(pos, M);
+    view vp = ids_view(M, 1);
+    st_attn_params p = {.n_kv = n_kv, .window = window, .scale = 1.0f / sqrtf((float)hd), .softcap = softcap};
+    st_error err = {0};
+    st_tensor kc = on(&vk, dk.cpu), kg = on(&vk, dk.gpu), vc = on(&vv, dv.cpu), vg = on(&vv, dv.gpu);
+    st_tensor qc = on(&vq, dq.cpu), qg = on(&vq, dq.gpu), yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu);
+    st_tensor pc = on(&vp, dp.cpu), pg = on(&vp, dp.gpu);
+    if (g_cpu->iface->attention(g_cpu, &yc, &qc, &kc, &vc, &pc, &p, &err) != ST_OK) test_die("cpu attention", &err);
+    if (g_gpu->iface->attention(g_gpu, &yg, &qg, &kg, &vg, &pg, &p, &err) != ST_OK) test_die("cuda attention", &err);
+    char *got = dual_fetch(&dy);
+    cmp_result r = compare_f32(&vy, dy.cpu, got, dy.bytes);
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s hd=%lld H=%lld/%lld n_kv=%lld M=%lld win=%d cap=%g pos=%s", tname(t),
+             (long long)hd, (long long)H, (long long)Hkv, (long long)n_kv, (long long)M, window, softcap,
+             positions ? "random" : "last");
+    record("attention", desc, &r, TOL_ATTENTION);
+    free(got);
+    dual_free(&dk);
+    dual_free(&dv);
+    dual_free(&dq);
+    dual_free(&dy);
+    dual_free(&dp);
+}
+
+/* ---- routing and combination ---------------------------------------------------------- */
+
+static void test_topk(int64_t E, int32_t k, bool softmax_first, bool normalize, int64_t M) {
+    view vl = mkview(ST_TYPE_F32, E, M, 1, (size_t)(E + 1) * 4, (size_t)(E + 1) * 4 * (size_t)M, 0);
+    view vi = ids_view(k, M);
+    view vw = mkview(ST_TYPE_F32, k, M, 1, (size_t)(k + 2) * 4, (size_t)(k + 2) * 4 * (size_t)M, 0);
+    dual dl = dual_new(view_bytes(&vl)), di = dual_new(view_bytes(&vi)), dw = dual_new(view_bytes(&vw));
+    dual_random_f32(&dl);
+    memset(di.host, 0xff, di.bytes);
+    dual_upload(&di);
+    dual_poison(&dw);
+    st_tensor lc = on(&vl, dl.cpu), lg = on(&vl, dl.gpu), ic = on(&vi, di.cpu), ig = on(&vi, di.gpu);
+    st_tensor wc = on(&vw, dw.cpu), wg = on(&vw, dw.gpu);
+    g_cpu->iface->topk_route(g_cpu, &ic, &wc, &lc, k, softmax_first, normalize);
+    g_gpu->iface->topk_route(g_gpu, &ig, &wg, &lg, k, softmax_first, normalize);
+    char *got_w = dual_fetch(&dw), *got_i = dual_fetch(&di);
+    cmp_result r = compare_f32(&vw, dw.cpu, got_w, dw.bytes);
+    cmp_result ri = compare_bytes(di.cpu, got_i, di.bytes);
+    r.bad += ri.bad;
+    char desc[128];
+    snprintf(desc, sizeof(desc), "E=%lld k=%d M=%lld softmax_first=%d normalize=%d", (long long)E, k, (long long)M,
+             softmax_first, normalize);
+    record("topk_route", desc, &r, TOL_ELEMENTWISE);
+    free(got_w);
+    free(got_i);
+    dual_free(&dl);
+    dual_free(&di);
+    dual_free(&dw);
+}
+
+static void test_moe_combine(int64_t D, int64_t k, int64_t M) {
+    size_t snb1 = (size_t)(D + 1) * 4;
+    view vs = mkview(ST_TYPE_F32, D, k, M, snb1, snb1 * (size_t)k + 8, 0);
+    view vw = mkview(ST_TYPE_F32, k, M, 1, (size_t)(k + 1) * 4, (size_t)(k + 1) * 4 * (size_t)M, 4);
+    view vy = mkview(ST_TYPE_F32, D, M, 1, (size_t)(D + 2) * 4, (size_t)(D + 2) * 4 * (size_t)M, 0);
+    dual ds = dual_new(view_bytes(&vs)), dw = dual_new(view_bytes(&vw)), dy = dual_new(view_bytes(&vy));
+    dual_random_f32(&ds);
+    dual_random_f32(&dw);
+    dual_poison(&dy);
+    st_tensor sc = on(&vs, ds.cpu), sg = on(&vs, ds.gpu), wc = on(&vw, dw.cpu), wg = on(&vw, dw.gpu);
+    st_tensor yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu);
+    g_cpu->iface->moe_combine(g_cpu, &yc, &sc, &wc);
+    g_gpu->iface->moe_combine(g_gpu, &yg, &sg, &wg);
+    char *got = dual_fetch(&dy);
+    cmp_result r = compare_f32(&vy, dy.cpu, got, dy.bytes);
+    char desc[128];
+    snprintf(desc, sizeof(desc), "D=%lld k=%lld M=%lld", (long long)D, (long long)k, (long long)M);
+    record("moe_combine", desc, &r, TOL_ELEMENTWISE);
+    free(got);
+    dual_free(&ds);
+    dual_free(&dw);
+    dual_free(&dy);
+}
+
+/* ---- data errors: reported by the next synchronize, then cleared ---------------------- */
+
+static void expect_data_error(const char *what) {
+    st_error err = {0};
+    st_status s1 = g_gpu->iface->synchronize(g_gpu, &err);
+    st_error err2 = {0};
+    st_status s2 = g_gpu->iface->synchronize(g_gpu, &err2);
+    cmp_result r = {.bad = (s1 != ST_ERROR_INVALID) + (s2 != ST_OK)};
+    char desc[160];
+    snprintf(desc, sizeof(desc), "%s -> %s \"%.60s\"", what, st_status_name(s1), err.message);
+    record("data errors", desc, &r, TOL_EXACT);
+}
+
+static void test_errors(void) {
+    st_error err = {0};
+    /* get_rows with an id == V */
+    weight w = weight_new(ST_TYPE_F16, 16, 10, 1, 0);
+    int32_t ids[2] = {3, 10};
+    dual di = ids_new(ids, 2);
+    view vi = ids_view(2, 1), vy = mkpacked(ST_TYPE_F32, 16, 2, 1);
+    dual dy = dual_new(view_bytes(&vy));
+    st_tensor wg = on(&w.v, w.d.gpu), ig = on(&vi, di.gpu), yg = on(&vy, dy.gpu);
+    if (g_gpu->iface->get_rows(g_gpu, &yg, &wg, &ig, &err) != ST_OK) test_die("cuda get_rows", &err);
+    expect_data_error("get_rows id 10 of V=10");
+    weight_free(&w);
+    dual_free(&dy);
+    dual_free(&di);
+
+    /* mul_mat_id with expert id -1 */
+    w = weight_new(ST_TYPE_BF16, 16, 8, 4, 0);
+    int32_t eids[2] = {1, -1};
+    di = ids_new(eids, 2);
+    vi = ids_view(2, 1);
+    view vx = mkpacked(ST_TYPE_F32, 16, 1, 1);
+    vy = mkpacked(ST_TYPE_F32, 8, 2, 1);
+    dual dx = dual_new(view_bytes(&vx));
+    dy = dual_new(view_bytes(&vy));
+    dual_random_f32(&dx);
+    st_tensor xg = on(&vx, dx.gpu);
+    wg = on(&w.v, w.d.gpu);
+    ig = on(&vi, di.gpu);
+    yg = on(&vy, dy.gpu);
+    if (g_gpu->iface->mul_mat_id(g_gpu, &yg, &wg, &xg, &ig, &err) != ST_OK) test_die("cuda mul_mat_id", &err);
+    expect_data_error("mul_mat_id expert -1 of E=4");
+    weight_free(&w);
+    dual_free(&dx);
+    dual_free(&dy);
+    dual_free(&di);
+
+    /* kv_store at position n_ctx */
+    view vc;
+    dual dc = cache_new(ST_TYPE_F16, 16, 2, 8, false, &vc);
+    vx = mkpacked(ST_TYPE_F32, 16, 2, 1);
+    dx = dual_new(view_bytes(&vx));
+    dual_random_f32(&dx);
+    int32_t pos[1] = {8};
+    dual dp = ids_new(pos, 1);
+    view vp = ids_view(1, 1);
+    st_tensor cg = on(&vc, dc.gpu), pg = on(&vp, dp.gpu);
+    xg = on(&vx, dx.gpu);
+    if (g_gpu->iface->kv_store(g_gpu, &cg, &xg, &pg, &err) != ST_OK) test_die("cuda kv_store", &err);
+    expect_data_error("kv_store position 8 of n_ctx=8");
+    dual_free(&dc);
+    dual_free(&dx);
+    dual_free(&dp);
+}
+
+/* ---- the suite ---------------------------------------------------------------------- */
+
+static void run_all(void) {
+    const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16};
+
+    for (int ti = 0; ti < 3; ti++)
+        for (int e = 1; e <= 3; e += 2)
+            for (size_t pad = 0; pad <= 128; pad += 64) {
+                test_upload(types[ti], 37, 13, e, pad);
+                test_upload(types[ti], 64, 9, e, pad);
+            }
+    test_upload(ST_TYPE_F32, 4096, 5200, 1, 128); /* 81 MiB: more than one staging chunk */
+
+    for (int ti = 0; ti < 3; ti++)
+        for (size_t pad = 0; pad <= 128; pad += 64) {
+            test_get_rows(types[ti], 37, 1, pad);
+            test_get_rows(types[ti], 37, 33, pad);
+            test_get_rows(types[ti], 64, 5, pad);
+        }
+
+    const int64_t Ms[] = {1, 2, 5, 7, 8, 9, 33};
+    for (int ti = 0; ti < 3; ti++)
+        for (int64_t K = 37; K <= 256; K += 219)
+            for (int64_t N = 13; N <= 64; N += 51)
+                for (int mi = 0; mi < 7; mi++)
+                    for (size_t pad = 0; pad <= 128; pad += 64)
+                        for (int xl = 0; xl < 3; xl++) {
+                            const int64_t M = Ms[mi];
+                            const bool boundary = M == 2 || M == 7 || M == 8;
+                            if (xl != X_PACKED && (boundary || pad == 64)) continue;
+                            test_mul_mat(types[ti], K, N, M, pad, (x_layout)xl);
+                        }
+    for (int ti = 0; ti < 3; ti++)
+        for (size_t pad = 0; pad <= 128; pad += 128) {
+            test_mul_mat(types[ti], 2048, 512, 1, pad, X_PACKED);
+            test_mul_mat(types[ti], 2048, 512, 4, pad, X_PACKED);
+            test_mul_mat(types[ti], 2048, 512, 16, pad, X_PACKED);
+            test_mul_mat(types[ti], 4096, 96, 64, pad, X_STRIDED);
+        }
+
+    for (int ti = 0; ti < 3; ti++)
+        for (int64_t K = 37; K <= 64; K += 27)
+            for (int shape = 0; shape < 2; shape++)
+                for (int64_t M = 1; M <= 9; M += 4)
+                    for (size_t pad = 0; pad <= 128; pad += 128)
+                        for (int xm = 0; xm < 3; xm++) {
+                            const int64_t N = shape ? 24 : 13, E = shape ? 8 : 4, used = shape ? 3 : 2;
+                            test_mul_mat_id(types[ti], K, N, E, used, M, pad, (moe_x)xm);
+                        }
+
+    const int64_t Ds[] = {18, 64, 128, 1000, 4096};
+    for (int di = 0; di < 5; di++)
+        for (int64_t M = 1; M <= 33; M = M == 1 ? 5 : M == 5 ? 33 : 34)
+            for (int w = 0; w < 2; w++) {
+                test_rms_norm(Ds[di], M, false, w, false);
+                test_rms_norm(Ds[di], M, false, w, true);
+                if (Ds[di] <= 128) test_rms_norm(Ds[di], M, true, w, true);
+            }
+
+    const int64_t hds[] = {18, 64, 128};
+    const int32_t partial[] = {12, 32, 96};
+    for (int hi = 0; hi < 3; hi++)
+        for (int full = 0; full < 2; full++)
+            for (int mode = 0; mode < 2; mode++)
+                for (int f = 0; f < 2; f++)
+                    for (int sc = 0; sc < 2; sc++)
+                        for (int64_t M = 1; M <= 5; M += 4)
+                            test_rope(hds[hi], full ? (int32_t)hds[hi] : partial[hi],
+                                      mode ? ST_ROPE_MODE_NEOX : ST_ROPE_MODE_NORM, f, sc, M, (f + sc + M) % 2 == 0);
+
+    for (int64_t F = 37; F <= 128; F += 91)
+        for (int64_t M = 1; M <= 33; M = M == 1 ? 7 : M == 7 ? 33 : 34)
+            for (int form = 0; form < 4; form++) {
+                test_glu(false, F, M, form);
+                if (form < 3) test_glu(true, F, M, form);
+            }
+
+    for (int64_t D = 37; D <= 128; D += 91)
+        for (int64_t M = 1; M <= 5; M += 4) {
+            for (int b = 0; b < 4; b++)
+                for (int ip = 0; ip < 2; ip++) test_add(D, M, b, ip);
+            test_scale(D, M, false);
+            test_scale(D, M, true);
+        }
+
+    for (int hi = 0; hi < 3; hi++)
+        for (int64_t M = 1; M <= 5; M += 4)
+            for (int g = 0; g < 2; g++) {
+                test_kv_store(ST_TYPE_F16, hds[hi], M, g);
+                test_kv_store(ST_TYPE_F32, hds[hi], M, g);
+            }
+
+    const int64_t n_kvs[] = {1, 7, 64, 65, 300};
+    for (int hi = 0; hi < 3; hi++)
+        for (int ci = 0; ci < 2; ci++)
+            for (int ni = 0; ni < 5; ni++)
+                for (int64_t M = 1; M <= 5; M += 4) {
+                    const st_type ct = ci ? ST_TYPE_F32 : ST_TYPE_F16;
+                    const int64_t n_kv = n_kvs[ni];
+                    if (M > n_kv) continue;
+                    test_attention(ct, hds[hi], 6, 2, n_kv, M, 0, 0.0f, 0);
+                    test_attention(ct, hds[hi], 6, 2, n_kv, M, 16, 0.0f, 0);
+                    test_attention(ct, hds[hi], 6, 2, n_kv, M, 1, 0.0f, 1);
+                    test_attention(ct, hds[hi], 6, 2, n_kv, M, 0, 30.0f, 1);
+                }
+    test_attention(ST_TYPE_F16, 64, 6, 6, 65, 5, 0, 0.0f, 0);
+    test_attention(ST_TYPE_F16, 64, 6, 1, 65, 5, 0, 0.0f, 1);
+    test_attention(ST_TYPE_F32, 64, 6, 1, 300, 9, 32, 0.0f, 0);
+    test_attention(ST_TYPE_F16, 256, 4, 1, 100, 3, 0, 0.0f, 0);
+    test_attention(ST_TYPE_F16, 128, 4, 2, 2000, 2, 0, 0.0f, 0);
+    test_attention(ST_TYPE_F32, 128, 4, 2, 2000, 2, 512, 50.0f, 1);
+
+    const int32_t ks[] = {1, 2, 8};
+    for (int64_t E = 8; E <= 64; E += 56)
+        for (int ki = 0; ki < 3; ki++)
+            for (int sf = 0; sf < 2; sf++)
+                for (int nz = 0; nz < 2; nz++)
+                    for (int64_t M = 1; M <= 33; M = M == 1 ? 5 : M == 5 ? 33 : 34) test_topk(E, ks[ki], sf, nz, M);
+
+    for (int64_t D = 37; D <= 64; D += 27)
+        for (int64_t k = 2; k <= 8; k += 6)
+            for (int64_t M = 1; M <= 5; M += 4) test_moe_combine(D, k, M);
+
+    test_errors();
+}
+
+int main(void) {
+    st_error err = {0};
+    const char *seed = getenv("STRIDE_TEST_SEED");
+    if (seed) g_rng = strtoull(seed, NULL, 0);
+    printf("test_cuda_ops: seed 0x%llx, GEMM for M >= %d\n", (unsigned long long)g_rng, ST_CUDA_GEMM_MIN_M);
+    if (!st_cuda_compiled()) {
+        printf("built without CUDA: nothing to test\n");
+        return 77;
+    }
+    if (st_cuda_device_count() == 0) {
+        printf("no CUDA device: nothing ran (a failure: run this on the GPU machine)\n");
+        return 1;
+    }
+    if (st_backend_init(ST_BACKEND_CPU, 0, &g_cpu, &err) != ST_OK) test_die("CPU backend", &err);
+    if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu, &err) != ST_OK) test_die("CUDA backend", &err);
+    printf("device: %s (sm_%d%d), runtime %d, driver %d\n", g_gpu->device.name, g_gpu->device.compute_major,
+           g_gpu->device.compute_minor, g_gpu->device.runtime_version, g_gpu->device.driver_version);
+
+    run_all();
+
+    int total = 0, passed = 0;
+    printf("\n%-22s | %6s | %6s | %s\n", "op", "cases", "passed", "worst error");
+    printf("-----------------------+--------+--------+------------\n");
+    for (int i = 0; i < g_n_ops; i++) {
+        printf("%-22s | %6d | %6d | %.2e\n", g_stats[i].op, g_stats[i].cases, g_stats[i].passed, g_stats[i].worst);
+        total += g_stats[i].cases;
+        passed += g_stats[i].passed;
+    }
+    printf("padded vs packed weights on CUDA: %d of %d products bitwise equal\n", g_pad_bitwise, g_pad_cases);
+    st_backend_free(g_gpu);
+    st_backend_free(g_cpu);
+    printf("%d passed, %d failed\n", passed, total - passed);
+    return total > 0 && passed == total ? 0 : 1;
+}
