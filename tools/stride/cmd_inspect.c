@@ -87,7 +87,7 @@ static void print_array(FILE *out, const st_gguf_array *a, uint64_t max_items, b
             fprintf(out, "%" PRId64, st_gguf_array_get_i64(a, i));
         }
     }
-    if (shown < a->n) fprintf(out, json ? "" : ", ... (%" PRIu64 " total)", a->n);
+    if (shown < a->n && !json) fprintf(out, ", ... (%" PRIu64 " total)", a->n);
     fputc(']', out);
 }
 
