@@ -10,8 +10,13 @@
  *    Every op honours nb[1..3] for every operand: rows may be padded (a weight at its
  *    planned stride) and activations may be views (a slice of heads out of a fused qkv
  *    row). nb[0] must be the element size: the contiguous dimension is contiguous.
- *  - Activations are F32. Weights are F32, F16 or BF16 at any row stride. The KV cache
- *    is F16 or F32.
+ *  - Activations are F32. Weights are F32, F16 or BF16 at any row stride, or quantized
+ *    (q4_0, q4_1, q5_0, q5_1, q8_0, q2_K..q6_K, q8_K: see quant.h), packed, with nb[0]
+ *    the block size in bytes and K a whole number of blocks. Quantized weights stay
+ *    quantized in memory: the products dequantize a block of rows at a time into their
+ *    f32 scratch. The KV cache is F16 or F32.
+ *  - A weight's type comes from a file: an unsupported one (iq2_xxs, ...) is
+ *    ST_ERROR_UNSUPPORTED naming the type, not an assert.
  *  - Shape and type mismatches are programmer errors: they abort through ST_ASSERT at
  *    the op's entry. An op returns st_status only where the input itself can be bad
  *    (token ids, cache positions) or where it allocates scratch memory.
@@ -44,25 +49,29 @@ int st_cpu_get_threads(void);
 
 /* dst[:, m] = src[:, ids[m]].
  *   dst F32 [K, M]; src F32/F16/BF16 [K, V] at any row stride (a padded tied embedding
- *   works); ids int32 [M]. ST_ERROR_INVALID when an id is outside [0, V). */
+ *   works) or quantized (each row dequantized); ids int32 [M]. ST_ERROR_INVALID when an
+ *   id is outside [0, V); ST_ERROR_UNSUPPORTED for a type stride cannot read. */
 st_status st_cpu_get_rows(st_tensor *dst, const st_tensor *src, const int32_t *ids, st_error *err);
 
 /* y[n, m] = sum_k W[n, k] * x[m, k]  (ggml's mul_mat; F32 accumulation).
- *   dst F32 [N, M]; w F32/F16/BF16 [K, N] at any row stride nb[1]; x F32 [K, M].
+ *   dst F32 [N, M]; w F32/F16/BF16 [K, N] at any row stride nb[1], or quantized (its
+ *   rows dequantized to f32 exactly, then the same dot product); x F32 [K, M].
  * Each output is one dot product over the whole row of W in a fixed order (8 interleaved
  * partial sums, combined pairwise, then the tail), so the result is bit-identical for
- * every row stride and every thread count. ST_ERROR_NOMEM when scratch allocation fails. */
+ * every row stride and every thread count. ST_ERROR_NOMEM when scratch allocation fails;
+ * ST_ERROR_UNSUPPORTED for a weight type stride cannot read. */
 st_status st_cpu_mul_mat(st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err);
 
 /* MoE product over selected experts (ggml's mul_mat_id):
  *   dst[:, j, m] = W[ids[m * n_used + j]] . x_slot(j, m)
- *   dst F32 [N, n_used, M]; w F32/F16/BF16 [K, N, E] at any nb[1], nb[2];
+ *   dst F32 [N, n_used, M]; w F32/F16/BF16 [K, N, E] at any nb[1], nb[2], or quantized;
  *   ids int32 [n_used, M] packed (ids[m * n_used + j]: slot j of token m);
  *   x F32, either one input per token, shared by its slots: [K, M] (ne = {K, M, 1}) or
  *   [K, 1, M]; or one input per slot: [K, n_used, M] (the down projection, whose input
  *   is each expert's own activation).
  * Each output equals what st_cpu_mul_mat gives for that expert's matrix, bit for bit.
- * Expert ids are checked (ST_ERROR_INVALID outside [0, E)): they come from data. */
+ * Expert ids are checked (ST_ERROR_INVALID outside [0, E)): they come from data.
+ * ST_ERROR_UNSUPPORTED for a weight type stride cannot read. */
 st_status st_cpu_mul_mat_id(st_tensor *dst, const st_tensor *w, const st_tensor *x,
                             const int32_t *ids, st_error *err);
 

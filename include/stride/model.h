@@ -108,10 +108,18 @@ typedef struct st_model_load_options {
     st_progress_fn progress;  /* may be NULL */
     void *progress_ctx;
     int64_t n_ctx;            /* context the model will run at (selects phi3 long/short rope factors); 0 = n_ctx_train */
+    st_type weights_type;     /* ST_TYPE_F16 or ST_TYPE_BF16: dequantize every quantized tensor (the GEMM
+                                 weights and the token embedding) to that type at load, row by row from
+                                 the file, and plan the layout with the converted type, so that the
+                                 padding rule applies to them. 0 (zero-initialised options) or
+                                 ST_TYPE_COUNT: keep every tensor as stored (quantized weights then run
+                                 on the CPU backend only). Anything else is ST_ERROR_INVALID. */
 } st_model_load_options;
 
 /* Opens path, plans the layout for the backend's device, allocates one buffer and uploads
- * every tensor into its planned layout. */
+ * every tensor into its planned layout (converting quantized tensors when
+ * opt->weights_type asks). ST_ERROR_UNSUPPORTED for a quantized type stride cannot read,
+ * and for quantized weights kept as stored on a backend other than the CPU. */
 st_status st_model_load(const char *path, st_backend *backend, const st_model_load_options *opt,
                         st_model **out, st_error *err);
 void st_model_free(st_model *m);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "stride/quant.h"
 #include "stride/status.h"
 #include "stride/tensor.h"
 
@@ -48,6 +49,17 @@ static inline bool cpu_is_float_weight(const st_tensor *t) {
     }
 }
 
+/* A weight the products and row lookups read: a float weight, or a quantized one of a
+ * type src/quant/ dequantizes, whose nb[0] is the block size in bytes (rows are whole
+ * blocks). The type itself comes from a file: ops check it with
+ * st_quant_check_weight_type (an error, not an assert) before asserting this. */
+static inline bool cpu_is_weight(const st_tensor *t) {
+    if (cpu_is_float_weight(t)) return true;
+    const st_type_traits *tr = st_type_get_traits((uint32_t)t->type);
+    return tr != NULL && st_quant_supported(t->type) && t->nb[0] == tr->block_bytes &&
+           t->ne[0] % tr->block_size == 0;
+}
+
 /* ---- conversion to f32 ------------------------------------------------------------------ */
 
 static inline float cpu_f32_from_bits(uint32_t u) {
@@ -83,7 +95,8 @@ static inline float cpu_f16_to_f32(uint16_t h) {
 
 static inline float cpu_bf16_to_f32(uint16_t b) { return cpu_f32_from_bits((uint32_t)b << 16); }
 
-/* n elements of a weight row (F32/F16/BF16) to f32. */
+/* n elements of a weight row (F32/F16/BF16, or a supported quantized type with n a
+ * multiple of its block size) to f32. */
 static inline void cpu_row_to_f32(st_type type, const void *src, float *dst, int64_t n) {
     if (type == ST_TYPE_F16) {
         const uint16_t *s = (const uint16_t *)src;
@@ -91,9 +104,10 @@ static inline void cpu_row_to_f32(st_type type, const void *src, float *dst, int
     } else if (type == ST_TYPE_BF16) {
         const uint16_t *s = (const uint16_t *)src;
         for (int64_t i = 0; i < n; i++) dst[i] = cpu_bf16_to_f32(s[i]);
-    } else {
-        ST_ASSERT(type == ST_TYPE_F32);
+    } else if (type == ST_TYPE_F32) {
         memcpy(dst, src, (size_t)n * sizeof(float));
+    } else {
+        st_quant_dequantize_row(type, src, dst, n); /* asserts the type is supported */
     }
 }
 
@@ -136,7 +150,8 @@ int64_t st_cpu_mm_block_rows(int64_t k);
 
 /* y[c][n0 + r] = dot(W row n0 + r, x[c]) for r < rows, c < cols->n.
  * w_rows points at row n0 of a weight (type, row stride nb1, K elements per row);
- * scratch holds rows * K floats (unused for F32 weights, which are read in place). */
+ * scratch holds rows * K floats (unused for F32 weights, which are read in place;
+ * F16/BF16 rows are converted and quantized rows dequantized into it, block by block). */
 void st_cpu_mm_block(st_type type, const char *w_rows, size_t nb1, int64_t k, int64_t n0,
                      int64_t rows, const st_cpu_mm_cols *cols, float *scratch);
 

@@ -4,9 +4,10 @@
  *
  * The product y[n, m] = sum_k W[n, k] x[m, k] is organised for weight reuse:
  *   - OpenMP splits the rows of W into blocks of R rows (R * K f32 ~ 32 KiB, L1-sized);
- *   - a block is converted to f32 once (F16/BF16; F32 rows are read in place at their
- *     stride) and then used for every column m, so a prefill of M tokens converts each
- *     weight once, and a decode (M = 1) streams the weight exactly once;
+ *   - a block is converted to f32 once (F16/BF16 converted, quantized rows dequantized:
+ *     the weight stays quantized in memory; F32 rows are read in place at their stride)
+ *     and then used for every column m, so a prefill of M tokens converts each weight
+ *     once, and a decode (M = 1) streams the weight exactly once;
  *   - each output is cpu_dot_f32 of a row and a column (8 f32 lanes, a loop the
  *     compiler vectorises); the column stays in L1 while the block's rows pass over it.
  *     (A 4-row micro-kernel sharing the loads of x was tried: GCC vectorised its outer
@@ -26,8 +27,10 @@
 /* ---- get_rows ------------------------------------------------------------------------- */
 
 st_status st_cpu_get_rows(st_tensor *dst, const st_tensor *src, const int32_t *ids, st_error *err) {
-    /* dst F32 [K, M]; src [K, V] at any row stride; ids [M] */
-    ST_ASSERT(cpu_is_f32_rows(dst) && cpu_is_float_weight(src));
+    /* dst F32 [K, M]; src [K, V] at any row stride (float or quantized); ids [M] */
+    st_status status = st_quant_check_weight_type(src->type, "get_rows", err);
+    if (status != ST_OK) return status;
+    ST_ASSERT(cpu_is_f32_rows(dst) && cpu_is_weight(src));
     ST_ASSERT(dst->ne[0] == src->ne[0] && dst->ne[2] == 1 && dst->ne[3] == 1);
     ST_ASSERT(src->ne[2] == 1 && src->ne[3] == 1);
     const int64_t k = src->ne[0], v = src->ne[1], m_count = dst->ne[1];
@@ -82,8 +85,11 @@ void st_cpu_mm_block(st_type type, const char *w_rows, size_t nb1, int64_t k, in
 /* ---- mul_mat -------------------------------------------------------------------------- */
 
 st_status st_cpu_mul_mat(st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err) {
-    /* w [K, N] any nb[1]; x F32 [K, M...]; dst F32 [N, M...] (M... = ne[1..3] of x) */
-    ST_ASSERT(cpu_is_float_weight(w) && w->ne[2] == 1 && w->ne[3] == 1);
+    /* w [K, N] any nb[1] (float or quantized); x F32 [K, M...]; dst F32 [N, M...]
+     * (M... = ne[1..3] of x) */
+    st_status status = st_quant_check_weight_type(w->type, "mul_mat", err);
+    if (status != ST_OK) return status;
+    ST_ASSERT(cpu_is_weight(w) && w->ne[2] == 1 && w->ne[3] == 1);
     ST_ASSERT(cpu_is_f32_rows(x) && cpu_is_f32_rows(dst));
     ST_ASSERT(x->ne[0] == w->ne[0] && dst->ne[0] == w->ne[1]);
     ST_ASSERT(dst->ne[1] == x->ne[1] && dst->ne[2] == x->ne[2] && dst->ne[3] == x->ne[3]);

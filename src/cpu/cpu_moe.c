@@ -18,8 +18,11 @@
 st_status st_cpu_mul_mat_id(st_tensor *dst, const st_tensor *w, const st_tensor *x,
                             const int32_t *ids, st_error *err) {
     /* w [K, N, E] any nb[1], nb[2]; dst F32 [N, n_used, M]; ids [n_used, M];
-     * x F32 [K, M] or [K, 1, M] (shared by the slots of a token) or [K, n_used, M] */
-    ST_ASSERT(cpu_is_float_weight(w) && w->ne[3] == 1);
+     * x F32 [K, M] or [K, 1, M] (shared by the slots of a token) or [K, n_used, M];
+     * w float or quantized */
+    st_status status = st_quant_check_weight_type(w->type, "mul_mat_id", err);
+    if (status != ST_OK) return status;
+    ST_ASSERT(cpu_is_weight(w) && w->ne[3] == 1);
     const int64_t k = w->ne[0], n = w->ne[1], n_expert = w->ne[2];
     ST_ASSERT(cpu_is_f32_rows(dst) && dst->ne[0] == n && dst->ne[3] == 1);
     const int64_t n_used = dst->ne[1], m_count = dst->ne[2];

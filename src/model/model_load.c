@@ -6,8 +6,10 @@
 #include <string.h>
 
 #include "stride/model.h"
+#include "stride/quant.h"
 
 #define TENSOR_ALIGNMENT 256
+#define CONVERT_CHUNK_BYTES ((size_t)8 << 20) /* f32 rows dequantized at once when converting */
 
 static size_t align_up(size_t n) { return (n + TENSOR_ALIGNMENT - 1) / TENSOR_ALIGNMENT * TENSOR_ALIGNMENT; }
 
@@ -71,6 +73,118 @@ static st_status bind_tensor(st_model *m, st_tensor *t, const char *name, int64_
                             st_arch_name(hp->arch));
     }
     return ST_OK;
+}
+
+/* ---- quantized tensors: check, re-plan when converted, convert while uploading ---------- */
+
+/* The reason the planner records for a float GEMM weight when padding is off: the one
+ * layout_plan.c's policy resolution gives (kill switch, then the mode; `auto` resolved
+ * off otherwise). Only read when the plan has padding off. */
+static st_pad_reason pad_disabled_reason(const st_layout_policy *policy) {
+    if (policy->kill_switch) return ST_PAD_REASON_KILL_SWITCH;
+    if (policy->mode == ST_PAD_MODE_OFF) return ST_PAD_REASON_POLICY_OFF;
+    return ST_PAD_REASON_AUTO_OFF;
+}
+
+/* Checks every quantized tensor's type and, when a conversion is asked for, re-decides its
+ * layout entry with the converted type (F16/BF16 GEMM weights then follow the padding
+ * rule; the token embedding stays packed as a row lookup) and marks it in convert[].
+ * Keeping quantized weights is only possible on the CPU backend. */
+static st_status plan_quantized(st_model *m, const st_model_load_options *opt, bool *convert, st_error *err) {
+    const st_type to = opt->weights_type;
+    const bool keep = to == ST_TYPE_F32 || to == ST_TYPE_COUNT; /* 0: options left zeroed */
+    if (!keep && to != ST_TYPE_F16 && to != ST_TYPE_BF16)
+        return st_error_set(err, ST_ERROR_INVALID, "weights can be converted to f16 or bf16, not %s",
+                            st_type_name((uint32_t)to));
+    st_layout_plan *plan = &m->plan;
+    char kept[64] = ""; /* the quantized types kept as stored, for the message below */
+    for (uint64_t i = 0; i < plan->n_entries; i++) {
+        st_layout_entry *e = &plan->entries[i];
+        const st_type from = e->tensor.type;
+        const st_type_traits *tr = st_type_get_traits((uint32_t)from);
+        if (!tr || !tr->is_quantized) continue;
+        if (!st_quant_supported(from))
+            return st_error_set(err, ST_ERROR_UNSUPPORTED,
+                                "tensor '%.*s' has type %s, which stride cannot read (quantized types it reads: %s)",
+                                (int)e->name_len, e->name, tr->name, st_quant_supported_list());
+        if (keep) {
+            if (!strstr(kept, tr->name) && strlen(kept) + strlen(tr->name) + 3 < sizeof(kept)) {
+                if (kept[0]) strcat(kept, ", ");
+                strcat(kept, tr->name);
+            }
+            continue;
+        }
+        st_layout_entry converted;
+        st_layout_decide(e->role, to, e->tensor.ne, plan->pad_enabled, pad_disabled_reason(&opt->policy),
+                         plan->alias, plan->pad, &converted);
+        converted.name = e->name;
+        converted.name_len = e->name_len;
+        /* the totals: take the stored entry out, put the converted one in */
+        const size_t old_planned = st_tensor_nbytes(&e->tensor), new_planned = st_tensor_nbytes(&converted.tensor);
+        plan->n_padded -= e->padded ? 1 : 0;
+        plan->total_planned_bytes -= old_planned;
+        plan->total_packed_bytes -= old_planned - e->extra_bytes;
+        plan->total_extra_bytes -= e->extra_bytes;
+        plan->n_padded += converted.padded ? 1 : 0;
+        plan->total_planned_bytes += new_planned;
+        plan->total_packed_bytes += new_planned - converted.extra_bytes;
+        plan->total_extra_bytes += converted.extra_bytes;
+        *e = converted;
+        convert[i] = true;
+    }
+    if (kept[0] && m->backend->device.backend != ST_BACKEND_CPU)
+        return st_error_set(err, ST_ERROR_UNSUPPORTED,
+                            "quantized weights (%s) run on the CPU backend only so far; use --weights f16 "
+                            "(or bf16) to convert them at load, or --backend cpu",
+                            kept);
+    return ST_OK;
+}
+
+/* Uploads a quantized tensor from the file (packed rows of type `from`) into t, its
+ * planned F16/BF16 layout: chunks of rows are dequantized to f32, rounded to t's type and
+ * uploaded as a view of those rows (rows are evenly spaced by nb[1], experts too, since
+ * nb[2] = nb[1] * N). The whole tensor is never held converted in host memory. */
+static st_status upload_converted(st_backend *backend, st_tensor *t, st_type from, const void *file_data,
+                                  st_error *err) {
+    ST_ASSERT(t->type == ST_TYPE_F16 || t->type == ST_TYPE_BF16);
+    ST_ASSERT(st_tensor_has_contiguous_rows(t));
+    const int64_t k = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
+    size_t src_row = 0;
+    const bool row_ok = st_type_row_bytes(from, k, &src_row);
+    ST_ASSERT(row_ok); /* the GGUF reader validated the shape */
+    const size_t dst_row = st_tensor_row_bytes(t);
+    if (rows == 0 || k == 0) return ST_OK;
+    int64_t chunk = (int64_t)(CONVERT_CHUNK_BYTES / ((size_t)k * sizeof(float)));
+    if (chunk < 1) chunk = 1;
+    if (chunk > rows) chunk = rows;
+    float *f32 = malloc((size_t)chunk * (size_t)k * sizeof(float)); /* [chunk, K] */
+    uint16_t *packed = malloc((size_t)chunk * dst_row);              /* [chunk, K] in t's type */
+    if (!f32 || !packed) {
+        free(f32);
+        free(packed);
+        return st_error_set(err, ST_ERROR_NOMEM, "no memory to convert %lld rows of %lld values", (long long)chunk,
+                            (long long)k);
+    }
+    st_status s = ST_OK;
+    for (int64_t r0 = 0; r0 < rows && s == ST_OK; r0 += chunk) {
+        const int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < n; r++) {
+            float *row = f32 + r * k;
+            st_quant_dequantize_row(from, (const char *)file_data + (size_t)(r0 + r) * src_row, row, k);
+            if (t->type == ST_TYPE_F16) st_f32_to_f16_row(row, packed + r * k, (size_t)k);
+            else st_f32_to_bf16_row(row, packed + r * k, (size_t)k);
+        }
+        st_tensor view = *t; /* rows r0 .. r0 + n as one 2D tensor */
+        view.ne[1] = n;
+        view.ne[2] = view.ne[3] = 1;
+        view.nb[2] = view.nb[3] = view.nb[1] * (size_t)n;
+        view.data = (char *)t->data + (size_t)r0 * t->nb[1];
+        s = backend->iface->upload_weight(backend, &view, packed, err);
+    }
+    free(f32);
+    free(packed);
+    return s;
 }
 
 /* Every block has what the forward pass needs, in the shapes the hyperparameters say. */
@@ -138,6 +252,7 @@ static st_status check_layers(const st_model *m, st_error *err) {
 st_status st_model_load(const char *path, st_backend *backend, const st_model_load_options *opt, st_model **out,
                         st_error *err) {
     *out = NULL;
+    bool *convert = NULL;
     st_model *m = calloc(1, sizeof(*m));
     if (!m) return st_error_set(err, ST_ERROR_NOMEM, "out of memory");
     m->backend = backend;
@@ -149,10 +264,12 @@ st_status st_model_load(const char *path, st_backend *backend, const st_model_lo
     m->n_tensors = m->plan.n_entries;
     m->tensors = calloc(m->n_tensors ? m->n_tensors : 1, sizeof(st_tensor));
     m->layers = calloc((size_t)m->hp.n_layer, sizeof(st_layer_weights));
-    if (!m->tensors || !m->layers) {
+    convert = calloc(m->n_tensors ? m->n_tensors : 1, sizeof(bool)); /* [n_tensors] load converted */
+    if (!m->tensors || !m->layers || !convert) {
         s = st_error_set(err, ST_ERROR_NOMEM, "out of memory");
         goto fail;
     }
+    if ((s = plan_quantized(m, opt, convert, err)) != ST_OK) goto fail_wrap;
     size_t total = 0;
     for (uint64_t i = 0; i < m->n_tensors; i++) total += align_up(st_tensor_nbytes(&m->plan.entries[i].tensor));
     if ((s = backend->iface->alloc(backend, total, &m->weights_buffer, err)) != ST_OK) {
@@ -170,7 +287,9 @@ st_status st_model_load(const char *path, st_backend *backend, const st_model_lo
         *t = e->tensor;
         t->data = (char *)m->weights_buffer + offset;
         offset += align_up(st_tensor_nbytes(t));
-        if ((s = backend->iface->upload_weight(backend, t, info->data, err)) != ST_OK) goto fail_wrap;
+        if (convert[i]) s = upload_converted(backend, t, info->type, info->data, err);
+        else s = backend->iface->upload_weight(backend, t, info->data, err);
+        if (s != ST_OK) goto fail_wrap;
         done += info->nbytes;
         if (opt->progress) opt->progress(opt->progress_ctx, done, st_gguf_file_size(m->file));
         char name[96];
@@ -179,12 +298,14 @@ st_status st_model_load(const char *path, st_backend *backend, const st_model_lo
     }
     if (!m->output) m->output = m->token_embd; /* tied: the output reads the packed embedding */
     if ((s = check_layers(m, err)) != ST_OK) goto fail_wrap;
+    free(convert);
     *out = m;
     return ST_OK;
 
 fail_wrap:
     st_error_wrap(err, "loading %s", path);
 fail:
+    free(convert);
     st_model_free(m);
     return s;
 }
