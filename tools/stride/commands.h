@@ -6,5 +6,7 @@
 int st_cmd_synth(int argc, char **argv);
 int st_cmd_inspect(int argc, char **argv);
 int st_cmd_run(int argc, char **argv);
+int st_cmd_perplexity(int argc, char **argv);
+int st_cmd_tokenize(int argc, char **argv);
 
 #endif

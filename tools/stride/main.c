@@ -14,7 +14,9 @@ typedef struct command {
 static const command commands[] = {
     {"synth", "write a GGUF with random weights and the shapes of a real model", st_cmd_synth},
     {"inspect", "show a GGUF file's metadata, tensors and weight layout", st_cmd_inspect},
-    {"run", "evaluate a prompt and generate (greedy), printing token ids", st_cmd_run},
+    {"run", "generate text from a prompt (sampling or greedy), streaming it out", st_cmd_run},
+    {"perplexity", "perplexity of a model over a text file (llama.cpp's method)", st_cmd_perplexity},
+    {"tokenize", "print the token ids of a text with a model's vocabulary", st_cmd_tokenize},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))

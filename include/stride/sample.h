@@ -1,0 +1,116 @@
+/*
+ * stride: token sampling.
+ *
+ * The chain is llama.cpp's (common/sampling defaults), in this order:
+ *   repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw
+ * so top-k/top-p/min-p see the untempered distribution, and temperature only reshapes
+ * what survived. temp == 0 is greedy: the repetition penalty still applies, then the
+ * largest logit wins (the lowest id among equal logits).
+ *
+ * Random numbers come from PCG32 (M. O'Neill, "PCG: A Family of Simple Fast
+ * Space-Efficient Statistically Good Algorithms for Random Number Generation", 2014;
+ * the pcg32 variant XSH-RR with a 64-bit LCG state, multiplier 6364136223846793005):
+ * integer arithmetic only, so a seed gives the same stream on every platform.
+ *
+ * The filter stages work on an st_candidates array (like llama.cpp's token data array)
+ * and are public so that each can be tested on hand-made logits.
+ */
+#ifndef STRIDE_SAMPLE_H
+#define STRIDE_SAMPLE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "stride/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- PCG32 ---- */
+
+typedef struct st_rng {
+    uint64_t state;
+    uint64_t inc; /* odd: selects one of 2^63 streams */
+} st_rng;
+
+/* pcg32_srandom_r(seed, stream): the reference seeding procedure. */
+void st_rng_seed(st_rng *r, uint64_t seed, uint64_t stream);
+uint32_t st_rng_u32(st_rng *r);
+/* Uniform in [0, 1) with 53 random bits (two draws: high 27 bits, then 26). */
+double st_rng_uniform(st_rng *r);
+
+/* ---- candidates ---- */
+
+typedef struct st_token_prob {
+    int32_t id;
+    float logit;
+    float p; /* valid after st_candidates_softmax */
+} st_token_prob;
+
+typedef struct st_candidates {
+    st_token_prob *data;
+    int64_t size;
+    bool sorted; /* descending logit, ties by ascending id */
+} st_candidates;
+
+/* Fills c (capacity n at least) with ids 0..n-1 and their logits, unsorted. */
+void st_candidates_from_logits(st_candidates *c, const float *logits, int64_t n);
+/* Sorts the whole array (descending logit, ascending id among equals). */
+void st_candidates_sort(st_candidates *c);
+/* p = softmax(logit) over the surviving candidates, computed in double; sorts. */
+void st_candidates_softmax(st_candidates *c);
+
+/* Each filter keeps at least one candidate. */
+/* Logits of the ids in last[0..n_last) (each distinct id once): positive ones divided by
+ * penalty, the others multiplied by it (llama.cpp's repeat penalty). penalty 1 = off.
+ * Expects c unsorted and complete (c->data[id].id == id), as st_candidates_from_logits
+ * leaves it. */
+void st_sample_repetition_penalty(st_candidates *c, const int32_t *last, int64_t n_last, float penalty);
+/* Keeps the k largest; k <= 0 or k >= size = off. */
+void st_sample_top_k(st_candidates *c, int32_t k);
+/* Keeps the smallest prefix (by probability) whose mass reaches p; p >= 1 = off. */
+void st_sample_top_p(st_candidates *c, float p);
+/* Keeps the tokens with probability >= min_p * (largest probability); min_p <= 0 = off. */
+void st_sample_min_p(st_candidates *c, float min_p);
+/* Divides every logit by temp (> 0). */
+void st_sample_temperature(st_candidates *c, float temp);
+/* Draws one id from softmax(logits) with one uniform from r. */
+int32_t st_sample_draw(st_candidates *c, st_rng *r);
+
+/* ---- the sampler ---- */
+
+typedef struct st_sampler_params {
+    float temp;            /* >= 0; 0 = greedy */
+    int32_t top_k;         /* >= 0; 0 = off */
+    float top_p;           /* (0, 1]; 1 = off */
+    float min_p;           /* [0, 1); 0 = off */
+    float repeat_penalty;  /* > 0; 1 = off */
+    int32_t repeat_last_n; /* >= 0 tokens of history the penalty looks at; 0 = off */
+    uint64_t seed;
+} st_sampler_params;
+
+/* llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1
+ * (off) over the last 64 tokens, seed 0. */
+st_sampler_params st_sampler_params_default(void);
+
+/* ST_ERROR_INVALID with a message naming the parameter, its value and the valid range. */
+st_status st_sampler_params_check(const st_sampler_params *p, st_error *err);
+
+typedef struct st_sampler st_sampler;
+
+st_status st_sampler_init(const st_sampler_params *p, int64_t n_vocab, st_sampler **out, st_error *err);
+void st_sampler_free(st_sampler *s);
+
+/* Records a token in the penalty history (prompt tokens too, as llama.cpp does). */
+void st_sampler_accept(st_sampler *s, int32_t id);
+
+/* Picks the next token from n_vocab logits (not modified). ST_ERROR_INVALID when the
+ * logits hold a NaN or no finite value. Does not accept the token. */
+st_status st_sampler_sample(st_sampler *s, const float *logits, int32_t *out, st_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRIDE_SAMPLE_H */

@@ -1,0 +1,193 @@
+/* The sampling stages on a candidate array: repetition penalty, top-k, top-p, min-p,
+ * temperature and the draw. Semantics are llama.cpp's (src/llama-sampling.cpp); every
+ * filter keeps at least one candidate. Order among candidates is always deterministic:
+ * descending logit, ascending id among equal logits. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stride/sample.h"
+
+static int cmp_desc(const st_token_prob *a, const st_token_prob *b) {
+    if (a->logit > b->logit) return -1;
+    if (a->logit < b->logit) return 1;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+static int cmp_desc_void(const void *a, const void *b) { return cmp_desc(a, b); }
+
+static void swap_tp(st_token_prob *a, int64_t i, int64_t j) {
+    st_token_prob t = a[i];
+    a[i] = a[j];
+    a[j] = t;
+}
+
+/* Quickselect: afterwards a[0..k) holds the k first elements in cmp_desc order (in no
+ * particular order among themselves). O(n) expected; the order is a total order (ids are
+ * distinct), so the result does not depend on the pivot choices. */
+static void select_top(st_token_prob *a, int64_t n, int64_t k) {
+    ST_ASSERT(k >= 1 && k <= n);
+    const int64_t t = k - 1;
+    int64_t lo = 0, hi = n - 1;
+    while (hi > lo) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (cmp_desc(&a[mid], &a[lo]) < 0) swap_tp(a, lo, mid);
+        if (cmp_desc(&a[hi], &a[lo]) < 0) swap_tp(a, lo, hi);
+        if (cmp_desc(&a[hi], &a[mid]) < 0) swap_tp(a, mid, hi);
+        st_token_prob pivot = a[mid];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (cmp_desc(&a[i], &pivot) < 0) i++;
+            while (cmp_desc(&a[j], &pivot) > 0) j--;
+            if (i <= j) {
+                swap_tp(a, i, j);
+                i++;
+                j--;
+            }
+        }
+        if (t <= j)
+            hi = j;
+        else if (t >= i)
+            lo = i;
+        else
+            break; /* t sits between the partitions: it is the pivot, in place */
+    }
+}
+
+/* Makes c->data[0..k) the k first candidates, sorted. */
+static void sort_prefix(st_candidates *c, int64_t k) {
+    if (c->sorted) return;
+    if (k >= c->size) {
+        st_candidates_sort(c);
+        return;
+    }
+    select_top(c->data, c->size, k);
+    qsort(c->data, (size_t)k, sizeof(st_token_prob), cmp_desc_void);
+}
+
+void st_candidates_from_logits(st_candidates *c, const float *logits, int64_t n) {
+    for (int64_t i = 0; i < n; i++) c->data[i] = (st_token_prob){.id = (int32_t)i, .logit = logits[i], .p = 0.0f};
+    c->size = n;
+    c->sorted = false;
+}
+
+void st_candidates_sort(st_candidates *c) {
+    if (!c->sorted) qsort(c->data, (size_t)c->size, sizeof(st_token_prob), cmp_desc_void);
+    c->sorted = true;
+}
+
+static float max_logit(const st_candidates *c) {
+    float m = c->data[0].logit;
+    for (int64_t i = 1; i < c->size; i++)
+        if (c->data[i].logit > m) m = c->data[i].logit;
+    return m;
+}
+
+/* Sets p for every candidate (softmax in double, no sorting); returns nothing. */
+static void probs_unsorted(st_candidates *c) {
+    const double m = max_logit(c);
+    double sum = 0.0;
+    for (int64_t i = 0; i < c->size; i++) sum += exp((double)c->data[i].logit - m);
+    for (int64_t i = 0; i < c->size; i++) c->data[i].p = (float)(exp((double)c->data[i].logit - m) / sum);
+}
+
+void st_candidates_softmax(st_candidates *c) {
+    ST_ASSERT(c->size > 0);
+    st_candidates_sort(c);
+    probs_unsorted(c);
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+void st_sample_repetition_penalty(st_candidates *c, const int32_t *last, int64_t n_last, float penalty) {
+    if (penalty == 1.0f || n_last <= 0) return;
+    ST_ASSERT(!c->sorted);
+    int32_t *ids = malloc((size_t)n_last * sizeof(int32_t));
+    if (!ids) { /* defensive: fall back to a quadratic de-duplication */
+        for (int64_t i = 0; i < n_last; i++) {
+            bool seen = false;
+            for (int64_t j = 0; j < i && !seen; j++) seen = last[j] == last[i];
+            if (seen || last[i] < 0 || last[i] >= c->size) continue;
+            st_token_prob *t = &c->data[last[i]];
+            t->logit = t->logit <= 0.0f ? t->logit * penalty : t->logit / penalty;
+        }
+        return;
+    }
+    memcpy(ids, last, (size_t)n_last * sizeof(int32_t));
+    qsort(ids, (size_t)n_last, sizeof(int32_t), cmp_i32);
+    for (int64_t i = 0; i < n_last; i++) {
+        if (i > 0 && ids[i] == ids[i - 1]) continue;
+        if (ids[i] < 0 || ids[i] >= c->size) continue;
+        st_token_prob *t = &c->data[ids[i]];
+        ST_ASSERT(t->id == ids[i]);
+        t->logit = t->logit <= 0.0f ? t->logit * penalty : t->logit / penalty;
+    }
+    free(ids);
+}
+
+void st_sample_top_k(st_candidates *c, int32_t k) {
+    if (k <= 0 || k >= c->size) return;
+    sort_prefix(c, k);
+    c->size = k;
+    c->sorted = true;
+}
+
+void st_sample_top_p(st_candidates *c, float p) {
+    if (p >= 1.0f || c->size <= 1) return;
+    probs_unsorted(c); /* probabilities over every candidate, before any cut */
+    /* Only the head of the distribution is ever needed: sort a growing prefix until its
+     * mass reaches p, instead of the whole (vocabulary-sized) array. */
+    int64_t have = 0;
+    double cum = 0.0;
+    for (int64_t m = 256;; m *= 8) {
+        if (m > c->size) m = c->size;
+        sort_prefix(c, m);
+        for (int64_t i = have; i < m; i++) {
+            cum += c->data[i].p;
+            if (cum >= (double)p) {
+                c->size = i + 1;
+                c->sorted = true;
+                return;
+            }
+        }
+        have = m;
+        if (m == c->size) break;
+    }
+    c->sorted = true; /* rounding left the total just under p: keep everything */
+}
+
+void st_sample_min_p(st_candidates *c, float min_p) {
+    if (min_p <= 0.0f || c->size <= 1) return;
+    /* p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p) */
+    const double threshold = (double)max_logit(c) + log((double)min_p);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < c->size; i++)
+        if ((double)c->data[i].logit >= threshold) c->data[kept++] = c->data[i];
+    ST_ASSERT(kept >= 1); /* the maximum always passes */
+    c->size = kept;       /* compaction keeps the order, sorted or not */
+}
+
+void st_sample_temperature(st_candidates *c, float temp) {
+    ST_ASSERT(temp > 0.0f);
+    for (int64_t i = 0; i < c->size; i++) c->data[i].logit /= temp;
+}
+
+int32_t st_sample_draw(st_candidates *c, st_rng *r) {
+    ST_ASSERT(c->size > 0);
+    const double m = max_logit(c);
+    double total = 0.0;
+    for (int64_t i = 0; i < c->size; i++) total += exp((double)c->data[i].logit - m);
+    const double target = st_rng_uniform(r) * total;
+    double cum = 0.0;
+    int64_t last_nonzero = 0;
+    for (int64_t i = 0; i < c->size; i++) {
+        double w = exp((double)c->data[i].logit - m);
+        if (w > 0.0) last_nonzero = i;
+        cum += w;
+        if (target < cum) return c->data[i].id;
+    }
+    return c->data[last_nonzero].id; /* target == total after rounding */
+}

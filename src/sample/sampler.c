@@ -1,0 +1,127 @@
+/* The sampler: parameters, the penalty history (a ring of the last repeat_last_n tokens),
+ * the candidate buffer (one entry per vocabulary id) and the random stream. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "stride/sample.h"
+
+/* Fixed PCG32 stream: a seed alone selects the sequence. */
+#define ST_SAMPLER_RNG_STREAM 0u
+
+struct st_sampler {
+    st_sampler_params p;
+    int64_t n_vocab;
+    st_token_prob *cand; /* [n_vocab] */
+    int32_t *history;    /* ring of [repeat_last_n] */
+    int64_t n_history;   /* tokens accepted so far, capped at repeat_last_n */
+    int64_t history_head;/* next slot to write */
+    int32_t *last;       /* [repeat_last_n] scratch: the ring unrolled */
+    st_rng rng;
+};
+
+st_sampler_params st_sampler_params_default(void) {
+    st_sampler_params p = {.temp = 0.8f,
+                           .top_k = 40,
+                           .top_p = 0.95f,
+                           .min_p = 0.05f,
+                           .repeat_penalty = 1.0f,
+                           .repeat_last_n = 64,
+                           .seed = 0};
+    return p;
+}
+
+st_status st_sampler_params_check(const st_sampler_params *p, st_error *err) {
+    /* Written as !(valid) so that NaN is rejected too. */
+    if (!(p->temp >= 0.0f) || isinf(p->temp))
+        return st_error_set(err, ST_ERROR_INVALID, "temperature %g is invalid: it must be >= 0 (0 = greedy)",
+                            (double)p->temp);
+    if (p->top_k < 0)
+        return st_error_set(err, ST_ERROR_INVALID, "top-k %d is invalid: it must be >= 0 (0 = off)", p->top_k);
+    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
+        return st_error_set(err, ST_ERROR_INVALID, "top-p %g is invalid: it must be in (0, 1] (1 = off)",
+                            (double)p->top_p);
+    if (!(p->min_p >= 0.0f && p->min_p < 1.0f))
+        return st_error_set(err, ST_ERROR_INVALID, "min-p %g is invalid: it must be in [0, 1) (0 = off)",
+                            (double)p->min_p);
+    if (!(p->repeat_penalty > 0.0f) || isinf(p->repeat_penalty))
+        return st_error_set(err, ST_ERROR_INVALID, "repeat penalty %g is invalid: it must be > 0 (1 = off)",
+                            (double)p->repeat_penalty);
+    if (p->repeat_last_n < 0)
+        return st_error_set(err, ST_ERROR_INVALID, "repeat-last-n %d is invalid: it must be >= 0 (0 = off)",
+                            p->repeat_last_n);
+    return ST_OK;
+}
+
+st_status st_sampler_init(const st_sampler_params *p, int64_t n_vocab, st_sampler **out, st_error *err) {
+    *out = NULL;
+    st_status st = st_sampler_params_check(p, err);
+    if (st != ST_OK) return st;
+    if (n_vocab <= 0 || n_vocab > INT32_MAX)
+        return st_error_set(err, ST_ERROR_INVALID, "vocabulary size %lld is invalid", (long long)n_vocab);
+    st_sampler *s = calloc(1, sizeof(*s));
+    if (!s) return st_error_set(err, ST_ERROR_NOMEM, "out of memory");
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->cand = malloc((size_t)n_vocab * sizeof(st_token_prob));
+    size_t nh = p->repeat_last_n > 0 ? (size_t)p->repeat_last_n : 1;
+    s->history = malloc(nh * sizeof(int32_t));
+    s->last = malloc(nh * sizeof(int32_t));
+    if (!s->cand || !s->history || !s->last) {
+        st_sampler_free(s);
+        return st_error_set(err, ST_ERROR_NOMEM, "out of memory for a %lld-token sampler", (long long)n_vocab);
+    }
+    st_rng_seed(&s->rng, p->seed, ST_SAMPLER_RNG_STREAM);
+    *out = s;
+    return ST_OK;
+}
+
+void st_sampler_free(st_sampler *s) {
+    if (!s) return;
+    free(s->cand);
+    free(s->history);
+    free(s->last);
+    free(s);
+}
+
+void st_sampler_accept(st_sampler *s, int32_t id) {
+    const int64_t cap = s->p.repeat_last_n;
+    if (cap <= 0) return;
+    s->history[s->history_head] = id;
+    s->history_head = (s->history_head + 1) % cap;
+    if (s->n_history < cap) s->n_history++;
+}
+
+/* The history, oldest first, into s->last. */
+static int64_t unroll_history(st_sampler *s) {
+    const int64_t cap = s->p.repeat_last_n, n = s->n_history;
+    int64_t start = (s->history_head - n + cap) % (cap > 0 ? cap : 1);
+    for (int64_t i = 0; i < n; i++) s->last[i] = s->history[(start + i) % cap];
+    return n;
+}
+
+st_status st_sampler_sample(st_sampler *s, const float *logits, int32_t *out, st_error *err) {
+    const int64_t V = s->n_vocab;
+    bool any_finite = false;
+    for (int64_t i = 0; i < V; i++) {
+        if (isnan(logits[i]))
+            return st_error_set(err, ST_ERROR_INVALID, "the logits hold a NaN (token %lld)", (long long)i);
+        any_finite |= isfinite(logits[i]) != 0;
+    }
+    if (!any_finite) return st_error_set(err, ST_ERROR_INVALID, "the logits hold no finite value");
+    st_candidates c = {.data = s->cand};
+    st_candidates_from_logits(&c, logits, V);
+    st_sample_repetition_penalty(&c, s->last, unroll_history(s), s->p.repeat_penalty);
+    if (s->p.temp == 0.0f) {
+        int64_t best = 0; /* the first (lowest id) of equal maxima */
+        for (int64_t i = 1; i < V; i++)
+            if (c.data[i].logit > c.data[best].logit) best = i;
+        *out = c.data[best].id;
+        return ST_OK;
+    }
+    st_sample_top_k(&c, s->p.top_k);
+    st_sample_top_p(&c, s->p.top_p);
+    st_sample_min_p(&c, s->p.min_p);
+    st_sample_temperature(&c, s->p.temp);
+    *out = st_sample_draw(&c, &s->rng);
+    return ST_OK;
+}
