@@ -7,10 +7,10 @@
 #include "cli.h"
 #include "commands.h"
 #include "stride/backend.h"
-#include "stride/cpu_ops.h"
 #include "stride/model.h"
 #include "stride/perplexity.h"
 #include "stride/tokenizer.h"
+#include "model_flags.h"
 #include "text_input.h"
 
 static const char *CMD = "perplexity";
@@ -34,12 +34,7 @@ static void usage(FILE *out) {
             "  -b, --batch-size N       tokens per forward pass (default 512); scoring keeps\n"
             "                           min(N, CTX/2) x vocabulary logits in memory\n"
             "  --chunks N               score only the first N chunks (default: all)\n"
-            "  --kv-type f16|f32        KV cache type (default f16)\n"
-            "  --backend cpu|cuda       (default: cuda when a GPU is present, else cpu)\n"
-            "  -t, --threads N          CPU threads (default: all cores)\n"
-            "  --pad-weights on|off|auto  weight layout policy (default auto)\n"
-            "  --weights f16|bf16       convert quantized weights to this type at load (the padded\n"
-            "                           layout then applies to them; default: keep them quantized)\n");
+            CLI_MODEL_FLAGS_HELP);
 }
 
 typedef struct chunk_printer {
@@ -79,8 +74,8 @@ static int32_t chunk_bos(const st_gguf_file *f, const st_tokenizer *tok) {
 
 int st_cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL, *ids_path = NULL, *ctx_arg = NULL, *batch_arg = NULL,
-               *chunks_arg = NULL, *kv_arg = NULL, *backend_arg = NULL, *threads_arg = NULL, *pad_arg = NULL;
-    const char *weights_arg = NULL; /* --weights f16|bf16 */
+               *chunks_arg = NULL;
+    cli_model_flags mf = {0};
     for (int i = 1; i < argc; i++) {
         bool missing = false;
         const char *a = argv[i];
@@ -98,12 +93,7 @@ int st_cmd_perplexity(int argc, char **argv) {
             cli_take_value(argc, argv, &i, "-b", &batch_arg, &missing) ||
             cli_take_value(argc, argv, &i, "--batch-size", &batch_arg, &missing) ||
             cli_take_value(argc, argv, &i, "--chunks", &chunks_arg, &missing) ||
-            cli_take_value(argc, argv, &i, "--kv-type", &kv_arg, &missing) ||
-            cli_take_value(argc, argv, &i, "--backend", &backend_arg, &missing) ||
-            cli_take_value(argc, argv, &i, "-t", &threads_arg, &missing) ||
-            cli_take_value(argc, argv, &i, "--threads", &threads_arg, &missing) ||
-            cli_take_value(argc, argv, &i, "--pad-weights", &pad_arg, &missing) ||
-            cli_take_value(argc, argv, &i, "--weights", &weights_arg, &missing)) {
+            cli_take_model_flag(argc, argv, &i, &mf, &missing)) {
             if (missing) return cli_usage_error(CMD, "%s needs a value", a);
         } else {
             return cli_usage_error(CMD, "unknown argument '%s'", a);
@@ -112,31 +102,18 @@ int st_cmd_perplexity(int argc, char **argv) {
     if (!model_path) return cli_usage_error(CMD, "no model given (-m FILE)");
     if (!text_path && !ids_path) return cli_usage_error(CMD, "no text given (-f FILE or --tokens FILE)");
     if (text_path && ids_path) return cli_usage_error(CMD, "give -f or --tokens, not both");
-    uint64_t n_ctx = 512, n_batch = 512, max_chunks = 0, threads = 0;
+    uint64_t n_ctx = 512, n_batch = 512, max_chunks = 0;
     if (ctx_arg && (!cli_parse_u64(ctx_arg, &n_ctx) || n_ctx < 3 || n_ctx > INT32_MAX))
         return cli_usage_error(CMD, "-c: '%s' is not a chunk length (at least 3 tokens)", ctx_arg);
     if (batch_arg && (!cli_parse_u64(batch_arg, &n_batch) || n_batch == 0 || n_batch > 65536))
         return cli_usage_error(CMD, "-b: '%s' is not a batch size (1..65536)", batch_arg);
     if (chunks_arg && (!cli_parse_u64(chunks_arg, &max_chunks) || max_chunks == 0 || max_chunks > INT32_MAX))
         return cli_usage_error(CMD, "--chunks: '%s' is not a positive count", chunks_arg);
-    if (threads_arg && (!cli_parse_u64(threads_arg, &threads) || threads == 0 || threads > 4096))
-        return cli_usage_error(CMD, "-t: '%s' is not a thread count", threads_arg);
-    st_type kv_type = ST_TYPE_F16;
-    if (kv_arg && (!st_type_from_name(kv_arg, &kv_type) || (kv_type != ST_TYPE_F16 && kv_type != ST_TYPE_F32)))
-        return cli_usage_error(CMD, "--kv-type: '%s' is not f16 or f32", kv_arg);
-    st_type weights_type = ST_TYPE_COUNT; /* keep as stored */
-    if (weights_arg && (!st_type_from_name(weights_arg, &weights_type) ||
-                        (weights_type != ST_TYPE_F16 && weights_type != ST_TYPE_BF16)))
-        return cli_usage_error(CMD, "--weights: '%s' is not f16 or bf16", weights_arg);
+    cli_model_setup setup;
+    int usage_rc = cli_model_setup_resolve(CMD, &mf, &setup);
+    if (usage_rc != ST_EXIT_OK) return usage_rc;
+    setup.load.n_ctx = (int64_t)n_ctx;
     st_error err = {0};
-    st_model_load_options lo = {0};
-    lo.weights_type = weights_type;
-    st_backend_kind kind = st_backend_default();
-    if ((backend_arg && st_backend_parse(backend_arg, &kind, &err) != ST_OK) ||
-        st_layout_policy_resolve(&lo.policy, pad_arg, NULL, NULL, &err) != ST_OK)
-        return cli_usage_error(CMD, "%s", err.message);
-    if (threads) st_cpu_set_threads((int)threads);
-    lo.n_ctx = (int64_t)n_ctx;
 
     int rc = ST_EXIT_FAILURE;
     char *text = NULL;
@@ -180,28 +157,22 @@ int st_cmd_perplexity(int argc, char **argv) {
         goto done;
     }
 
-    cli_progress progress;
-    cli_progress_begin(&progress, "loading");
-    lo.progress = cli_progress_update;
-    lo.progress_ctx = &progress;
-    double t_load0 = cli_now_seconds();
-    if (st_backend_init(kind, 0, &backend, &err) != ST_OK || st_model_load(model_path, backend, &lo, &model, &err) != ST_OK)
-        goto done;
-    cli_progress_end(&progress);
+    double t_load = 0.0;
+    if (cli_model_open(model_path, &setup, &backend, &model, &t_load, &err) != ST_OK) goto done;
     if ((int64_t)n_ctx > model->hp.n_ctx_train)
         fprintf(stderr, "stride perplexity: warning: -c %llu exceeds the %lld tokens the model was trained on\n",
                 (unsigned long long)n_ctx, (long long)model->hp.n_ctx_train);
     st_session_options so = st_session_options_default();
     so.n_ctx = (int64_t)n_ctx;
     so.n_ubatch = (int64_t)(n_batch < n_ctx ? n_batch : n_ctx);
-    so.kv_type = kv_type;
+    so.kv_type = setup.kv_type;
     if (st_session_init(model, &so, &session, &err) != ST_OK) goto done;
     int64_t n_chunks = n_tokens / (int64_t)n_ctx;
     if (max_chunks && (int64_t)max_chunks < n_chunks) n_chunks = (int64_t)max_chunks;
     fprintf(stderr,
             "stride perplexity: loaded in %.2f s (%s, %s); %lld chunks of %llu tokens, scoring the last %llu of each, "
             "BOS per chunk: %s\n",
-            cli_now_seconds() - t_load0, backend->device.name, model->plan.pad_enabled ? "padded layout" : "packed layout",
+            t_load, backend->device.name, model->plan.pad_enabled ? "padded layout" : "packed layout",
             (long long)n_chunks, (unsigned long long)n_ctx, (unsigned long long)(n_ctx - 1 - n_ctx / 2),
             bos >= 0 ? "yes" : "no");
 

@@ -11,11 +11,11 @@
 #include "cli.h"
 #include "commands.h"
 #include "stride/backend.h"
-#include "stride/cpu_ops.h"
 #include "stride/model.h"
 #include "stride/npy.h"
 #include "stride/sample.h"
 #include "stride/tokenizer.h"
+#include "model_flags.h"
 #include "text_input.h"
 
 static const char *CMD = "run";
@@ -53,12 +53,7 @@ static void usage(FILE *out) {
             "model and backend:\n"
             "  -c, --ctx-size N         context length (default: prompt + n, at least 512)\n"
             "  -ub, --ubatch-size N     tokens per forward pass (default 512)\n"
-            "  --kv-type f16|f32        KV cache type (default f16)\n"
-            "  --backend cpu|cuda       (default: cuda when a GPU is present, else cpu)\n"
-            "  -t, --threads N          CPU threads (default: all cores)\n"
-            "  --pad-weights on|off|auto  weight layout policy (default auto)\n"
-            "  --weights f16|bf16       convert quantized weights to this type at load (the padded\n"
-            "                           layout then applies to them; default: keep them quantized)\n"
+            CLI_MODEL_FLAGS_HELP
             "  --logits-out FILE.npy    write the logits of every evaluated position (prompt and\n"
             "                           generated) as float32 of shape (positions, vocab)\n");
 }
@@ -142,11 +137,10 @@ static void emit_end(emitter *e) {
 
 int st_cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *tokens_arg = NULL, *n_arg = NULL, *temp_arg = NULL, *ctx_arg = NULL,
-               *ub_arg = NULL, *kv_arg = NULL, *backend_arg = NULL, *threads_arg = NULL, *pad_arg = NULL,
-               *logits_path = NULL, *decode_arg = NULL, *prompt_arg = NULL, *file_arg = NULL, *top_k_arg = NULL,
+               *ub_arg = NULL, *logits_path = NULL, *decode_arg = NULL, *prompt_arg = NULL, *file_arg = NULL, *top_k_arg = NULL,
                *top_p_arg = NULL, *min_p_arg = NULL, *penalty_arg = NULL, *last_n_arg = NULL, *seed_arg = NULL;
     bool ignore_eos = false, echo = false;
-    const char *weights_arg = NULL; /* --weights f16|bf16 */
+    cli_model_flags mf = {0};
     for (int i = 1; i < argc; i++) {
         bool missing = false;
         const char *a = argv[i];
@@ -179,12 +173,7 @@ int st_cmd_run(int argc, char **argv) {
                    cli_take_value(argc, argv, &i, "--ctx-size", &ctx_arg, &missing) ||
                    cli_take_value(argc, argv, &i, "-ub", &ub_arg, &missing) ||
                    cli_take_value(argc, argv, &i, "--ubatch-size", &ub_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--kv-type", &kv_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--backend", &backend_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "-t", &threads_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--threads", &threads_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--pad-weights", &pad_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--weights", &weights_arg, &missing) ||
+                   cli_take_model_flag(argc, argv, &i, &mf, &missing) ||
                    cli_take_value(argc, argv, &i, "--logits-out", &logits_path, &missing)) {
             if (missing) return cli_usage_error(CMD, "%s needs a value", a);
         } else {
@@ -199,15 +188,13 @@ int st_cmd_run(int argc, char **argv) {
     if (echo && !text_mode) return cli_usage_error(CMD, "--echo needs a text prompt (-p or -f)");
 
     long long n_predict_ll = text_mode ? 128 : 16;
-    uint64_t n_ctx = 0, n_ubatch = 512, threads = 0;
+    uint64_t n_ctx = 0, n_ubatch = 512;
     if (n_arg && !parse_int(n_arg, -1, INT32_MAX, &n_predict_ll))
         return cli_usage_error(CMD, "-n: '%s' is not a count (or -1)", n_arg);
     if (ctx_arg && (!cli_parse_u64(ctx_arg, &n_ctx) || n_ctx == 0 || n_ctx > INT32_MAX))
         return cli_usage_error(CMD, "-c: '%s' is not a context length", ctx_arg);
     if (ub_arg && (!cli_parse_u64(ub_arg, &n_ubatch) || n_ubatch == 0 || n_ubatch > 65536))
         return cli_usage_error(CMD, "-ub: '%s' is not a micro-batch size (1..65536)", ub_arg);
-    if (threads_arg && (!cli_parse_u64(threads_arg, &threads) || threads == 0 || threads > 4096))
-        return cli_usage_error(CMD, "-t: '%s' is not a thread count", threads_arg);
 
     /* Sampling: parsed here, ranges checked by the library (one set of rules and messages). */
     st_sampler_params sp = st_sampler_params_default();
@@ -234,13 +221,9 @@ int st_cmd_run(int argc, char **argv) {
     st_error err = {0};
     if (st_sampler_params_check(&sp, &err) != ST_OK) return cli_usage_error(CMD, "%s", err.message);
 
-    st_type kv_type = ST_TYPE_F16;
-    if (kv_arg && (!st_type_from_name(kv_arg, &kv_type) || (kv_type != ST_TYPE_F16 && kv_type != ST_TYPE_F32)))
-        return cli_usage_error(CMD, "--kv-type: '%s' is not f16 or f32", kv_arg);
-    st_type weights_type = ST_TYPE_COUNT; /* keep as stored */
-    if (weights_arg && (!st_type_from_name(weights_arg, &weights_type) ||
-                        (weights_type != ST_TYPE_F16 && weights_type != ST_TYPE_BF16)))
-        return cli_usage_error(CMD, "--weights: '%s' is not f16 or bf16", weights_arg);
+    cli_model_setup setup;
+    int usage_rc = cli_model_setup_resolve(CMD, &mf, &setup);
+    if (usage_rc != ST_EXIT_OK) return usage_rc;
     int32_t *prompt = NULL, *forced = NULL;
     int64_t n_prompt = 0, n_forced = 0;
     if (tokens_arg && !parse_ids(tokens_arg, &prompt, &n_prompt))
@@ -250,16 +233,6 @@ int st_cmd_run(int argc, char **argv) {
         return cli_usage_error(CMD, "--decode-tokens: '%s' is not a comma-separated list of token ids", decode_arg);
     }
 
-    st_model_load_options lo = {0};
-    lo.weights_type = weights_type;
-    st_backend_kind kind = st_backend_default();
-    if ((backend_arg && st_backend_parse(backend_arg, &kind, &err) != ST_OK) ||
-        st_layout_policy_resolve(&lo.policy, pad_arg, NULL, NULL, &err) != ST_OK) {
-        free(prompt);
-        free(forced);
-        return cli_usage_error(CMD, "%s", err.message);
-    }
-    if (threads) st_cpu_set_threads((int)threads);
 
     int rc = ST_EXIT_FAILURE;
     char *prompt_text = NULL;
@@ -302,17 +275,10 @@ int st_cmd_run(int argc, char **argv) {
         int64_t want = n_prompt + n_forced + (n_predict_req > 0 ? n_predict_req : 0);
         n_ctx = (uint64_t)(want > 512 ? want : 512);
     }
-    lo.n_ctx = (int64_t)n_ctx;
+    setup.load.n_ctx = (int64_t)n_ctx;
 
-    double t0 = cli_now_seconds();
-    cli_progress progress;
-    cli_progress_begin(&progress, "loading");
-    lo.progress = cli_progress_update;
-    lo.progress_ctx = &progress;
-    if (st_backend_init(kind, 0, &backend, &err) != ST_OK || st_model_load(model_path, backend, &lo, &model, &err) != ST_OK)
-        goto done;
-    cli_progress_end(&progress);
-    double t_load = cli_now_seconds() - t0;
+    double t_load = 0.0;
+    if (cli_model_open(model_path, &setup, &backend, &model, &t_load, &err) != ST_OK) goto done;
     const int64_t n_fed = n_prompt + n_forced;
     if (n_fed > (int64_t)n_ctx) {
         st_error_set(&err, ST_ERROR_INVALID, "prompt is %lld tokens, context is %llu: raise -c", (long long)n_fed,
@@ -328,7 +294,7 @@ int st_cmd_run(int argc, char **argv) {
     st_session_options so = st_session_options_default();
     so.n_ctx = (int64_t)n_ctx;
     so.n_ubatch = (int64_t)n_ubatch;
-    so.kv_type = kv_type;
+    so.kv_type = setup.kv_type;
     if (st_session_init(model, &so, &session, &err) != ST_OK) goto done;
     const int64_t V = model->hp.n_vocab;
     if (st_sampler_init(&sp, V, &sampler, &err) != ST_OK) goto done;
