@@ -17,6 +17,8 @@ import sys
 
 import numpy as np
 
+from harness import Checks
+
 try:
     import gguf
     from gguf import GGMLQuantizationType as Q
@@ -92,19 +94,6 @@ EXPECTED_TENSORS = [
     ("w.3d", Q.F32, [3, 2, 4], np.arange(24, dtype=np.float32) + 100.0),
 ]
 
-
-class Checker:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, cond, what):
-        if cond:
-            self.passed += 1
-        else:
-            self.failed += 1
-            print("FAIL: %s" % what)
-        return cond
 
 
 def decode(parts, i, vtype):
@@ -187,7 +176,7 @@ def main():
         return 1
     print(p.stdout.strip())
 
-    c = Checker()
+    c = Checks()
     try:
         r = gguf.GGUFReader(path)
     except Exception as e:  # the reference reader refusing the file is the finding

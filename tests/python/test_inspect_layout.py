@@ -10,27 +10,17 @@ import shutil
 import subprocess
 import sys
 
-failures = []
-checks = 0
+from harness import Checks, clean_env
 
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
+CHECKS = Checks()
+check = CHECKS.check
 
 
 def run(args, env_extra=None, expect_rc=0):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("STRIDE_", "GGML_CUDA_NO_PAD"))}
-    env.update(env_extra or {})
+    env = clean_env(env_extra)
     p = subprocess.run(args, env=env, capture_output=True, text=True)
-    if p.returncode != expect_rc:
-        failures.append(f"{' '.join(args)} (env {env_extra}) exited {p.returncode}, "
-                        f"expected {expect_rc}; stderr: {p.stderr.strip()}")
-        print(f"FAIL: {failures[-1]}", flush=True)
+    check(p.returncode == expect_rc, f"{' '.join(args)} (env {env_extra}) exited {p.returncode}, "
+                                     f"expected {expect_rc}; stderr: {p.stderr.strip()}")
     return p
 
 
@@ -179,8 +169,7 @@ def main():
     test_bad_values(a.stride, model)
     if not a.skip_full:
         test_full_size(a.stride, a.work)
-    print(f"{checks - len(failures)} passed, {len(failures)} failed")
-    return 1 if failures or checks == 0 else 0
+    return CHECKS.exit_code()
 
 
 if __name__ == "__main__":

@@ -26,24 +26,16 @@ import sys
 
 import numpy as np
 
+from harness import Checks, clean_env
+
 TOL = {"f32": 2e-5, "f16": 3e-3}
 
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
-    return cond
+CHECKS = Checks()
+check = CHECKS.check
 
 
 def run_stride(stride, model, ref, out, kv, extra_env=None, pad=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STRIDE_", "GGML_CUDA_NO_PAD"))}
-    env.update(extra_env or {})
+    env = clean_env(extra_env)
     args = [stride, "run", "-m", model, "--backend", "cpu", "--kv-type", kv,
             "--tokens", ",".join(map(str, ref["prompt"])),
             "--decode-tokens", ",".join(map(str, ref["decode_tokens"])),
@@ -57,8 +49,7 @@ def run_stride(stride, model, ref, out, kv, extra_env=None, pad=None):
 
 
 def greedy(stride, model, ref, n, extra_env=None, pad=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STRIDE_", "GGML_CUDA_NO_PAD"))}
-    env.update(extra_env or {})
+    env = clean_env(extra_env)
     args = [stride, "run", "-m", model, "--backend", "cpu", "--kv-type", "f32",
             "--tokens", ",".join(map(str, ref["prompt"])), "-n", str(n)]
     if pad:
@@ -129,8 +120,7 @@ def main():
     check(len(refs) >= 15, f"expected 5 architectures x 3 weight types of fixtures, found {len(refs)}")
     for r in refs:
         test_fixture(a.stride, a.fixtures, a.work, r)
-    print(f"{checks - len(failures)} passed, {len(failures)} failed")
-    return 1 if failures or checks == 0 else 0
+    return CHECKS.exit_code()
 
 
 if __name__ == "__main__":

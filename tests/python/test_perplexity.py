@@ -19,23 +19,13 @@ import sys
 
 import numpy as np
 
-failures = []
-checks = 0
+from harness import Checks, clean_env
+
+CHECKS = Checks()
+check = CHECKS.check
 
 N_CTX = 32
 
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
-    return cond
-
-
-def clean_env():
-    return {k: v for k, v in os.environ.items() if not k.startswith(("STRIDE_", "GGML_CUDA_NO_PAD"))}
 
 
 def stride(args, **kw):
@@ -163,7 +153,7 @@ def test_padding(stride_bin, fixtures, work):
     rng = np.random.default_rng(3)
     with open(ids_path, "w") as f:
         f.write(" ".join(map(str, rng.integers(3, 384, size=2 * N_CTX))))
-    env = {**clean_env(), "STRIDE_ROW_ALIAS": "64", "STRIDE_ROW_PAD": "32"}
+    env = clean_env({"STRIDE_ROW_ALIAS": "64", "STRIDE_ROW_PAD": "32"})
     outs = {}
     for pad in ("on", "off"):
         p = subprocess.run([stride_bin, "perplexity", "-m", model, "--backend", "cpu", "-c", str(N_CTX), "--tokens",
@@ -219,8 +209,7 @@ def main():
     test_text(a.stride, a.fixtures, a.work)
     test_padding(a.stride, a.fixtures, a.work)
     test_errors(a.stride, a.fixtures, a.work)
-    print(f"{checks - len(failures)} passed, {len(failures)} failed")
-    return 1 if failures or checks == 0 else 0
+    return CHECKS.exit_code()
 
 
 if __name__ == "__main__":

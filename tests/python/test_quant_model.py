@@ -32,6 +32,8 @@ import sys
 
 import numpy as np
 
+from harness import Checks, clean_env
+
 try:
     import gguf
     import gguf.quants
@@ -44,17 +46,8 @@ ARCHS = ["llama", "qwen3", "gemma3", "phi3", "olmoe"]
 CYCLE = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
 PAD_ENV = {"STRIDE_ROW_ALIAS": "64", "STRIDE_ROW_PAD": "32"}
 
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
+CHECKS = Checks()
+check = CHECKS.check
 
 
 def copy_metadata(reader, writer):
@@ -103,8 +96,7 @@ def write_models(src, work, name):
 
 
 def stride_run(stride, model, ref, out, weights=None, pad=None, env_extra=None, n=0):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STRIDE_", "GGML_CUDA_NO_PAD"))}
-    env.update(env_extra or {})
+    env = clean_env(env_extra)
     args = [stride, "run", "-m", model, "--backend", "cpu", "--kv-type", "f32",
             "--tokens", ",".join(map(str, ref["prompt"])), "-n", str(n), "--logits-out", out]
     if weights:
@@ -164,8 +156,7 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     for arch in ARCHS:
         test_arch(a.stride, a.fixtures, a.work, arch)
-    print("%d passed, %d failed" % (checks - len(failures), len(failures)))
-    return 1 if failures or checks == 0 else 0
+    return CHECKS.exit_code()
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ import sys
 
 import numpy as np
 
+from harness import Checks, clean_env
+
 SKIP = 77
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 DEFAULT_MODEL = os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf")
@@ -36,22 +38,12 @@ PAD_ENV = {"STRIDE_ROW_ALIAS": "256", "STRIDE_ROW_PAD": "128"}
 COMMON = {"the", "of", "is", "and", "in", "a", "it", "to", "city", "capital", "france", "paris", "country",
           "largest", "its", "was", "by", "for", "on", "with", "as", "that", "this", "also", "known"}
 
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
+CHECKS = Checks()
+check = CHECKS.check
 
 
 def run(stride, model, prompt, out, weights=None, pad=None, env_extra=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STRIDE_", "GGML_CUDA_NO_PAD"))}
-    env.update(env_extra or {})
+    env = clean_env(env_extra)
     args = [stride, "run", "-m", model, "--backend", "cpu", "--tokens", ",".join(map(str, prompt)),
             "-n", str(N_PREDICT), "--logits-out", out]
     if weights:
@@ -129,8 +121,7 @@ def main():
     if off is not None and lf is not None:
         check(off.tobytes() == lf.tobytes(), "--weights f16 with STRIDE_ROW_ALIAS set, padding off == default run")
 
-    print("%d passed, %d failed" % (checks - len(failures), len(failures)))
-    return 1 if failures or checks == 0 else 0
+    return CHECKS.exit_code()
 
 
 if __name__ == "__main__":

@@ -17,21 +17,11 @@ import sys
 
 import numpy as np
 
-failures = []
-checks = 0
+from harness import Checks, clean_env
 
+CHECKS = Checks()
+check = CHECKS.check
 
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
-    return cond
-
-
-def clean_env():
-    return {k: v for k, v in os.environ.items() if not k.startswith(("STRIDE_", "GGML_CUDA_NO_PAD"))}
 
 
 def run(stride, model, *args):
@@ -234,8 +224,7 @@ def main():
     test_id_mode(a.stride, a.fixtures, a.work)
     test_text_mode(a.stride, a.fixtures, a.work)
     test_errors(a.stride, a.fixtures, a.work)
-    print(f"{checks - len(failures)} passed, {len(failures)} failed")
-    return 1 if failures or checks == 0 else 0
+    return CHECKS.exit_code()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import sys
 import numpy as np
 from gguf import GGUFReader, GGMLQuantizationType
 
+from harness import Checks
+
 # What the test knows about each tiny preset without asking stride: its architecture,
 # whether the output layer is tied to token_embd, the shapes it must have (checked
 # against the file's metadata), and the llama3 rope scaling constants for llama.
@@ -33,19 +35,6 @@ FILE_TYPES = {"f32": 0, "f16": 1, "bf16": 32}
 F32 = GGMLQuantizationType.F32
 N_FIXED_TOKENS = 3 + 256  # <unk> <s> </s> + byte tokens
 
-
-class Checks:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, cond, what):
-        if cond:
-            self.passed += 1
-        else:
-            self.failed += 1
-            print(f"FAIL: {what}", file=sys.stderr)
-        return cond
 
 
 def field(r, key):
