@@ -324,6 +324,7 @@ int st_cmd_run(int argc, char **argv) {
     int64_t n_rows = n_fed; /* logits rows written */
     const float *last = logits + (keep_all ? (n_fed - 1) * V : 0);
     const char *stop = NULL;
+    int64_t n_decoded = 0; /* one-token forward passes: what the generation rate counts */
     double t2 = cli_now_seconds();
     for (int64_t i = 0; i < n_predict; i++) {
         int32_t next;
@@ -337,6 +338,7 @@ int st_cmd_run(int argc, char **argv) {
         if (i + 1 == n_predict && !keep_all) break;
         float *row = logits + (keep_all ? n_rows * V : 0);
         if (st_session_eval(session, &next, 1, false, row, &err) != ST_OK) goto done;
+        n_decoded++;
         n_rows++;
         last = row;
     }
@@ -348,8 +350,11 @@ int st_cmd_run(int argc, char **argv) {
             model->plan.pad_enabled ? "padded layout" : "packed layout");
     fprintf(stderr, "stride run: prompt      %8.2f s  %6lld tokens  %9.2f tok/s\n", t_prompt, (long long)n_prompt,
             t_prompt > 0 ? (double)n_prompt / t_prompt : 0.0);
+    /* The rate counts decode steps: n tokens take n - 1 forward passes (the first comes
+     * from the prompt's logits), as llama-bench's tg counts its evaluations. */
     fprintf(stderr, "stride run: generation  %8.2f s  %6lld tokens  %9.2f tok/s%s%s%s\n", t_gen, (long long)out.n,
-            t_gen > 0 ? (double)out.n / t_gen : 0.0, stop ? " (stopped: " : "", stop ? stop : "", stop ? ")" : "");
+            t_gen > 0 && n_decoded > 0 ? (double)n_decoded / t_gen : 0.0, stop ? " (stopped: " : "",
+            stop ? stop : "", stop ? ")" : "");
     if (sp.temp > 0.0f)
         fprintf(stderr, "stride run: sampling    temp %g, top-k %d, top-p %g, min-p %g, repeat penalty %g over %d, seed %" PRIu64 "\n",
                 (double)sp.temp, sp.top_k, (double)sp.top_p, (double)sp.min_p, (double)sp.repeat_penalty,
