@@ -64,7 +64,8 @@ st_status st_tokenizer_encode(const st_tokenizer *t, const char *text, size_t le
         i += l;
         frag = i;
     }
-    if ((st = encode_fragment(t, text + frag, len - frag, frag == 0, &out, err))) goto fail;
+    /* text may be NULL when len is 0: no pointer arithmetic on it then */
+    if ((st = encode_fragment(t, len ? text + frag : text, len - frag, frag == 0, &out, err))) goto fail;
     if (add_special && t->add_eos && (st = st_tok_ids_push(&out, t->eos, err))) goto fail;
     if (out.n == 0) { /* a valid, empty result: still hand back a buffer the caller may free */
         out.v = malloc(sizeof(int32_t));
