@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/moe_route.h"
 #include "cpu/cpu_internal.h"
 #include "stride/cpu_ops.h"
 
@@ -115,11 +116,6 @@ st_status st_cpu_mul_mat_id(st_tensor *dst, const st_tensor *w, const st_tensor 
 
 /* ---- top-k routing -------------------------------------------------------------------- */
 
-/* (a, ia) ranks before (b, ib): larger value first, the lower index on ties. */
-static bool route_before(float a, int64_t ia, float b, int64_t ib) {
-    return a > b || (a == b && ia < ib);
-}
-
 void st_cpu_topk_route(int32_t *out_ids, st_tensor *out_weights, const st_tensor *logits,
                        int32_t k, bool softmax_first, bool normalize) {
     /* logits F32 [E, M]; out_ids [k, M] packed; out_weights F32 [k, M] */
@@ -135,33 +131,7 @@ void st_cpu_topk_route(int32_t *out_ids, st_tensor *out_weights, const st_tensor
         int32_t *id = out_ids + m * k;                        /* [k] */
         float *wt = (float *)cpu_row(out_weights, m);         /* [k] */
 
-        /* selection by logit is selection by probability: softmax is monotonic. The j-th
-         * pick is the best expert ranked after the (j-1)-th, so no scratch is needed. */
-        for (int32_t j = 0; j < k; j++) {
-            int64_t best = -1;
-            for (int64_t e = 0; e < n_expert; e++) {
-                if (j > 0 && !route_before(l[id[j - 1]], id[j - 1], l[e], e)) continue;
-                if (best < 0 || route_before(l[e], e, l[best], best)) best = e;
-            }
-            ST_ASSERT(best >= 0); /* fails only on NaN logits */
-            id[j] = (int32_t)best;
-        }
-        const float top = l[id[0]];
-
-        /* exponentials relative to the largest logit; denominators in double */
-        double denom = 0.0;
-        if (softmax_first) {
-            for (int64_t e = 0; e < n_expert; e++) denom += (double)expf(l[e] - top);
-        } else {
-            for (int32_t j = 0; j < k; j++) denom += (double)expf(l[id[j]] - top);
-        }
-        double sum = 0.0;
-        for (int32_t j = 0; j < k; j++) {
-            wt[j] = (float)((double)expf(l[id[j]] - top) / denom);
-            sum += (double)wt[j];
-        }
-        if (normalize) {
-            for (int32_t j = 0; j < k; j++) wt[j] = (float)((double)wt[j] / sum);
-        }
+        bool chosen = st_moe_route_token(l, n_expert, k, softmax_first, normalize, id, wt);
+        ST_ASSERT(chosen); /* fails only on NaN logits */
     }
 }

@@ -8,6 +8,7 @@
 // an expert once per token that chose it (grouping by expert is later work).
 #include <math.h>
 
+#include "core/moe_route.h"
 #include "cuda/cuda_gemv.cuh"
 
 // How x is laid out relative to the slots (cpu_ops.h, st_cpu_mul_mat_id).
@@ -104,14 +105,7 @@ st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, 
 
 // ---- top-k routing --------------------------------------------------------------------------
 
-// (a, ia) ranks before (b, ib): larger value first, the lower index on ties.
-__device__ __forceinline__ bool route_before(float a, int64_t ia, float b, int64_t ib) {
-    return a > b || (a == b && ia < ib);
-}
-
-// One thread per token, the CPU's algorithm step for step: k selection passes over the E
-// logits (selection by logit is selection by probability), exponentials relative to the
-// top logit in f32, their sums in double.
+// One thread per token running the routing the CPU runs (core/moe_route.h).
 __global__ void topk_route_f32(char *__restrict__ ids, int64_t ids_nb1, st_cuda_view wts, st_cuda_view logits,
                                int32_t k, bool softmax_first, bool normalize) {
     const int64_t E = logits.ne0, M = logits.ne1;
@@ -119,28 +113,11 @@ __global__ void topk_route_f32(char *__restrict__ ids, int64_t ids_nb1, st_cuda_
         const float *l = (const float *)(logits.data + m * logits.nb1); /* [E] */
         int32_t *id = (int32_t *)(ids + m * ids_nb1);                   /* [k] */
         float *wt = (float *)(wts.data + m * wts.nb1);                   /* [k] */
-        for (int32_t j = 0; j < k; j++) {
-            int64_t best = -1;
-            for (int64_t e = 0; e < E; e++) {
-                if (j > 0 && !route_before(l[id[j - 1]], id[j - 1], l[e], e)) continue;
-                if (best < 0 || route_before(l[e], e, l[best], best)) best = e;
+        if (!st_moe_route_token(l, E, k, softmax_first, normalize, id, wt)) { // NaN logits
+            for (int32_t j = 0; j < k; j++) {
+                id[j] = 0;
+                wt[j] = 0.0f;
             }
-            id[j] = (int32_t)(best < 0 ? 0 : best); /* best < 0 only on NaN logits */
-        }
-        const float top = l[id[0]];
-        double denom = 0.0;
-        if (softmax_first) {
-            for (int64_t e = 0; e < E; e++) denom += (double)expf(l[e] - top);
-        } else {
-            for (int32_t j = 0; j < k; j++) denom += (double)expf(l[id[j]] - top);
-        }
-        double sum = 0.0;
-        for (int32_t j = 0; j < k; j++) {
-            wt[j] = (float)((double)expf(l[id[j]] - top) / denom);
-            sum += (double)wt[j];
-        }
-        if (normalize) {
-            for (int32_t j = 0; j < k; j++) wt[j] = (float)((double)wt[j] / sum);
         }
     }
 }

@@ -1,0 +1,63 @@
+/*
+ * MoE routing of one token, shared by the CPU op (src/cpu/cpu_moe.c) and the CUDA kernel
+ * (src/cuda/cuda_moe.cu) so that both choose and weigh experts the same way.
+ *
+ *   l [E] router logits -> id [k] the chosen experts, in decreasing order of logit (ties
+ *   to the lower index; selection by logit is selection by probability, since softmax is
+ *   monotonic), and wt [k] their weights:
+ *     softmax_first: the softmax over all E logits at the chosen experts;
+ *     otherwise:     the softmax over the k chosen logits;
+ *     normalize:     the k weights are then divided by their sum.
+ * Exponentials are taken relative to the largest logit in f32, their sums kept in double.
+ * Returns false only when a logit is NaN (no expert could be chosen).
+ */
+#ifndef STRIDE_CORE_MOE_ROUTE_H
+#define STRIDE_CORE_MOE_ROUTE_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define ST_HOST_DEVICE __host__ __device__
+#else
+#define ST_HOST_DEVICE
+#endif
+
+/* (a, ia) ranks before (b, ib): larger value first, the lower index on ties. */
+static inline ST_HOST_DEVICE bool st_moe_route_before(float a, int64_t ia, float b, int64_t ib) {
+    return a > b || (a == b && ia < ib);
+}
+
+static inline ST_HOST_DEVICE bool st_moe_route_token(const float *l, int64_t n_expert, int32_t k,
+                                                     bool softmax_first, bool normalize, int32_t *id,
+                                                     float *wt) {
+    /* The j-th pick is the best expert ranked after the (j-1)-th: no scratch needed. */
+    for (int32_t j = 0; j < k; j++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < n_expert; e++) {
+            if (j > 0 && !st_moe_route_before(l[id[j - 1]], id[j - 1], l[e], e)) continue;
+            if (best < 0 || st_moe_route_before(l[e], e, l[best], best)) best = e;
+        }
+        if (best < 0) return false;
+        id[j] = (int32_t)best;
+    }
+    const float top = l[id[0]];
+    double denom = 0.0;
+    if (softmax_first) {
+        for (int64_t e = 0; e < n_expert; e++) denom += (double)expf(l[e] - top);
+    } else {
+        for (int32_t j = 0; j < k; j++) denom += (double)expf(l[id[j]] - top);
+    }
+    double sum = 0.0;
+    for (int32_t j = 0; j < k; j++) {
+        wt[j] = (float)((double)expf(l[id[j]] - top) / denom);
+        sum += (double)wt[j];
+    }
+    if (normalize) {
+        for (int32_t j = 0; j < k; j++) wt[j] = (float)((double)wt[j] / sum);
+    }
+    return true;
+}
+
+#endif /* STRIDE_CORE_MOE_ROUTE_H */
