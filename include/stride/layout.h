@@ -139,6 +139,13 @@ void st_layout_decide(st_tensor_role role, st_type type, const int64_t ne[ST_MAX
 st_status st_layout_plan_gguf(const st_gguf_file *f, const st_layout_policy *policy,
                               st_device_kind device, st_layout_plan *out, st_error *err);
 
+/* The same, planning every block-quantized tensor as if it were stored in `quantized_as`
+ * (ST_TYPE_F16 or ST_TYPE_BF16: weights converted to that type at load, to which the
+ * padding rule then applies). ST_TYPE_COUNT plans the types as stored. */
+st_status st_layout_plan_gguf_as(const st_gguf_file *f, const st_layout_policy *policy,
+                                 st_device_kind device, st_type quantized_as, st_layout_plan *out,
+                                 st_error *err);
+
 void st_layout_plan_free(st_layout_plan *plan);
 
 /* One sentence on why an entry is (not) padded, e.g. "row 4096 B is a multiple of the

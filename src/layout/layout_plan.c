@@ -120,7 +120,14 @@ static st_tensor_role role_for_shape(st_tensor_role role, uint32_t n_dims) {
 
 st_status st_layout_plan_gguf(const st_gguf_file *f, const st_layout_policy *policy,
                               st_device_kind device, st_layout_plan *out, st_error *err) {
+    return st_layout_plan_gguf_as(f, policy, device, ST_TYPE_COUNT, out, err);
+}
+
+st_status st_layout_plan_gguf_as(const st_gguf_file *f, const st_layout_policy *policy,
+                                 st_device_kind device, st_type quantized_as, st_layout_plan *out,
+                                 st_error *err) {
     ST_ASSERT(f != NULL && policy != NULL && out != NULL);
+    ST_ASSERT(quantized_as == ST_TYPE_COUNT || quantized_as == ST_TYPE_F16 || quantized_as == ST_TYPE_BF16);
     memset(out, 0, sizeof(*out));
 
     const st_gguf_value *v = st_gguf_find(f, "general.architecture");
@@ -166,8 +173,11 @@ st_status st_layout_plan_gguf(const st_gguf_file *f, const st_layout_policy *pol
         st_tensor_role role = st_arch_tensor_role(arch, ti->name.data, (size_t)ti->name.len);
         role = role_for_shape(role, ti->n_dims);
 
+        st_type type = ti->type;
+        if (quantized_as != ST_TYPE_COUNT && st_type_get_traits((uint32_t)type)->is_quantized) type = quantized_as;
+
         st_layout_entry *e = &entries[i];
-        st_layout_decide(role, ti->type, ne, enabled, disabled_reason, policy->alias, policy->pad, e);
+        st_layout_decide(role, type, ne, enabled, disabled_reason, policy->alias, policy->pad, e);
         e->name = ti->name.data;
         e->name_len = (size_t)ti->name.len;
 

@@ -75,62 +75,25 @@ static st_status bind_tensor(st_model *m, st_tensor *t, const char *name, int64_
     return ST_OK;
 }
 
-/* ---- quantized tensors: check, re-plan when converted, convert while uploading ---------- */
+/* ---- quantized tensors: check, convert while uploading ------------------------------------ */
 
-/* The reason the planner records for a float GEMM weight when padding is off: the one
- * layout_plan.c's policy resolution gives (kill switch, then the mode; `auto` resolved
- * off otherwise). Only read when the plan has padding off. */
-static st_pad_reason pad_disabled_reason(const st_layout_policy *policy) {
-    if (policy->kill_switch) return ST_PAD_REASON_KILL_SWITCH;
-    if (policy->mode == ST_PAD_MODE_OFF) return ST_PAD_REASON_POLICY_OFF;
-    return ST_PAD_REASON_AUTO_OFF;
-}
-
-/* Checks every quantized tensor's type and, when a conversion is asked for, re-decides its
- * layout entry with the converted type (F16/BF16 GEMM weights then follow the padding
- * rule; the token embedding stays packed as a row lookup) and marks it in convert[].
- * Keeping quantized weights is only possible on the CPU backend. */
-static st_status plan_quantized(st_model *m, const st_model_load_options *opt, bool *convert, st_error *err) {
-    const st_type to = opt->weights_type;
-    const bool keep = to == ST_TYPE_F32 || to == ST_TYPE_COUNT; /* 0: options left zeroed */
-    if (!keep && to != ST_TYPE_F16 && to != ST_TYPE_BF16)
-        return st_error_set(err, ST_ERROR_INVALID, "weights can be converted to f16 or bf16, not %s",
-                            st_type_name((uint32_t)to));
-    st_layout_plan *plan = &m->plan;
+/* Every quantized tensor's type must be one stride reads; kept quantized (no conversion
+ * asked for), they run on the CPU backend only. The plan already holds the converted
+ * types when a conversion was asked for (st_layout_plan_gguf_as). */
+static st_status check_quantized(const st_model *m, bool keep, st_error *err) {
     char kept[64] = ""; /* the quantized types kept as stored, for the message below */
-    for (uint64_t i = 0; i < plan->n_entries; i++) {
-        st_layout_entry *e = &plan->entries[i];
-        const st_type from = e->tensor.type;
-        const st_type_traits *tr = st_type_get_traits((uint32_t)from);
+    for (uint64_t i = 0; i < st_gguf_n_tensors(m->file); i++) {
+        const st_gguf_tensor_info *info = st_gguf_get_tensor(m->file, i);
+        const st_type_traits *tr = st_type_get_traits((uint32_t)info->type);
         if (!tr || !tr->is_quantized) continue;
-        if (!st_quant_supported(from))
+        if (!st_quant_supported(info->type))
             return st_error_set(err, ST_ERROR_UNSUPPORTED,
                                 "tensor '%.*s' has type %s, which stride cannot read (quantized types it reads: %s)",
-                                (int)e->name_len, e->name, tr->name, st_quant_supported_list());
-        if (keep) {
-            if (!strstr(kept, tr->name) && strlen(kept) + strlen(tr->name) + 3 < sizeof(kept)) {
-                if (kept[0]) strcat(kept, ", ");
-                strcat(kept, tr->name);
-            }
-            continue;
+                                (int)info->name.len, info->name.data, tr->name, st_quant_supported_list());
+        if (keep && !strstr(kept, tr->name) && strlen(kept) + strlen(tr->name) + 3 < sizeof(kept)) {
+            if (kept[0]) strcat(kept, ", ");
+            strcat(kept, tr->name);
         }
-        st_layout_entry converted;
-        st_layout_decide(e->role, to, e->tensor.ne, plan->pad_enabled, pad_disabled_reason(&opt->policy),
-                         plan->alias, plan->pad, &converted);
-        converted.name = e->name;
-        converted.name_len = e->name_len;
-        /* the totals: take the stored entry out, put the converted one in */
-        const size_t old_planned = st_tensor_nbytes(&e->tensor), new_planned = st_tensor_nbytes(&converted.tensor);
-        plan->n_padded -= e->padded ? 1 : 0;
-        plan->total_planned_bytes -= old_planned;
-        plan->total_packed_bytes -= old_planned - e->extra_bytes;
-        plan->total_extra_bytes -= e->extra_bytes;
-        plan->n_padded += converted.padded ? 1 : 0;
-        plan->total_planned_bytes += new_planned;
-        plan->total_packed_bytes += new_planned - converted.extra_bytes;
-        plan->total_extra_bytes += converted.extra_bytes;
-        *e = converted;
-        convert[i] = true;
     }
     if (kept[0] && m->backend->device.backend != ST_BACKEND_CPU)
         return st_error_set(err, ST_ERROR_UNSUPPORTED,
@@ -252,24 +215,29 @@ static st_status check_layers(const st_model *m, st_error *err) {
 st_status st_model_load(const char *path, st_backend *backend, const st_model_load_options *opt, st_model **out,
                         st_error *err) {
     *out = NULL;
-    bool *convert = NULL;
+    const st_type to = opt->weights_type;
+    const bool keep = to == ST_TYPE_F32 || to == ST_TYPE_COUNT; /* 0: options left zeroed */
+    if (!keep && to != ST_TYPE_F16 && to != ST_TYPE_BF16)
+        return st_error_set(err, ST_ERROR_INVALID, "weights can be converted to f16 or bf16, not %s",
+                            st_type_name((uint32_t)to));
     st_model *m = calloc(1, sizeof(*m));
     if (!m) return st_error_set(err, ST_ERROR_NOMEM, "out of memory");
     m->backend = backend;
     st_status s = st_gguf_open(path, &m->file, err);
     if (s != ST_OK) goto fail;
     if ((s = st_hparams_from_gguf(m->file, &m->hp, err)) != ST_OK) goto fail_wrap;
-    if ((s = st_layout_plan_gguf(m->file, &opt->policy, backend->device.kind, &m->plan, err)) != ST_OK) goto fail_wrap;
+    if ((s = st_layout_plan_gguf_as(m->file, &opt->policy, backend->device.kind, keep ? ST_TYPE_COUNT : to, &m->plan,
+                                    err)) != ST_OK)
+        goto fail_wrap;
 
     m->n_tensors = m->plan.n_entries;
     m->tensors = calloc(m->n_tensors ? m->n_tensors : 1, sizeof(st_tensor));
     m->layers = calloc((size_t)m->hp.n_layer, sizeof(st_layer_weights));
-    convert = calloc(m->n_tensors ? m->n_tensors : 1, sizeof(bool)); /* [n_tensors] load converted */
-    if (!m->tensors || !m->layers || !convert) {
+    if (!m->tensors || !m->layers) {
         s = st_error_set(err, ST_ERROR_NOMEM, "out of memory");
         goto fail;
     }
-    if ((s = plan_quantized(m, opt, convert, err)) != ST_OK) goto fail_wrap;
+    if ((s = check_quantized(m, keep, err)) != ST_OK) goto fail_wrap;
     size_t total = 0;
     for (uint64_t i = 0; i < m->n_tensors; i++) total += align_up(st_tensor_nbytes(&m->plan.entries[i].tensor));
     if ((s = backend->iface->alloc(backend, total, &m->weights_buffer, err)) != ST_OK) {
@@ -287,7 +255,7 @@ st_status st_model_load(const char *path, st_backend *backend, const st_model_lo
         *t = e->tensor;
         t->data = (char *)m->weights_buffer + offset;
         offset += align_up(st_tensor_nbytes(t));
-        if (convert[i]) s = upload_converted(backend, t, info->type, info->data, err);
+        if (t->type != info->type) s = upload_converted(backend, t, info->type, info->data, err); /* planned as f16/bf16 */
         else s = backend->iface->upload_weight(backend, t, info->data, err);
         if (s != ST_OK) goto fail_wrap;
         done += info->nbytes;
@@ -298,14 +266,12 @@ st_status st_model_load(const char *path, st_backend *backend, const st_model_lo
     }
     if (!m->output) m->output = m->token_embd; /* tied: the output reads the packed embedding */
     if ((s = check_layers(m, err)) != ST_OK) goto fail_wrap;
-    free(convert);
     *out = m;
     return ST_OK;
 
 fail_wrap:
     st_error_wrap(err, "loading %s", path);
 fail:
-    free(convert);
     st_model_free(m);
     return s;
 }

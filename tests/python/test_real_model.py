@@ -20,6 +20,7 @@ it as skipped, not failed. When the file is present, every check must pass:
 Prints each check and 'N passed, M failed'; exits non-zero on any failure.
 """
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -120,6 +121,15 @@ def main():
         check(g_on == g_off, "--weights f16, alias 256: padding on vs off, greedy tokens identical")
     if off is not None and lf is not None:
         check(off.tobytes() == lf.tobytes(), "--weights f16 with STRIDE_ROW_ALIAS set, padding off == default run")
+    # The padded run really padded: the plan of the converted weights, as the loader makes it.
+    ins = subprocess.run([a.stride, "inspect", a.model, "--layout", "--json", "--weights", "f16", "--pad-weights", "on"],
+                         env=clean_env(PAD_ENV), capture_output=True, text=True)
+    if check(ins.returncode == 0, "inspect --weights f16: exit %d: %s" % (ins.returncode, ins.stderr.strip()[-300:])):
+        doc = json.loads(ins.stdout)
+        gemm = [t for t in doc["tensors"] if t["role"] == "gemm"]
+        check(doc["layout"]["n_padded"] > 0 and all(t["planned_type"] == "f16" for t in gemm),
+              "inspect --weights f16, alias 256: converted GEMM weights are f16 and %d tensors are padded"
+              % doc["layout"]["n_padded"])
 
     return CHECKS.exit_code()
 

@@ -26,6 +26,8 @@ static void usage(FILE *out) {
             "                           GPU is present, else cpu)\n"
             "  --device-kind KIND       plan as if for KIND: cpu, nvidia-hopper, nvidia-other,\n"
             "                           amd-rdna3.5, amd-other\n"
+            "  --weights f16|bf16       plan quantized weights as converted to this type at load\n"
+            "                           (as `stride run --weights` does)\n"
             "  --max-array N            array elements shown per metadata value (default 8)\n\n"
             "environment: STRIDE_PAD_WEIGHTS, STRIDE_NO_PAD_WEIGHTS=1 (kill switch; also\n"
             "GGML_CUDA_NO_PAD_WEIGHTS=1), STRIDE_ROW_ALIAS (default 2048), STRIDE_ROW_PAD (default 128)\n");
@@ -194,6 +196,7 @@ static void print_json(const st_gguf_file *f, const char *path, const st_layout_
             const st_layout_entry *e = &plan->entries[i];
             char why[256];
             st_layout_entry_explain(e, plan->alias, why, sizeof(why));
+            printf(", \"planned_type\": \"%s\"", st_type_name(e->tensor.type)); /* differs with --weights */
             printf(", \"role\": \"%s\", \"packed_nb1\": %zu, \"nb\": [%zu, %zu, %zu, %zu], \"padded\": %s, "
                    "\"reason\": \"%s\", \"why\": ",
                    st_tensor_role_name(e->role), e->packed_row_bytes, e->tensor.nb[0], e->tensor.nb[1],
@@ -223,7 +226,8 @@ static void print_json(const st_gguf_file *f, const char *path, const st_layout_
 /* ---- command ------------------------------------------------------------------------ */
 
 int st_cmd_inspect(int argc, char **argv) {
-    const char *path = NULL, *pad_flag = NULL, *backend_name = NULL, *kind_name = NULL, *max_array = NULL;
+    const char *path = NULL, *pad_flag = NULL, *backend_name = NULL, *kind_name = NULL, *max_array = NULL,
+               *weights = NULL;
     bool layout = false, json = false;
     for (int i = 1; i < argc; i++) {
         bool missing = false;
@@ -238,7 +242,8 @@ int st_cmd_inspect(int argc, char **argv) {
         } else if (cli_take_value(argc, argv, &i, "--pad-weights", &pad_flag, &missing) ||
                    cli_take_value(argc, argv, &i, "--backend", &backend_name, &missing) ||
                    cli_take_value(argc, argv, &i, "--device-kind", &kind_name, &missing) ||
-                   cli_take_value(argc, argv, &i, "--max-array", &max_array, &missing)) {
+                   cli_take_value(argc, argv, &i, "--max-array", &max_array, &missing) ||
+                   cli_take_value(argc, argv, &i, "--weights", &weights, &missing)) {
             if (missing) return cli_usage_error(CMD, "%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
             return cli_usage_error(CMD, "unknown option '%s'", a);
@@ -253,6 +258,10 @@ int st_cmd_inspect(int argc, char **argv) {
     if (max_array && !cli_parse_u64(max_array, &max_items))
         return cli_usage_error(CMD, "--max-array: '%s' is not a non-negative integer", max_array);
 
+    st_type quantized_as = ST_TYPE_COUNT; /* as stored */
+    if (weights && (!st_type_from_name(weights, &quantized_as) ||
+                    (quantized_as != ST_TYPE_F16 && quantized_as != ST_TYPE_BF16)))
+        return cli_usage_error(CMD, "--weights: '%s' is not f16 or bf16", weights);
     st_error err = {0};
     st_layout_policy policy;
     if (st_layout_policy_resolve(&policy, pad_flag, NULL, NULL, &err) != ST_OK) return cli_usage_error(CMD, "%s", err.message);
@@ -275,7 +284,7 @@ int st_cmd_inspect(int argc, char **argv) {
     st_layout_plan plan;
     bool have_plan = false;
     if (layout) {
-        if (st_layout_plan_gguf(f, &policy, kind, &plan, &err) != ST_OK) {
+        if (st_layout_plan_gguf_as(f, &policy, kind, quantized_as, &plan, &err) != ST_OK) {
             st_gguf_close(f);
             return cli_fail(CMD, &err);
         }
