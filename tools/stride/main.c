@@ -16,6 +16,7 @@ static const command commands[] = {
     {"inspect", "show a GGUF file's metadata, tensors and weight layout", st_cmd_inspect},
     {"run", "generate text from a prompt (sampling or greedy), streaming it out", st_cmd_run},
     {"perplexity", "perplexity of a model over a text file (llama.cpp's method)", st_cmd_perplexity},
+    {"bench", "prompt and generation speed, llama-bench style, padding on vs off", st_cmd_bench},
     {"tokenize", "print the token ids of a text with a model's vocabulary", st_cmd_tokenize},
 };
 
