@@ -175,7 +175,7 @@ st_status st_layout_policy_resolve(st_layout_policy *out, const char *flag_value
     st_status s;
 
     const char *env_mode = getenv_fn("STRIDE_PAD_WEIGHTS", getenv_ctx);
-    st_pad_mode m;
+    st_pad_mode m = ST_PAD_MODE_AUTO;
     if (env_mode) {
         if ((s = st_pad_mode_parse(env_mode, "STRIDE_PAD_WEIGHTS", &m, err)) != ST_OK) return s;
         p.mode = m;
