@@ -27,6 +27,8 @@ extern "C" {
 #endif
 
 typedef struct st_backend st_backend;
+/* A recorded sequence of ops (a CUDA graph), replayed as one unit. */
+typedef struct st_backend_graph st_backend_graph;
 
 typedef struct st_backend_iface {
     void (*free)(st_backend *b);
@@ -73,6 +75,24 @@ typedef struct st_backend_iface {
 
     /* Waits for queued work (a no-op where ops are synchronous). */
     st_status (*synchronize)(st_backend *b, st_error *err);
+
+    /* ---- timing (calibration, benchmarks) ---- */
+    /* timer_start marks the current point of the op stream; timer_stop marks it again,
+     * waits for the ops queued in between and returns the milliseconds they took on the
+     * device (CUDA events; the host clock on the CPU, whose ops are synchronous). One
+     * timer per backend; timer_stop without a start is an error. */
+    st_status (*timer_start)(st_backend *b, st_error *err);
+    st_status (*timer_stop)(st_backend *b, double *ms, st_error *err);
+
+    /* ---- op recording (optional: NULL where the backend has none) ---- */
+    /* graph_begin starts recording: the ops called until graph_end are not run but kept
+     * in *out, which graph_launch replays with the same arguments (the same tensors and
+     * scalars; data in memory, such as positions and token ids, may change between
+     * launches). Ops that would allocate or wait while recording fail the recording. */
+    st_status (*graph_begin)(st_backend *b, st_error *err);
+    st_status (*graph_end)(st_backend *b, st_backend_graph **out, st_error *err);
+    st_status (*graph_launch)(st_backend *b, st_backend_graph *g, st_error *err);
+    void (*graph_free)(st_backend *b, st_backend_graph *g);
 } st_backend_iface;
 
 struct st_backend {

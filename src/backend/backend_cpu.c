@@ -4,12 +4,21 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "stride/cpu_ops.h"
 
 #define CPU_ALIGNMENT 256
 
-static void cpu_free(st_backend *b) { free(b); }
+typedef struct cpu_ctx {
+    double timer_t0_ms; /* < 0: no timer running */
+} cpu_ctx;
+
+static void cpu_free(st_backend *b) {
+    if (!b) return;
+    free(b->ctx);
+    free(b);
+}
 
 static st_status cpu_alloc(st_backend *b, size_t nbytes, void **out, st_error *err) {
     (void)b;
@@ -140,6 +149,27 @@ static st_status cpu_synchronize(st_backend *b, st_error *err) {
     return ST_OK;
 }
 
+/* The ops are synchronous: the host's monotonic clock times them. */
+static double cpu_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static st_status cpu_timer_start(st_backend *b, st_error *err) {
+    (void)err;
+    ((cpu_ctx *)b->ctx)->timer_t0_ms = cpu_now_ms();
+    return ST_OK;
+}
+
+static st_status cpu_timer_stop(st_backend *b, double *ms, st_error *err) {
+    cpu_ctx *c = b->ctx;
+    if (c->timer_t0_ms < 0) return st_error_set(err, ST_ERROR_INVALID, "timer_stop without timer_start");
+    *ms = cpu_now_ms() - c->timer_t0_ms;
+    c->timer_t0_ms = -1.0;
+    return ST_OK;
+}
+
 static const st_backend_iface cpu_iface = {
     .free = cpu_free,
     .alloc = cpu_alloc,
@@ -162,14 +192,24 @@ static const st_backend_iface cpu_iface = {
     .topk_route = cpu_topk_route,
     .moe_combine = cpu_moe_combine,
     .synchronize = cpu_synchronize,
+    .timer_start = cpu_timer_start,
+    .timer_stop = cpu_timer_stop,
 };
 
 st_status st_backend_cpu_init(st_backend **out, st_error *err) {
     st_backend *b = calloc(1, sizeof(*b));
-    if (!b) return st_error_set(err, ST_ERROR_NOMEM, "out of host memory creating the CPU backend");
+    cpu_ctx *c = calloc(1, sizeof(*c));
+    if (!b || !c) {
+        free(b);
+        free(c);
+        return st_error_set(err, ST_ERROR_NOMEM, "out of host memory creating the CPU backend");
+    }
+    c->timer_t0_ms = -1.0;
     b->iface = &cpu_iface;
+    b->ctx = c;
     st_status s = st_device_query(ST_BACKEND_CPU, 0, &b->device, err);
     if (s != ST_OK) {
+        free(c);
         free(b);
         return s;
     }

@@ -134,6 +134,28 @@ static st_status cuda_read(st_backend *b, void *dst, const void *src, size_t n, 
 
 static st_status cuda_synchronize(st_backend *b, st_error *err) { return cuda_sync_and_check(cuda_ctx(b), err); }
 
+// ---- timing ----------------------------------------------------------------------------------
+
+static st_status cuda_timer_start(st_backend *b, st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    ST_GPU_CHECK(st_gpu_event_record(c->timer_start, c->stream));
+    c->timer_running = true;
+    return ST_OK;
+}
+
+static st_status cuda_timer_stop(st_backend *b, double *ms, st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    if (!c->timer_running) return st_error_set(err, ST_ERROR_INVALID, "timer_stop without timer_start");
+    c->timer_running = false;
+    ST_GPU_CHECK(st_gpu_event_record(c->timer_stop, c->stream));
+    st_status s = cuda_sync_and_check(c, err);
+    if (s != ST_OK) return s;
+    float elapsed = 0.0f;
+    ST_GPU_CHECK(st_gpu_event_elapsed_time(&elapsed, c->timer_start, c->timer_stop));
+    *ms = (double)elapsed;
+    return ST_OK;
+}
+
 // ---- the weight upload -------------------------------------------------------------------
 
 static st_status cuda_pinned_init(st_cuda_ctx *c, st_error *err) {
@@ -245,6 +267,8 @@ static void cuda_ctx_destroy(st_cuda_ctx *c) {
     if (c->blas_workspace) (void)st_gpu_free(c->blas_workspace);
     if (c->scratch) (void)st_gpu_free(c->scratch);
     if (c->d_op_error) (void)st_gpu_free(c->d_op_error);
+    if (c->timer_start) (void)st_gpu_event_destroy(c->timer_start);
+    if (c->timer_stop) (void)st_gpu_event_destroy(c->timer_stop);
     if (c->h_op_error) (void)st_gpu_free_host(c->h_op_error);
     for (int i = 0; i < ST_CUDA_PINNED_BUFFERS; i++) {
         if (c->pinned[i]) (void)st_gpu_free_host(c->pinned[i]);
@@ -285,6 +309,8 @@ static st_backend_iface cuda_make_iface(void) {
     t.topk_route = cuda_topk_route;
     t.moe_combine = cuda_moe_combine;
     t.synchronize = cuda_synchronize;
+    t.timer_start = cuda_timer_start;
+    t.timer_stop = cuda_timer_stop;
     return t;
 }
 
@@ -304,6 +330,8 @@ static st_status cuda_ctx_create(int index, st_cuda_ctx *c, st_error *err) {
     ST_GPU_CHECK(st_gpu_memset_async(c->d_op_error, 0, sizeof(st_cuda_op_error), c->stream));
     ST_GPU_CHECK(st_gpu_host_alloc((void **)&c->h_op_error, sizeof(st_cuda_op_error), st_gpu_host_alloc_default));
     memset(c->h_op_error, 0, sizeof(*c->h_op_error));
+    ST_GPU_CHECK(st_gpu_event_create(&c->timer_start));
+    ST_GPU_CHECK(st_gpu_event_create(&c->timer_stop));
     ST_GPU_CHECK(st_gpu_stream_synchronize(c->stream));
     return ST_OK;
 }

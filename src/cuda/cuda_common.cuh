@@ -53,6 +53,9 @@ typedef struct st_cuda_ctx {
     st_gpu_event_t pinned_free[ST_CUDA_PINNED_BUFFERS]; /* its last copy has finished */
     size_t pinned_bytes;
     int pinned_next;
+    st_gpu_event_t timer_start, timer_stop; /* the backend's timer (timer_start/stop) */
+    bool timer_running;
+    bool capturing;                      /* graph_begin .. graph_end: nothing may allocate or wait */
 } st_cuda_ctx;
 
 static inline st_cuda_ctx *cuda_ctx(st_backend *b) { return (st_cuda_ctx *)b->ctx; }

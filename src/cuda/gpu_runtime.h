@@ -56,6 +56,22 @@ typedef cudaEvent_t st_gpu_event_t;
 #define st_gpu_event_destroy cudaEventDestroy
 #define st_gpu_event_record cudaEventRecord
 #define st_gpu_event_synchronize cudaEventSynchronize
+#define st_gpu_event_create cudaEventCreate
+#define st_gpu_event_elapsed_time cudaEventElapsedTime
+
+/* ---- graphs (stream capture) ---- */
+typedef cudaGraph_t st_gpu_graph_t;
+typedef cudaGraphExec_t st_gpu_graph_exec_t;
+typedef cudaStreamCaptureStatus st_gpu_capture_status_t;
+#define st_gpu_stream_begin_capture cudaStreamBeginCapture
+#define st_gpu_stream_capture_mode_relaxed cudaStreamCaptureModeRelaxed
+#define st_gpu_stream_end_capture cudaStreamEndCapture
+#define st_gpu_stream_is_capturing cudaStreamIsCapturing
+#define st_gpu_capture_status_none cudaStreamCaptureStatusNone
+#define st_gpu_graph_instantiate(exec, graph) cudaGraphInstantiate(exec, graph, 0)
+#define st_gpu_graph_launch cudaGraphLaunch
+#define st_gpu_graph_destroy cudaGraphDestroy
+#define st_gpu_graph_exec_destroy cudaGraphExecDestroy
 
 /* ---- element types in kernels ---- */
 typedef __half st_gpu_half_t;
