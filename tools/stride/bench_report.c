@@ -1,6 +1,7 @@
-/* stride bench: the reports. Markdown (llama-bench's table plus the on/off speedup table),
- * CSV (one row per repetition) and JSON (everything: device, parameters, every
- * repetition, the speedups). */
+/* stride bench: the reports. Markdown (llama-bench's table, the TTFT table, the comparison
+ * tables of bench_compare.c), CSV (one row per repetition) and JSON (everything: device,
+ * parameters, every repetition, the comparisons). With --compare the markdown and CSV give
+ * the comparison only, in the seed's form. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -9,20 +10,43 @@
 #include "bench.h"
 #include "cli.h"
 
-/* The commit is not known to the build (CMake passes only the version); a build that
- * wants it in the reports can add -DSTRIDE_GIT_COMMIT='"<sha>"' to CMAKE_C_FLAGS. */
+/* CMakeLists.txt defines STRIDE_GIT_COMMIT from `git rev-parse --short HEAD` at configure
+ * time (absent outside a git checkout). */
 #ifdef STRIDE_GIT_COMMIT
-static const char *bench_commit(void) { return STRIDE_GIT_COMMIT; }
+const char *bench_commit(void) { return STRIDE_GIT_COMMIT; }
 #else
-static const char *bench_commit(void) { return NULL; }
+const char *bench_commit(void) { return NULL; }
 #endif
 
+const char *bench_kind_name(bench_kind k) {
+    switch (k) {
+    case BENCH_KIND_PP: return "pp";
+    case BENCH_KIND_TG: return "tg";
+    case BENCH_KIND_TTFT: return "ttft";
+    }
+    return "?";
+}
+
 void bench_test_name(const bench_test *t, char *buf, size_t size) {
-    const char *k = t->kind == BENCH_KIND_PP ? "pp" : "tg";
-    if (t->depth > 0)
+    const char *k = bench_kind_name(t->kind);
+    if (t->depth > 0 || t->kind == BENCH_KIND_TTFT)
         snprintf(buf, size, "%s%lld @ d%lld", k, (long long)t->n, (long long)t->depth);
     else
         snprintf(buf, size, "%s%lld", k, (long long)t->n);
+}
+
+void bench_row_name(const bench_results *r, int it, int ib, int iu, char *buf, size_t size) {
+    char test[64];
+    bench_test_name(&r->tests[it], test, sizeof(test));
+    if (r->n_batches * r->n_ubatches > 1)
+        snprintf(buf, size, "%s b%lld ub%lld", test, (long long)r->batches[ib], (long long)r->ubatches[iu]);
+    else
+        snprintf(buf, size, "%s", test);
+}
+
+bool bench_shows_batches(const bench_results *r) {
+    return r->n_batches * r->n_ubatches > 1 || r->batches[0] != BENCH_DEFAULT_BATCH ||
+           r->ubatches[0] != BENCH_DEFAULT_UBATCH;
 }
 
 void bench_stats(const double *x, int n, double *mean, double *sd) {
@@ -34,8 +58,8 @@ void bench_stats(const double *x, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(q / (n - 1)) : 0.0;
 }
 
-void bench_rates(const bench_results *r, int im, int ip, int it, double *rates) {
-    const double *sec = bench_seconds_at(r, im, ip, it);
+void bench_rates(const bench_results *r, int im, int is, int it, double *rates) {
+    const double *sec = bench_seconds_at(r, im, is, it);
     for (int i = 0; i < r->reps; i++) rates[i] = sec[i] > 0 ? (double)r->tests[it].n / sec[i] : 0.0;
 }
 
@@ -45,13 +69,7 @@ int bench_policy_index(const bench_results *r, const char *policy) {
     return -1;
 }
 
-void bench_speedup(const bench_results *r, int im, int it, int ip_on, int ip_off, double *pct) {
-    const double *on = bench_seconds_at(r, im, ip_on, it), *off = bench_seconds_at(r, im, ip_off, it);
-    /* rate_on / rate_off = t_off / t_on for the same token count */
-    for (int i = 0; i < r->reps; i++) pct[i] = on[i] > 0 ? (off[i] / on[i] - 1.0) * 100.0 : 0.0;
-}
-
-static const char *base_name(const char *path) {
+const char *bench_base_name(const char *path) {
     const char *s = strrchr(path, '/');
     return s ? s + 1 : path;
 }
@@ -76,59 +94,123 @@ static void policy_label(const bench_load *l, char *buf, size_t size) {
         snprintf(buf, size, "%s", l->policy);
 }
 
-void bench_report_md(FILE *out, const bench_results *r) {
+static bool has_kind(const bench_results *r, bool ttft) {
+    for (int it = 0; it < r->n_tests; it++)
+        if ((r->tests[it].kind == BENCH_KIND_TTFT) == ttft) return true;
+    return false;
+}
+
+/* llama-bench's table: one row per (model, test, setting), rates in t/s. */
+static void md_rates(FILE *out, const bench_results *r, double *v) {
     char backend[64];
     if (r->device.backend == ST_BACKEND_CPU)
         snprintf(backend, sizeof(backend), "%s, %d threads", r->backend, r->threads);
     else
         snprintf(backend, sizeof(backend), "%s", r->backend);
-    double *v = calloc((size_t)r->reps, sizeof(double));
-    if (!v) return;
-    fprintf(out, "| model | size | params | backend | pad | test | t/s |\n");
-    fprintf(out, "| --- | ---: | ---: | --- | --- | ---: | ---: |\n");
+    const bool batches = bench_shows_batches(r);
+    fprintf(out, "| model | size | params | backend | pad |%s test | t/s |\n", batches ? " n_batch | n_ubatch |" : "");
+    fprintf(out, "| --- | ---: | ---: | --- | --- |%s ---: | ---: |\n", batches ? " ---: | ---: |" : "");
     for (int im = 0; im < r->n_models; im++) {
         for (int it = 0; it < r->n_tests; it++) {
-            for (int ip = 0; ip < r->n_policies; ip++) {
-                const bench_load *l = bench_load_at(r, im, ip);
-                char size[32], params[32], pad[48], test[64];
+            if (r->tests[it].kind == BENCH_KIND_TTFT || !bench_fits(r, im, it)) continue;
+            for (int is = 0; is < bench_n_settings(r); is++) {
+                const bench_load *l = bench_load_at(r, im, bench_setting_policy(r, is));
+                char size[32], params[32], pad[48], test[64], bub[64] = "";
                 cli_format_bytes(l->weights_bytes, size, sizeof(size));
                 format_count(l->n_params, params, sizeof(params));
                 policy_label(l, pad, sizeof(pad));
                 bench_test_name(&r->tests[it], test, sizeof(test));
+                if (batches)
+                    snprintf(bub, sizeof(bub), " %lld | %lld |", (long long)r->batches[bench_setting_batch(r, is)],
+                             (long long)r->ubatches[bench_setting_ubatch(r, is)]);
                 double mean, sd;
-                bench_rates(r, im, ip, it, v);
+                bench_rates(r, im, is, it, v);
                 bench_stats(v, r->reps, &mean, &sd);
-                fprintf(out, "| %s | %s | %s | %s | %s | %s | %.2f ± %.2f |\n", base_name(r->models[im]), size,
-                        params, backend, pad, test, mean, sd);
+                fprintf(out, "| %s | %s | %s | %s | %s |%s %s | %.2f ± %.2f |\n", bench_base_name(r->models[im]),
+                        size, params, backend, pad, bub, test, mean, sd);
             }
         }
     }
-    const int ip_on = bench_policy_index(r, "on"), ip_off = bench_policy_index(r, "off");
-    if (ip_on >= 0 && ip_off >= 0) {
-        fprintf(out, "\npadding on vs off (mean ± sd over %d paired repetitions of (t/s on / t/s off - 1)):\n\n",
-                r->reps);
-        fprintf(out, "| test |");
-        for (int im = 0; im < r->n_models; im++) fprintf(out, " %s |", base_name(r->models[im]));
-        fprintf(out, "\n| --- |");
-        for (int im = 0; im < r->n_models; im++) fprintf(out, " ---: |");
-        fprintf(out, "\n");
-        for (int it = 0; it < r->n_tests; it++) {
-            char test[64];
-            bench_test_name(&r->tests[it], test, sizeof(test));
-            fprintf(out, "| %s |", test);
+}
+
+/* Time to first token in ms: rows (test, setting), columns models. */
+static void md_ttft(FILE *out, const bench_results *r, double *v) {
+    const bool batches = bench_shows_batches(r);
+    fprintf(out, "time to first token, ms (mean ± sd over %d repetitions; host wall time from handing over the "
+                 "prompt until its last logits are on the host, after DEPTH tokens in the cache):\n\n", r->reps);
+    fprintf(out, "| test | pad |%s", batches ? " n_batch | n_ubatch |" : "");
+    for (int im = 0; im < r->n_models; im++) fprintf(out, " %s |", bench_base_name(r->models[im]));
+    fprintf(out, "\n| --- | --- |%s", batches ? " ---: | ---: |" : "");
+    for (int im = 0; im < r->n_models; im++) fprintf(out, " ---: |");
+    fprintf(out, "\n");
+    for (int it = 0; it < r->n_tests; it++) {
+        if (r->tests[it].kind != BENCH_KIND_TTFT) continue;
+        char test[64];
+        bench_test_name(&r->tests[it], test, sizeof(test));
+        for (int is = 0; is < bench_n_settings(r); is++) {
+            fprintf(out, "| %s | %s |", test, r->policies[bench_setting_policy(r, is)]);
+            if (batches)
+                fprintf(out, " %lld | %lld |", (long long)r->batches[bench_setting_batch(r, is)],
+                        (long long)r->ubatches[bench_setting_ubatch(r, is)]);
             for (int im = 0; im < r->n_models; im++) {
+                if (!bench_fits(r, im, it)) {
+                    fprintf(out, " n/a |");
+                    continue;
+                }
+                const double *sec = bench_seconds_at(r, im, is, it);
+                for (int k = 0; k < r->reps; k++) v[k] = sec[k] * 1e3;
                 double mean, sd;
-                bench_speedup(r, im, it, ip_on, ip_off, v);
                 bench_stats(v, r->reps, &mean, &sd);
-                fprintf(out, " %+.1f%% ± %.1f |", mean, sd);
+                fprintf(out, " %.2f ± %.2f |", mean, sd);
             }
             fprintf(out, "\n");
         }
     }
+}
+
+/* The tests skipped for a model, one line per model. */
+static void md_skipped(FILE *out, const bench_results *r) {
+    bool blank = false;
+    for (int im = 0; im < r->n_models; im++) {
+        int n = 0;
+        for (int it = 0; it < r->n_tests; it++) {
+            if (bench_fits(r, im, it)) continue;
+            char test[64];
+            bench_test_name(&r->tests[it], test, sizeof(test));
+            if (n++ == 0)
+                fprintf(out, "%sn/a for %s (longer than its context_length): %s", blank ? "" : "\n",
+                        bench_base_name(r->models[im]), test);
+            else
+                fprintf(out, ", %s", test);
+        }
+        if (n) fputc('\n', out);
+        blank = blank || n > 0;
+    }
+}
+
+void bench_report_md(FILE *out, const bench_results *r) {
+    double *v = calloc((size_t)r->reps, sizeof(double));
+    if (!v) return;
+    bool any = false;
+    if (!r->compare && has_kind(r, false)) {
+        md_rates(out, r, v);
+        any = true;
+    }
+    if (bench_can_compare(r)) {
+        if (any) fprintf(out, "\n");
+        bench_compare_md(out, r);
+        any = true;
+    }
+    if (has_kind(r, true)) {
+        if (any) fprintf(out, "\n");
+        md_ttft(out, r, v);
+    }
+    md_skipped(out, r);
     const char *commit = bench_commit();
-    fprintf(out, "\ndevice: %s; stride %s%s%s; %d repetitions, interleaved across policies; -ub %lld, kv %s\n",
-            r->device.name, STRIDE_VERSION_STRING, commit ? " " : "", commit ? commit : "", r->reps,
-            (long long)r->n_ubatch, r->kv_type);
+    fprintf(out, "\ndevice: %s; stride %s%s%s; %s; %d repetitions, interleaved across settings after a warm-up; "
+                 "kv %s\n",
+            r->device.name, STRIDE_VERSION_STRING, commit ? " " : "", commit ? commit : "", r->date, r->reps,
+            r->kv_type);
     free(v);
 }
 
@@ -142,39 +224,47 @@ static void csv_field(FILE *out, const char *s) {
 }
 
 void bench_report_csv(FILE *out, const bench_results *r) {
+    if (r->compare) {
+        bench_compare_csv(out, r);
+        return;
+    }
     const char *commit = bench_commit();
     double *v = calloc((size_t)r->reps, sizeof(double));
     if (!v) return;
-    fprintf(out, "stride_version,commit,device,backend,driver_version,runtime_version,threads,model_file,"
-                 "model_size,model_params,pad_weights,pad_enabled,n_padded,test,kind,n_tokens,depth,n_ubatch,"
-                 "n_ctx,kv_type,weights,seed,rep,seconds,t_s,avg_ts,stddev_ts\n");
+    fprintf(out, "stride_version,commit,date,device,backend,driver_version,runtime_version,threads,model_file,arch,"
+                 "model_size,model_params,pad_weights,pad_enabled,n_padded,test,kind,n_tokens,depth,n_batch,n_ubatch,"
+                 "n_ctx,kv_type,weights,seed,rep,seconds,wall_seconds,t_s,avg_ts,stddev_ts,ttft_ms\n");
     for (int im = 0; im < r->n_models; im++) {
-        for (int ip = 0; ip < r->n_policies; ip++) {
-            const bench_load *l = bench_load_at(r, im, ip);
+        for (int is = 0; is < bench_n_settings(r); is++) {
+            const bench_load *l = bench_load_at(r, im, bench_setting_policy(r, is));
             for (int it = 0; it < r->n_tests; it++) {
                 const bench_test *t = &r->tests[it];
+                if (!bench_fits(r, im, it)) continue;
                 char test[64];
                 bench_test_name(t, test, sizeof(test));
                 double mean, sd;
-                bench_rates(r, im, ip, it, v);
+                bench_rates(r, im, is, it, v);
                 bench_stats(v, r->reps, &mean, &sd);
-                const double *sec = bench_seconds_at(r, im, ip, it);
+                const double *sec = bench_seconds_at(r, im, is, it), *wall = bench_wall_at(r, im, is, it);
                 for (int k = 0; k < r->reps; k++) {
                     csv_field(out, STRIDE_VERSION_STRING);
                     fputc(',', out);
                     csv_field(out, commit ? commit : "");
-                    fputc(',', out);
+                    fprintf(out, ",%s,", r->date);
                     csv_field(out, r->device.name);
                     fprintf(out, ",%s,%d,%d,%d,", r->backend, r->device.driver_version, r->device.runtime_version,
                             r->threads);
                     csv_field(out, r->models[im]);
                     fprintf(out,
-                            ",%" PRIu64 ",%" PRIu64 ",%s,%s,%" PRIu64 ",%s,%s,%lld,%lld,%lld,%lld,%s,%s,%" PRIu64
-                            ",%d,%.9f,%.6f,%.6f,%.6f\n",
-                            l->weights_bytes, l->n_params, l->policy, l->pad_enabled ? "true" : "false", l->n_padded,
-                            test, t->kind == BENCH_KIND_PP ? "pp" : "tg", (long long)t->n, (long long)t->depth,
-                            (long long)r->n_ubatch, (long long)r->n_ctx, r->kv_type, r->weights, r->seed, k, sec[k],
-                            v[k], mean, sd);
+                            ",%s,%" PRIu64 ",%" PRIu64 ",%s,%s,%" PRIu64 ",%s,%s,%lld,%lld,%lld,%lld,%lld,%s,%s,%" PRIu64
+                            ",%d,%.9f,%.9f,%.6f,%.6f,%.6f,",
+                            l->arch, l->weights_bytes, l->n_params, l->policy, l->pad_enabled ? "true" : "false",
+                            l->n_padded, test, bench_kind_name(t->kind), (long long)t->n, (long long)t->depth,
+                            (long long)r->batches[bench_setting_batch(r, is)],
+                            (long long)r->ubatches[bench_setting_ubatch(r, is)], (long long)r->n_ctx, r->kv_type,
+                            r->weights, r->seed, k, sec[k], wall[k], v[k], mean, sd);
+                    if (t->kind == BENCH_KIND_TTFT) fprintf(out, "%.6f", sec[k] * 1e3);
+                    fputc('\n', out);
                 }
             }
         }
@@ -184,19 +274,23 @@ void bench_report_csv(FILE *out, const bench_results *r) {
 
 static void json_str(FILE *out, const char *s) { cli_json_string(out, s, strlen(s)); }
 
-static void json_numbers(FILE *out, const double *x, int n, const char *fmt) {
+static void json_numbers(FILE *out, const double *x, int n, const char *fmt, double scale) {
     fputc('[', out);
     for (int i = 0; i < n; i++) {
         if (i) fputs(", ", out);
-        fprintf(out, fmt, x[i]);
+        fprintf(out, fmt, x[i] * scale);
     }
     fputc(']', out);
 }
 
-void bench_report_json(FILE *out, const bench_results *r) {
+static void json_ints(FILE *out, const int64_t *x, int n) {
+    fputc('[', out);
+    for (int i = 0; i < n; i++) fprintf(out, "%s%lld", i ? ", " : "", (long long)x[i]);
+    fputc(']', out);
+}
+
+static void json_header(FILE *out, const bench_results *r) {
     const char *commit = bench_commit();
-    double *v = calloc((size_t)r->reps, sizeof(double));
-    if (!v) return;
     const st_device_info *d = &r->device;
     fprintf(out, "{\n  \"stride_version\": ");
     json_str(out, STRIDE_VERSION_STRING);
@@ -205,6 +299,10 @@ void bench_report_json(FILE *out, const bench_results *r) {
         json_str(out, commit);
     else
         fputs("null", out);
+    fprintf(out, ",\n  \"date\": ");
+    json_str(out, r->date);
+    fprintf(out, ",\n  \"command\": ");
+    json_str(out, r->argv);
     fprintf(out, ",\n  \"device\": {\"name\": ");
     json_str(out, d->name);
     fprintf(out,
@@ -219,63 +317,88 @@ void bench_report_json(FILE *out, const bench_results *r) {
     }
     fprintf(out, "], \"pad_weights\": [");
     for (int ip = 0; ip < r->n_policies; ip++) fprintf(out, "%s\"%s\"", ip ? ", " : "", r->policies[ip]);
-    fprintf(out, "], \"tests\": [");
+    fprintf(out, "], \"n_batch\": ");
+    json_ints(out, r->batches, r->n_batches);
+    fprintf(out, ", \"n_ubatch\": ");
+    json_ints(out, r->ubatches, r->n_ubatches);
+    fprintf(out, ", \"tests\": [");
     for (int it = 0; it < r->n_tests; it++) {
         char test[64];
         bench_test_name(&r->tests[it], test, sizeof(test));
         fprintf(out, "%s\"%s\"", it ? ", " : "", test);
     }
     fprintf(out,
-            "], \"repetitions\": %d, \"n_ubatch\": %lld, \"n_ctx\": %lld, \"threads\": %d, \"kv_type\": \"%s\", "
-            "\"weights\": \"%s\", \"seed\": %" PRIu64 ", \"warmup_runs\": 1, \"interleaved\": true},\n",
-            r->reps, (long long)r->n_ubatch, (long long)r->n_ctx, r->threads, r->kv_type, r->weights, r->seed);
+            "], \"repetitions\": %d, \"n_ctx\": %lld, \"backend\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", "
+            "\"weights\": \"%s\", \"seed\": %" PRIu64 ", \"warmup_runs\": 1, \"interleaved\": true, "
+            "\"compare\": %s, \"clock\": {\"pp\": \"%s\", \"tg\": \"%s\", \"ttft\": \"host wall clock\"}},\n",
+            r->reps, (long long)r->n_ctx, r->backend, r->threads, r->kv_type, r->weights, r->seed,
+            r->compare ? "true" : "false",
+            d->backend == ST_BACKEND_CUDA ? "backend timer (CUDA events)" : "backend timer (host clock)",
+            d->backend == ST_BACKEND_CUDA ? "backend timer (CUDA events)" : "backend timer (host clock)");
+}
+
+void bench_report_json(FILE *out, const bench_results *r) {
+    double *v = calloc((size_t)r->reps, sizeof(double));
+    if (!v) return;
+    json_header(out, r);
     fprintf(out, "  \"results\": [");
     bool first = true;
     for (int im = 0; im < r->n_models; im++) {
-        for (int ip = 0; ip < r->n_policies; ip++) {
-            const bench_load *l = bench_load_at(r, im, ip);
+        for (int is = 0; is < bench_n_settings(r); is++) {
+            const bench_load *l = bench_load_at(r, im, bench_setting_policy(r, is));
             for (int it = 0; it < r->n_tests; it++) {
                 const bench_test *t = &r->tests[it];
+                if (!bench_fits(r, im, it)) continue;
                 char test[64];
                 bench_test_name(t, test, sizeof(test));
                 double mean, sd;
-                bench_rates(r, im, ip, it, v);
+                bench_rates(r, im, is, it, v);
                 bench_stats(v, r->reps, &mean, &sd);
                 fprintf(out, "%s\n    {\"model_file\": ", first ? "" : ",");
                 first = false;
                 json_str(out, r->models[im]);
                 fprintf(out,
-                        ", \"model_size\": %" PRIu64 ", \"model_params\": %" PRIu64 ", \"pad_weights\": \"%s\", "
-                        "\"pad_enabled\": %s, \"n_padded\": %" PRIu64 ", \"test\": \"%s\", \"kind\": \"%s\", "
-                        "\"n_tokens\": %lld, \"depth\": %lld, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, \"seconds\": ",
-                        l->weights_bytes, l->n_params, l->policy, l->pad_enabled ? "true" : "false", l->n_padded,
-                        test, t->kind == BENCH_KIND_PP ? "pp" : "tg", (long long)t->n, (long long)t->depth, mean, sd);
-                json_numbers(out, bench_seconds_at(r, im, ip, it), r->reps, "%.9f");
+                        ", \"arch\": \"%s\", \"model_size\": %" PRIu64 ", \"model_params\": %" PRIu64
+                        ", \"pad_weights\": \"%s\", \"pad_enabled\": %s, \"n_padded\": %" PRIu64
+                        ", \"n_batch\": %lld, \"n_ubatch\": %lld, \"test\": \"%s\", \"kind\": \"%s\", "
+                        "\"n_tokens\": %lld, \"depth\": %lld, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, ",
+                        l->arch, l->weights_bytes, l->n_params, l->policy, l->pad_enabled ? "true" : "false",
+                        l->n_padded, (long long)r->batches[bench_setting_batch(r, is)],
+                        (long long)r->ubatches[bench_setting_ubatch(r, is)], test, bench_kind_name(t->kind),
+                        (long long)t->n, (long long)t->depth, mean, sd);
+                const double *sec = bench_seconds_at(r, im, is, it);
+                if (t->kind == BENCH_KIND_TTFT) {
+                    bench_stats(sec, r->reps, &mean, &sd);
+                    fprintf(out, "\"avg_ms\": %.6f, \"stddev_ms\": %.6f, \"ms\": ", mean * 1e3, sd * 1e3);
+                    json_numbers(out, sec, r->reps, "%.6f", 1e3);
+                    fprintf(out, ", ");
+                }
+                fprintf(out, "\"seconds\": ");
+                json_numbers(out, sec, r->reps, "%.12g", 1.0);
+                fprintf(out, ", \"wall_seconds\": ");
+                json_numbers(out, bench_wall_at(r, im, is, it), r->reps, "%.12g", 1.0);
                 fprintf(out, ", \"t_s\": ");
-                json_numbers(out, v, r->reps, "%.6f");
+                json_numbers(out, v, r->reps, "%.6f", 1.0);
+                fprintf(out, ", \"run_order\": ");
+                json_ints(out, bench_order_at(r, im, is, it), r->reps);
                 fputc('}', out);
             }
         }
     }
-    fprintf(out, "\n  ],\n  \"speedup\": [");
-    const int ip_on = bench_policy_index(r, "on"), ip_off = bench_policy_index(r, "off");
+    fprintf(out, "\n  ],\n  \"skipped\": [");
     first = true;
-    for (int im = 0; ip_on >= 0 && ip_off >= 0 && im < r->n_models; im++) {
+    for (int im = 0; im < r->n_models; im++)
         for (int it = 0; it < r->n_tests; it++) {
+            if (bench_fits(r, im, it)) continue;
             char test[64];
             bench_test_name(&r->tests[it], test, sizeof(test));
-            double mean, sd;
-            bench_speedup(r, im, it, ip_on, ip_off, v);
-            bench_stats(v, r->reps, &mean, &sd);
-            fprintf(out, "%s\n    {\"model_file\": ", first ? "" : ",");
-            first = false;
+            fprintf(out, "%s{\"model_file\": ", first ? "" : ", ");
             json_str(out, r->models[im]);
-            fprintf(out, ", \"test\": \"%s\", \"on_vs_off_pct\": %.6f, \"sd_pct\": %.6f, \"per_rep_pct\": ", test, mean,
-                    sd);
-            json_numbers(out, v, r->reps, "%.6f");
-            fputc('}', out);
+            fprintf(out, ", \"test\": \"%s\", \"reason\": \"context_length\"}", test);
+            first = false;
         }
-    }
-    fprintf(out, "%s]\n}\n", first ? "" : "\n  ");
+    fprintf(out, "],\n  \"compare\": ");
+    bench_compare_json(out, r);
+    fprintf(out, "\n}\n");
     free(v);
 }

@@ -1,11 +1,12 @@
-/* stride bench: prompt and generation speed in the style of llama-bench, with the weight
- * layout policy as a swept parameter. The models of every --pad-weights value of one file
- * are held at once so that their repetitions interleave (A B A B ...) in one process: a
- * slow phase of a noisy machine then hits both sides of the on/off ratio alike. */
+/* stride bench: the command line (flags, lists, checks) of the benchmark in the style of
+ * llama-bench, with the weight layout policy, -b and -ub as swept parameters. The measuring
+ * loop is bench_run.c, the reports bench_report.c, bench_compare.c and bench_chart.c. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -23,29 +24,44 @@ static const char *CMD = "bench";
 static void usage(FILE *out) {
     fprintf(out,
             "usage: stride bench -m MODEL [-m MODEL ...] [options]\n\n"
-            "Measures prompt processing (ppN: an N-token prompt in one evaluation) and generation\n"
-            "(tgN: N single-token decode steps), each after DEPTH tokens already in the cache\n"
-            "(evaluated before, not timed), and reports mean ± sd tok/s over the repetitions.\n"
-            "Every list flag takes comma-separated values; every combination is measured.\n\n"
+            "Measures prompt processing (ppN: an N-token prompt, fed in -b sized evaluations),\n"
+            "generation (tgN: N single-token decode steps) and, with --ttft, the time to first token\n"
+            "(ttftN @ dD: the wall time from handing over an N-token prompt until the logits of its\n"
+            "last token are on the host), each after DEPTH tokens already in the cache (evaluated\n"
+            "before, not timed); pp and tg as mean ± sd tok/s, TTFT as mean ± sd ms over the\n"
+            "repetitions. Every list flag takes comma-separated values; every combination runs.\n\n"
             "Method: the prompt and decode tokens are random valid ids from a fixed seed, the same\n"
-            "for every policy. For each model file, one model per --pad-weights value is loaded\n"
-            "(all of them at once: the memory cost is that many copies of the weights plus one KV\n"
-            "cache of the largest depth + N tokens each), then for each test every policy runs one\n"
-            "untimed warm-up, then the timed repetitions interleave the policies (A B A B ...).\n"
-            "The backend is synchronised before each clock reading. Between runs the cache is\n"
-            "rewound to the depth (st_session_rewind), so the depth tokens are evaluated once per\n"
-            "session rather than once per run. With both `on` and `off` in the list, a second table\n"
-            "gives the speedup of on over off: the mean ± sd over the paired repetitions of\n"
-            "(t/s on / t/s off - 1).\n\n"
+            "for every setting. A setting is one combination of --pad-weights, -b and -ub. For each\n"
+            "model file, one model per --pad-weights value is loaded (all at once: the memory cost\n"
+            "is that many copies of the weights, plus one KV cache of the largest depth + N tokens\n"
+            "per policy and -ub value), then for each test every setting runs one untimed warm-up,\n"
+            "then the timed repetitions interleave the settings (A B A B ...). pp and tg are timed\n"
+            "with the backend's timer (CUDA events on the GPU, the host clock on the CPU), TTFT with\n"
+            "the host clock. Between runs the cache is rewound to the depth (st_session_rewind),\n"
+            "so the depth tokens are evaluated once per session rather than once per run. A test\n"
+            "longer than a model's context_length is skipped for that model (n/a in the reports).\n\n"
+            "Comparisons: with both `on` and `off` listed, a table gives for every shape (row) and\n"
+            "model (column) the speedup of on over off: the mean ± sd over the paired repetitions\n"
+            "of (t/s on / t/s off - 1), for TTFT (ms off / ms on - 1). With `auto` too, a second\n"
+            "table compares auto with the better of on and off in each cell.\n\n"
             "options:\n"
             "  -m, --model FILE[,FILE]  GGUF model(s); repeatable\n"
             "  -p, --n-prompt LIST      prompt sizes (default 512; 0 = no prompt test)\n"
             "  -n, --n-gen LIST         generated tokens (default 128; 0 = no generation test)\n"
             "  -d, --n-depth LIST       context depth before the timed part (default 0)\n"
-            "  -r, --repetitions N      timed repetitions per test and policy (default 5)\n"
-            "  -ub, --ubatch-size N     tokens per forward pass (default 512)\n"
+            "  -r, --repetitions N      timed repetitions per test and setting (default 5)\n"
+            "  -b, --batch-size LIST    logical batch: prompt tokens per evaluation call (default 2048)\n"
+            "  -ub, --ubatch-size LIST  micro-batch: tokens per forward pass (default 512; at most -b,\n"
+            "                           as in llama.cpp)\n"
+            "  --ttft LIST              also measure the time to first token of prompts of these sizes\n"
+            "  --ttft-depth LIST        the depths of the TTFT tests (default: the -d list)\n"
             "  --pad-weights LIST       layout policies from on, off, auto (default: the usual\n"
             "                           resolution: STRIDE_PAD_WEIGHTS, else auto)\n"
+            "  --compare                report only the comparison, in the seed's form (needs on and\n"
+            "                           off in --pad-weights): the markdown gives the on-vs-off (and\n"
+            "                           auto-vs-best) tables and TTFT, the CSV one row per cell; the\n"
+            "                           JSON carries the comparison with or without this switch\n"
+            "  --chart FILE.svg         write the on-vs-off table as an SVG bar chart (needs on and off)\n"
             "  -o, --output md|csv|json report format on stdout (default md); CSV and JSON carry\n"
             "                           every repetition, the device and all parameters\n"
             "  -oe, --output-err FORMAT also write a report in md, csv or json to stderr (as\n"
@@ -103,157 +119,159 @@ static bench_report_fn report_by_name(const char *name) {
     return NULL;
 }
 
-/* splitmix64: token ids reproducible from the seed on any platform. */
-static uint64_t next_random(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+/* A list flag of sizes in [min, max] without repeats (a repeated -b would give two
+ * settings with one name). */
+static bool parse_sizes(const char *s, uint64_t min, uint64_t max, bool unique, int64_t *out, int *n) {
+    if (!parse_list(s, max, out, n)) return false;
+    for (int i = 0; i < *n; i++) {
+        if ((uint64_t)out[i] < min) return false;
+        for (int j = 0; unique && j < i; j++)
+            if (out[j] == out[i]) return false;
+    }
+    return true;
 }
 
-/* One model under one policy, with its session. `valid` counts the depth tokens at the
- * start of the cache: runs rewind to the depth instead of evaluating it again. */
-typedef struct bench_slot {
-    st_model *model;
-    st_session *session;
-    int64_t valid;
-} bench_slot;
-
-typedef struct bench_inputs {
-    const int32_t *depth_tokens; /* [max depth] */
-    const int32_t *tokens;       /* [max n] */
-    float *logits;               /* [n_vocab]: the last row, as a real prompt or decode step asks */
-} bench_inputs;
-
-static st_status run_once(st_backend *b, bench_slot *slot, const bench_test *t, const bench_inputs *in,
-                          double *seconds, st_error *err) {
-    st_status s;
-    if (slot->valid < t->depth) {
-        st_session_rewind(slot->session, slot->valid);
-        s = st_session_eval(slot->session, in->depth_tokens + slot->valid, t->depth - slot->valid, false, NULL, err);
-        if (s != ST_OK) return s;
-    } else {
-        st_session_rewind(slot->session, t->depth);
-    }
-    slot->valid = t->depth; /* the timed part overwrites the cache from the depth on */
-    if ((s = b->iface->synchronize(b, err)) != ST_OK) return s;
-    double t0 = cli_now_seconds();
-    if (t->kind == BENCH_KIND_PP) {
-        s = st_session_eval(slot->session, in->tokens, t->n, false, in->logits, err);
-    } else {
-        for (int64_t i = 0; i < t->n && s == ST_OK; i++)
-            s = st_session_eval(slot->session, &in->tokens[i], 1, false, in->logits, err);
-    }
-    if (s == ST_OK) s = b->iface->synchronize(b, err);
-    *seconds = cli_now_seconds() - t0;
+/* The command line as one string, for the JSON report ("stride bench -m a.gguf ..."). */
+static char *join_command(int argc, char **argv) {
+    size_t len = strlen("stride") + 1;
+    for (int i = 0; i < argc; i++) len += strlen(argv[i]) + 3;
+    char *s = malloc(len), *p = s;
+    if (!s) return NULL;
+    p += sprintf(p, "stride");
+    for (int i = 0; i < argc; i++) p += sprintf(p, strpbrk(argv[i], " \t") ? " '%s'" : " %s", argv[i]);
     return s;
 }
 
-static void show_progress(bool on, int im, int n_models, const bench_test *t, int rep, int reps) {
-    if (!on) return;
-    char name[64];
-    bench_test_name(t, name, sizeof(name));
-    if (rep < 0)
-        fprintf(stderr, "\r\033[Kbench: model %d/%d  %s  warm-up", im + 1, n_models, name);
-    else
-        fprintf(stderr, "\r\033[Kbench: model %d/%d  %s  repetition %d/%d", im + 1, n_models, name, rep + 1, reps);
-    fflush(stderr);
+/* The chart is written after the measurement: a path that cannot be written is reported
+ * before it, without leaving a file behind. */
+static bool chart_path_writable(const char *path) {
+    const bool existed = access(path, F_OK) == 0;
+    FILE *f = fopen(path, "a");
+    if (!f) return false;
+    fclose(f);
+    if (!existed) remove(path);
+    return true;
 }
 
-/* Loads one model file under every policy, measures every test, frees them. */
-static st_status bench_model(bench_results *r, int im, st_backend *b, const cli_model_setup *setup,
-                             const st_layout_policy *policies, bool tty, st_error *err) {
-    st_status s = ST_OK;
-    bench_slot *slots = calloc((size_t)r->n_policies, sizeof(bench_slot));
-    int64_t max_depth = 0, max_n = 0;
-    for (int it = 0; it < r->n_tests; it++) {
-        if (r->tests[it].depth > max_depth) max_depth = r->tests[it].depth;
-        if (r->tests[it].n > max_n) max_n = r->tests[it].n;
-    }
-    int32_t *depth_tokens = malloc((size_t)(max_depth + 1) * sizeof(int32_t));
-    int32_t *tokens = malloc((size_t)max_n * sizeof(int32_t));
-    float *logits = NULL;
-    if (!slots || !depth_tokens || !tokens) {
-        s = st_error_set(err, ST_ERROR_NOMEM, "out of memory");
-        goto done;
-    }
-    for (int ip = 0; ip < r->n_policies; ip++) {
-        st_model_load_options lo = setup->load;
-        lo.policy = policies[ip];
-        lo.n_ctx = r->n_ctx;
-        cli_progress progress;
-        char label[64];
-        snprintf(label, sizeof(label), "loading (pad %s)", r->policies[ip]);
-        cli_progress_begin(&progress, label);
-        lo.progress = cli_progress_update;
-        lo.progress_ctx = &progress;
-        s = st_model_load(r->models[im], b, &lo, &slots[ip].model, err);
-        cli_progress_end(&progress);
-        if (s != ST_OK) {
-            st_error_wrap(err, "loading %s with --pad-weights %s", r->models[im], r->policies[ip]);
-            goto done;
-        }
-        const st_model *m = slots[ip].model;
-        bench_load *l = bench_load_at(r, im, ip);
-        l->policy = r->policies[ip];
-        l->pad_enabled = m->plan.pad_enabled;
-        l->n_padded = m->plan.n_padded;
-        l->weights_bytes = m->weights_bytes;
-        l->n_params = 0;
-        for (uint64_t i = 0; i < m->n_tensors; i++) l->n_params += (uint64_t)st_tensor_nelements(&m->tensors[i]);
-        st_session_options so = st_session_options_default();
-        so.n_ctx = r->n_ctx;
-        so.n_ubatch = r->n_ubatch;
-        so.kv_type = setup->kv_type;
-        if ((s = st_session_init(slots[ip].model, &so, &slots[ip].session, err)) != ST_OK) goto done;
-    }
-    const int64_t V = slots[0].model->hp.n_vocab;
-    logits = malloc((size_t)V * sizeof(float));
-    if (!logits) {
-        s = st_error_set(err, ST_ERROR_NOMEM, "out of memory");
-        goto done;
-    }
-    uint64_t state = r->seed;
-    for (int64_t i = 0; i < max_depth; i++) depth_tokens[i] = (int32_t)(next_random(&state) % (uint64_t)V);
-    for (int64_t i = 0; i < max_n; i++) tokens[i] = (int32_t)(next_random(&state) % (uint64_t)V);
-    const bench_inputs in = {depth_tokens, tokens, logits};
+typedef struct bench_flags {
+    const char *p, *n, *d, *r, *b, *ub, *ttft, *ttft_depth, *pad, *o, *oe, *seed, *chart;
+    bool compare;
+} bench_flags;
 
-    for (int it = 0; it < r->n_tests; it++) {
+/* Tests by depth, prompts before generation; then the TTFT tests by depth. */
+static int build_tests(const bench_flags *f, bench_results *r) {
+    int64_t p[BENCH_MAX_LIST], n[BENCH_MAX_LIST], d[BENCH_MAX_LIST], tp[BENCH_MAX_LIST], td[BENCH_MAX_LIST];
+    int n_p = 0, n_n = 0, n_d = 0, n_tp = 0, n_td = 0;
+    const uint64_t max_tokens = 1u << 24;
+    if (!parse_list(f->p, max_tokens, p, &n_p))
+        return cli_usage_error(CMD, "-p: '%s' is not a comma-separated list of prompt sizes (0..%" PRIu64 ")", f->p,
+                               max_tokens);
+    if (!parse_list(f->n, max_tokens, n, &n_n))
+        return cli_usage_error(CMD, "-n: '%s' is not a comma-separated list of token counts (0..%" PRIu64 ")", f->n,
+                               max_tokens);
+    if (!parse_list(f->d, max_tokens, d, &n_d))
+        return cli_usage_error(CMD, "-d: '%s' is not a comma-separated list of depths (0..%" PRIu64 ")", f->d,
+                               max_tokens);
+    if (f->ttft && !parse_sizes(f->ttft, 1, max_tokens, false, tp, &n_tp))
+        return cli_usage_error(CMD, "--ttft: '%s' is not a comma-separated list of prompt sizes (1..%" PRIu64 ")",
+                               f->ttft, max_tokens);
+    if (f->ttft_depth && !f->ttft) return cli_usage_error(CMD, "--ttft-depth needs --ttft (the prompt sizes)");
+    if (f->ttft_depth && !parse_list(f->ttft_depth, max_tokens, td, &n_td))
+        return cli_usage_error(CMD, "--ttft-depth: '%s' is not a comma-separated list of depths (0..%" PRIu64 ")",
+                               f->ttft_depth, max_tokens);
+    if (f->ttft && !f->ttft_depth) {
+        memcpy(td, d, sizeof(d[0]) * (size_t)n_d);
+        n_td = n_d;
+    }
+    r->tests = calloc((size_t)n_d * (size_t)(n_p + n_n) + (size_t)n_td * (size_t)n_tp, sizeof(bench_test));
+    if (!r->tests) {
+        fprintf(stderr, "stride %s: out of memory\n", CMD);
+        return ST_EXIT_FAILURE;
+    }
+    for (int id = 0; id < n_d; id++) {
+        for (int i = 0; i < n_p; i++)
+            if (p[i] > 0) r->tests[r->n_tests++] = (bench_test){BENCH_KIND_PP, p[i], d[id]};
+        for (int i = 0; i < n_n; i++)
+            if (n[i] > 0) r->tests[r->n_tests++] = (bench_test){BENCH_KIND_TG, n[i], d[id]};
+    }
+    for (int id = 0; id < n_td; id++)
+        for (int i = 0; i < n_tp; i++) r->tests[r->n_tests++] = (bench_test){BENCH_KIND_TTFT, tp[i], td[id]};
+    if (r->n_tests == 0) return cli_usage_error(CMD, "nothing to measure: every -p and -n value is 0 and no --ttft");
+    for (int it = 0; it < r->n_tests; it++)
+        if (r->tests[it].depth + r->tests[it].n > r->n_ctx) r->n_ctx = r->tests[it].depth + r->tests[it].n;
+    return ST_EXIT_OK;
+}
+
+/* Which tests fit each model's context (checked before any weight is loaded). A test that
+ * fits no model is an error; one that fits only some is skipped for the others (a
+ * multi-model table keeps its rows: OLMoE's 4096-token context next to 8192-token prompts),
+ * named in the reports, and with `note` on stderr too (not when -oe writes a report there). */
+static int check_contexts(bench_results *r, char **models, int n_models, bool note) {
+    int64_t *n_ctx_train = calloc((size_t)n_models, sizeof(int64_t));
+    r->fits = calloc((size_t)n_models * (size_t)r->n_tests, sizeof(bool));
+    if (!n_ctx_train || !r->fits) {
+        free(n_ctx_train);
+        fprintf(stderr, "stride %s: out of memory\n", CMD);
+        return ST_EXIT_FAILURE;
+    }
+    int rc = ST_EXIT_OK;
+    for (int im = 0; im < n_models && rc == ST_EXIT_OK; im++) {
+        st_error err = {0};
+        st_gguf_file *gf = NULL;
+        st_hparams hp;
+        st_status s = st_gguf_open(models[im], &gf, &err);
+        if (s == ST_OK) s = st_hparams_from_gguf(gf, &hp, &err);
+        st_gguf_close(gf);
+        if (s != ST_OK) rc = cli_fail(CMD, &err);
+        n_ctx_train[im] = hp.n_ctx_train;
+        for (int it = 0; s == ST_OK && it < r->n_tests; it++)
+            r->fits[(size_t)im * (size_t)r->n_tests + (size_t)it] =
+                r->tests[it].depth + r->tests[it].n <= hp.n_ctx_train;
+    }
+    for (int it = 0; it < r->n_tests && rc == ST_EXIT_OK; it++) {
         const bench_test *t = &r->tests[it];
-        show_progress(tty, im, r->n_models, t, -1, r->reps);
-        for (int ip = 0; ip < r->n_policies; ip++) {
-            double ignored;
-            if ((s = run_once(b, &slots[ip], t, &in, &ignored, err)) != ST_OK) goto done;
+        int n_fit = 0, im_no = -1;
+        for (int im = 0; im < n_models; im++) {
+            if (bench_fits(r, im, it)) n_fit++;
+            else if (im_no < 0) im_no = im;
         }
-        for (int rep = 0; rep < r->reps; rep++) {
-            show_progress(tty, im, r->n_models, t, rep, r->reps);
-            for (int ip = 0; ip < r->n_policies; ip++)
-                if ((s = run_once(b, &slots[ip], t, &in, &bench_seconds_at(r, im, ip, it)[rep], err)) != ST_OK)
-                    goto done;
+        if (n_fit > 0) continue;
+        char name[64];
+        bench_test_name(t, name, sizeof(name));
+        rc = cli_usage_error(CMD,
+                             "%s needs a context of %lld tokens (depth %lld + %lld), but %s allows %lld "
+                             "(its context_length): lower -d, --ttft-depth, -p, -n or --ttft",
+                             name, (long long)(t->depth + t->n), (long long)t->depth, (long long)t->n,
+                             models[im_no], (long long)n_ctx_train[im_no]);
+    }
+    for (int im = 0; im < n_models && rc == ST_EXIT_OK && note; im++) {
+        bool first = true;
+        for (int it = 0; it < r->n_tests; it++) {
+            if (bench_fits(r, im, it)) continue;
+            char name[64];
+            bench_test_name(&r->tests[it], name, sizeof(name));
+            if (first)
+                fprintf(stderr, "stride %s: note: %s allows %lld tokens of context (its context_length): skipping",
+                        CMD, models[im], (long long)n_ctx_train[im]);
+            fprintf(stderr, "%s %s", first ? "" : ",", name);
+            first = false;
         }
+        if (!first) fprintf(stderr, " (n/a in the reports)\n");
     }
-done:
-    if (tty) fprintf(stderr, "\r\033[K");
-    for (int ip = 0; slots && ip < r->n_policies; ip++) {
-        st_session_free(slots[ip].session);
-        st_model_free(slots[ip].model);
-    }
-    free(slots);
-    free(depth_tokens);
-    free(tokens);
-    free(logits);
-    return s;
+    free(n_ctx_train);
+    return rc;
 }
 
 int st_cmd_bench(int argc, char **argv) {
     char *models[BENCH_MAX_LIST], *policy_names[BENCH_MAX_LIST];
     int n_models = 0, n_policy_names = 0;
-    const char *p_arg = "512", *n_arg = "128", *d_arg = "0", *r_arg = "5", *ub_arg = "512", *pad_arg = NULL,
-               *o_arg = "md", *oe_arg = NULL,
-               *seed_arg = NULL;
+    bench_flags f = {.p = "512", .n = "128", .d = "0", .r = "5", .b = "2048", .ub = "512", .o = "md"};
     cli_model_flags mf = {0};
     int rc = ST_EXIT_USAGE;
     bench_results r = {0};
+    int64_t batches[BENCH_MAX_LIST], ubatches[BENCH_MAX_LIST];
+    char date[32] = "";
+    char *command = NULL;
     st_backend *backend = NULL;
     st_layout_policy *policies = NULL;
     st_error err = {0};
@@ -265,8 +283,10 @@ int st_cmd_bench(int argc, char **argv) {
             rc = ST_EXIT_OK;
             goto done;
         }
-        if (cli_take_value(argc, argv, &i, "-m", &m_arg, &missing) ||
-            cli_take_value(argc, argv, &i, "--model", &m_arg, &missing)) {
+        if (strcmp(a, "--compare") == 0) {
+            f.compare = true;
+        } else if (cli_take_value(argc, argv, &i, "-m", &m_arg, &missing) ||
+                   cli_take_value(argc, argv, &i, "--model", &m_arg, &missing)) {
             if (missing) {
                 rc = cli_usage_error(CMD, "%s needs a value", a);
                 goto done;
@@ -275,22 +295,27 @@ int st_cmd_bench(int argc, char **argv) {
                 rc = cli_usage_error(CMD, "-m: '%s' is not a comma-separated list of files", m_arg);
                 goto done;
             }
-        } else if (cli_take_value(argc, argv, &i, "-p", &p_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--n-prompt", &p_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "-n", &n_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--n-gen", &n_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "-d", &d_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--n-depth", &d_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "-r", &r_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--repetitions", &r_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "-ub", &ub_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--ubatch-size", &ub_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--pad-weights", &pad_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "-o", &o_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--output", &o_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "-oe", &oe_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--output-err", &oe_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--seed", &seed_arg, &missing) ||
+        } else if (cli_take_value(argc, argv, &i, "-p", &f.p, &missing) ||
+                   cli_take_value(argc, argv, &i, "--n-prompt", &f.p, &missing) ||
+                   cli_take_value(argc, argv, &i, "-n", &f.n, &missing) ||
+                   cli_take_value(argc, argv, &i, "--n-gen", &f.n, &missing) ||
+                   cli_take_value(argc, argv, &i, "-d", &f.d, &missing) ||
+                   cli_take_value(argc, argv, &i, "--n-depth", &f.d, &missing) ||
+                   cli_take_value(argc, argv, &i, "-r", &f.r, &missing) ||
+                   cli_take_value(argc, argv, &i, "--repetitions", &f.r, &missing) ||
+                   cli_take_value(argc, argv, &i, "-b", &f.b, &missing) ||
+                   cli_take_value(argc, argv, &i, "--batch-size", &f.b, &missing) ||
+                   cli_take_value(argc, argv, &i, "-ub", &f.ub, &missing) ||
+                   cli_take_value(argc, argv, &i, "--ubatch-size", &f.ub, &missing) ||
+                   cli_take_value(argc, argv, &i, "--ttft", &f.ttft, &missing) ||
+                   cli_take_value(argc, argv, &i, "--ttft-depth", &f.ttft_depth, &missing) ||
+                   cli_take_value(argc, argv, &i, "--pad-weights", &f.pad, &missing) ||
+                   cli_take_value(argc, argv, &i, "--chart", &f.chart, &missing) ||
+                   cli_take_value(argc, argv, &i, "-o", &f.o, &missing) ||
+                   cli_take_value(argc, argv, &i, "--output", &f.o, &missing) ||
+                   cli_take_value(argc, argv, &i, "-oe", &f.oe, &missing) ||
+                   cli_take_value(argc, argv, &i, "--output-err", &f.oe, &missing) ||
+                   cli_take_value(argc, argv, &i, "--seed", &f.seed, &missing) ||
                    cli_take_model_flag(argc, argv, &i, &mf, &missing)) {
             if (missing) {
                 rc = cli_usage_error(CMD, "%s needs a value", a);
@@ -307,76 +332,49 @@ int st_cmd_bench(int argc, char **argv) {
     }
 
     /* ---- lists and numbers ---- */
-    int64_t p_list[BENCH_MAX_LIST], n_list[BENCH_MAX_LIST], d_list[BENCH_MAX_LIST], one[BENCH_MAX_LIST];
-    int n_p = 0, n_n = 0, n_d = 0, n_one = 0;
-    const uint64_t max_tokens = 1u << 24;
-    if (!parse_list(p_arg, max_tokens, p_list, &n_p)) {
-        rc = cli_usage_error(CMD, "-p: '%s' is not a comma-separated list of prompt sizes (0..%" PRIu64 ")", p_arg,
-                             max_tokens);
-        goto done;
-    }
-    if (!parse_list(n_arg, max_tokens, n_list, &n_n)) {
-        rc = cli_usage_error(CMD, "-n: '%s' is not a comma-separated list of token counts (0..%" PRIu64 ")", n_arg,
-                             max_tokens);
-        goto done;
-    }
-    if (!parse_list(d_arg, max_tokens, d_list, &n_d)) {
-        rc = cli_usage_error(CMD, "-d: '%s' is not a comma-separated list of depths (0..%" PRIu64 ")", d_arg,
-                             max_tokens);
-        goto done;
-    }
-    if (!parse_list(r_arg, 100000, one, &n_one) || n_one != 1 || one[0] < 1) {
-        rc = cli_usage_error(CMD, "-r: '%s' is not a repetition count (1..100000)", r_arg);
+    int64_t one[BENCH_MAX_LIST];
+    int n_one = 0;
+    if (!parse_list(f.r, 100000, one, &n_one) || n_one != 1 || one[0] < 1) {
+        rc = cli_usage_error(CMD, "-r: '%s' is not a repetition count (1..100000)", f.r);
         goto done;
     }
     r.reps = (int)one[0];
-    if (!parse_list(ub_arg, 65536, one, &n_one) || n_one != 1 || one[0] < 1) {
-        rc = cli_usage_error(CMD, "-ub: '%s' is not a micro-batch size (1..65536)", ub_arg);
+    if (!parse_sizes(f.b, 1, 1u << 24, true, batches, &r.n_batches)) {
+        rc = cli_usage_error(CMD, "-b: '%s' is not a comma-separated list of distinct batch sizes (1..%u)", f.b,
+                             1u << 24);
         goto done;
     }
-    r.n_ubatch = one[0];
+    if (!parse_sizes(f.ub, 1, 65536, true, ubatches, &r.n_ubatches)) {
+        rc = cli_usage_error(CMD, "-ub: '%s' is not a comma-separated list of distinct micro-batch sizes (1..65536)",
+                             f.ub);
+        goto done;
+    }
+    r.batches = batches;
+    r.ubatches = ubatches;
     r.seed = 1234;
-    if (seed_arg && !cli_parse_u64(seed_arg, &r.seed)) {
-        rc = cli_usage_error(CMD, "--seed: '%s' is not a non-negative integer", seed_arg);
+    if (f.seed && !cli_parse_u64(f.seed, &r.seed)) {
+        rc = cli_usage_error(CMD, "--seed: '%s' is not a non-negative integer", f.seed);
         goto done;
     }
-    bench_report_fn report = report_by_name(o_arg), report_err = oe_arg ? report_by_name(oe_arg) : NULL;
+    bench_report_fn report = report_by_name(f.o), report_err = f.oe ? report_by_name(f.oe) : NULL;
     if (!report) {
-        rc = cli_usage_error(CMD, "-o: '%s' is not md, csv or json", o_arg);
+        rc = cli_usage_error(CMD, "-o: '%s' is not md, csv or json", f.o);
         goto done;
     }
-    if (oe_arg && !report_err) {
-        rc = cli_usage_error(CMD, "-oe: '%s' is not md, csv or json", oe_arg);
+    if (f.oe && !report_err) {
+        rc = cli_usage_error(CMD, "-oe: '%s' is not md, csv or json", f.oe);
         goto done;
     }
-
-    /* ---- tests: by depth, prompts before generation ---- */
-    r.tests = calloc((size_t)n_d * (size_t)(n_p + n_n), sizeof(bench_test));
-    if (!r.tests) {
-        st_error_set(&err, ST_ERROR_NOMEM, "out of memory");
-        rc = cli_fail(CMD, &err);
-        goto done;
-    }
-    for (int id = 0; id < n_d; id++) {
-        for (int i = 0; i < n_p; i++)
-            if (p_list[i] > 0) r.tests[r.n_tests++] = (bench_test){BENCH_KIND_PP, p_list[i], d_list[id]};
-        for (int i = 0; i < n_n; i++)
-            if (n_list[i] > 0) r.tests[r.n_tests++] = (bench_test){BENCH_KIND_TG, n_list[i], d_list[id]};
-    }
-    if (r.n_tests == 0) {
-        rc = cli_usage_error(CMD, "nothing to measure: every -p and -n value is 0");
-        goto done;
-    }
-    for (int it = 0; it < r.n_tests; it++)
-        if (r.tests[it].depth + r.tests[it].n > r.n_ctx) r.n_ctx = r.tests[it].depth + r.tests[it].n;
+    if ((rc = build_tests(&f, &r)) != ST_EXIT_OK) goto done;
+    rc = ST_EXIT_USAGE;
 
     /* ---- shared model flags, then one layout policy per --pad-weights value ---- */
     cli_model_setup setup;
     if ((rc = cli_model_setup_resolve(CMD, &mf, &setup)) != ST_EXIT_OK) goto done;
     rc = ST_EXIT_USAGE;
-    if (pad_arg) {
-        if (!split_append(pad_arg, policy_names, &n_policy_names, BENCH_MAX_LIST)) {
-            rc = cli_usage_error(CMD, "--pad-weights: '%s' is not a comma-separated list of on, off, auto", pad_arg);
+    if (f.pad) {
+        if (!split_append(f.pad, policy_names, &n_policy_names, BENCH_MAX_LIST)) {
+            rc = cli_usage_error(CMD, "--pad-weights: '%s' is not a comma-separated list of on, off, auto", f.pad);
             goto done;
         }
     } else {
@@ -407,42 +405,37 @@ int st_cmd_bench(int argc, char **argv) {
     r.n_models = n_models;
     r.policies = (const char **)policy_names;
     r.n_policies = n_policy_names;
-
-    /* ---- every model allows the longest test (before any weight is loaded) ---- */
-    for (int im = 0; im < n_models; im++) {
-        st_gguf_file *gf = NULL;
-        st_hparams hp;
-        st_status s = st_gguf_open(models[im], &gf, &err);
-        if (s == ST_OK) s = st_hparams_from_gguf(gf, &hp, &err);
-        st_gguf_close(gf);
-        if (s != ST_OK) {
-            rc = cli_fail(CMD, &err);
-            goto done;
-        }
-        for (int it = 0; it < r.n_tests; it++) {
-            const bench_test *t = &r.tests[it];
-            if (t->depth + t->n > hp.n_ctx_train) {
-                char name[64];
-                bench_test_name(t, name, sizeof(name));
-                rc = cli_usage_error(CMD,
-                                     "%s needs a context of %lld tokens (depth %lld + %lld), but %s allows %lld "
-                                     "(its context_length): lower -d, -p or -n",
-                                     name, (long long)(t->depth + t->n), (long long)t->depth, (long long)t->n,
-                                     models[im], (long long)hp.n_ctx_train);
-                goto done;
-            }
-        }
+    r.compare = f.compare;
+    if ((f.compare || f.chart) && !bench_can_compare(&r)) {
+        rc = cli_usage_error(CMD, "%s compares padding on with off: list both (--pad-weights on,off or on,off,auto)",
+                             f.compare ? "--compare" : "--chart");
+        goto done;
     }
+    if (f.chart && !chart_path_writable(f.chart)) {
+        rc = cli_usage_error(CMD, "--chart: cannot write '%s': %s", f.chart, strerror(errno));
+        goto done;
+    }
+    if ((rc = check_contexts(&r, models, n_models, !f.oe)) != ST_EXIT_OK) goto done;
 
     /* ---- measure ---- */
     rc = ST_EXIT_FAILURE;
+    const size_t n_samples =
+        (size_t)n_models * (size_t)bench_n_settings(&r) * (size_t)r.n_tests * (size_t)r.reps;
     r.loads = calloc((size_t)n_models * (size_t)n_policy_names, sizeof(bench_load));
-    r.seconds = calloc((size_t)n_models * (size_t)n_policy_names * (size_t)r.n_tests * (size_t)r.reps, sizeof(double));
-    if (!r.loads || !r.seconds) {
+    r.seconds = calloc(n_samples, sizeof(double));
+    r.wall = calloc(n_samples, sizeof(double));
+    r.order = calloc(n_samples, sizeof(int64_t));
+    command = join_command(argc, argv);
+    if (!r.loads || !r.seconds || !r.wall || !r.order || !command) {
         st_error_set(&err, ST_ERROR_NOMEM, "out of memory");
         cli_fail(CMD, &err);
         goto done;
     }
+    r.argv = command;
+    const time_t now = time(NULL);
+    struct tm utc;
+    strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &utc));
+    r.date = date;
     if (st_backend_init(setup.backend, 0, &backend, &err) != ST_OK) {
         cli_fail(CMD, &err);
         goto done;
@@ -454,7 +447,7 @@ int st_cmd_bench(int argc, char **argv) {
     r.weights = setup.load.weights_type == ST_TYPE_COUNT ? "as stored" : st_type_name(setup.load.weights_type);
     const bool tty = isatty(STDERR_FILENO) == 1;
     for (int im = 0; im < n_models; im++) {
-        if (bench_model(&r, im, backend, &setup, policies, tty, &err) != ST_OK) {
+        if (bench_run_model(&r, im, backend, &setup, policies, tty, &err) != ST_OK) {
             cli_fail(CMD, &err);
             goto done;
         }
@@ -465,13 +458,21 @@ int st_cmd_bench(int argc, char **argv) {
         report_err(stderr, &r);
         fflush(stderr);
     }
+    if (f.chart && !bench_chart_svg(f.chart, &r)) {
+        fprintf(stderr, "stride %s: writing the chart %s: %s\n", CMD, f.chart, strerror(errno));
+        goto done;
+    }
     rc = ST_EXIT_OK;
 done:
     st_backend_free(backend);
     free(policies);
+    free(command);
     free(r.tests);
     free(r.loads);
     free(r.seconds);
+    free(r.wall);
+    free(r.order);
+    free(r.fits);
     for (int i = 0; i < n_models; i++) free(models[i]);
     for (int i = 0; i < n_policy_names; i++) free(policy_names[i]);
     return rc;
