@@ -17,8 +17,11 @@
  * off over everything; STRIDE_ROW_ALIAS (power of two) and STRIDE_ROW_PAD (multiple of
  * 16) override the geometry. Invalid values are errors, never ignored.
  *
- * AUTO. Until per-device calibration exists, `auto` resolves per device kind from a
- * built-in table (st_layout_auto_builtin), and says which entry it used.
+ * AUTO. `auto` decides per weight shape (dtype, N, K) on the device at hand: a shape that
+ * `stride calibrate` (calibrate.h) measured on this device is padded when the calibration
+ * found padding faster; every other shape follows the built-in per-device table
+ * (st_layout_auto_builtin). The planner does not measure: the caller hands it the
+ * decisions as an st_layout_auto_source, and each entry records which one it used.
  */
 #ifndef STRIDE_LAYOUT_H
 #define STRIDE_LAYOUT_H
@@ -95,12 +98,38 @@ typedef enum st_pad_reason {
     ST_PAD_REASON_NOT_FLOAT,        /* integer or f64 type */
     ST_PAD_REASON_POLICY_OFF,       /* --pad-weights off / STRIDE_PAD_WEIGHTS=off */
     ST_PAD_REASON_KILL_SWITCH,      /* STRIDE_NO_PAD_WEIGHTS / GGML_CUDA_NO_PAD_WEIGHTS */
-    ST_PAD_REASON_AUTO_OFF,         /* auto resolved to off on this device */
+    ST_PAD_REASON_AUTO_OFF,         /* auto resolved to off on this device (or shape) */
     ST_PAD_REASON_COUNT,
 } st_pad_reason;
 
 /* Short tag: "padded", "row-not-aliased", "not-gemm-weight", ... */
 const char *st_pad_reason_name(st_pad_reason reason);
+
+/* Where an `auto` decision came from, for a tensor the rule could pad (a float GEMM weight
+ * whose row is a multiple of the alias period). */
+typedef enum st_pad_auto {
+    ST_PAD_AUTO_NONE = 0,     /* the policy is not auto (or the kill switch is set), or the
+                                 tensor is not one the rule could pad */
+    ST_PAD_AUTO_BUILTIN,      /* the built-in per-device table */
+    ST_PAD_AUTO_CALIBRATED,   /* a calibration of this (dtype, N, K) on this device */
+} st_pad_auto;
+
+/* A per-shape `auto` decision. gain: how much faster padded runs than packed by the
+ * calibration's weighted measure, as a fraction (+0.05: 5% faster; negative: slower). */
+typedef struct st_layout_shape_choice {
+    bool pad;
+    double gain;
+} st_layout_shape_choice;
+
+/* Per-shape decisions for `auto` (e.g. from a calibration cache, calibrate.h). lookup
+ * returns false for a shape it has no decision for: that shape follows the built-in
+ * table. n = ne[1] (rows), k = ne[0] (contiguous); for expert stacks the shape of one
+ * expert. `what` names the source in the plan's summary ("calibrated on NVIDIA H200"). */
+typedef struct st_layout_auto_source {
+    bool (*lookup)(void *ctx, st_type type, int64_t n, int64_t k, st_layout_shape_choice *out);
+    void *ctx;
+    const char *what;
+} st_layout_auto_source;
 
 typedef struct st_layout_entry {
     const char *name;        /* into the GGUF mapping; name_len bytes */
@@ -111,13 +140,22 @@ typedef struct st_layout_entry {
     bool padded;
     st_pad_reason reason;
     size_t extra_bytes;      /* planned size - packed size */
+    st_pad_auto auto_source; /* how `auto` decided this tensor (NONE when it did not) */
+    double auto_gain;        /* ST_PAD_AUTO_CALIBRATED: the measured gain of padding */
 } st_layout_entry;
 
 typedef struct st_layout_plan {
     st_arch arch;
     st_device_kind device;
-    bool pad_enabled;         /* policy resolved for this device */
+    bool pad_enabled;         /* policy resolved for this device; with per-shape `auto`
+                                 decisions: whether any tensor ended up padded */
     const char *pad_enabled_why;
+    uint64_t n_auto_calibrated; /* entries decided by a calibration / by the built-in table */
+    uint64_t n_auto_builtin;
+    char *auto_summary;       /* owned; what pad_enabled_why points to when per-shape
+                                 decisions were used, else NULL */
+    char *auto_notice;        /* owned, set by the caller (model loading): one line on how
+                                 `auto` was decided (calibrated now, fallback, ...), or NULL */
     size_t alias, pad;
     uint64_t n_entries;
     st_layout_entry *entries; /* in file order */
@@ -146,10 +184,22 @@ st_status st_layout_plan_gguf_as(const st_gguf_file *f, const st_layout_policy *
                                  st_device_kind device, st_type quantized_as, st_layout_plan *out,
                                  st_error *err);
 
+/* The same, with per-shape `auto` decisions from `source` (NULL: the built-in table for
+ * every shape). The source is consulted only when the policy resolves to `auto` and no
+ * kill switch is set: the kill switches, on and off win over any calibration. */
+st_status st_layout_plan_gguf_auto(const st_gguf_file *f, const st_layout_policy *policy,
+                                   st_device_kind device, st_type quantized_as,
+                                   const st_layout_auto_source *source, st_layout_plan *out,
+                                   st_error *err);
+
+/* Whether the policy leaves the decision to `auto` (mode auto, no kill switch). */
+bool st_layout_policy_is_auto(const st_layout_policy *policy);
+
 void st_layout_plan_free(st_layout_plan *plan);
 
 /* One sentence on why an entry is (not) padded, e.g. "row 4096 B is a multiple of the
- * 2048 B alias period" or "token embeddings are read by row lookup". */
+ * 2048 B alias period" or "token embeddings are read by row lookup"; for an `auto`
+ * decision it ends with "auto: calibrated (+x.x%)" or "auto: built-in table". */
 void st_layout_entry_explain(const st_layout_entry *e, size_t alias, char *buf, size_t size);
 
 #ifdef __cplusplus

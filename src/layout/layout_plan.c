@@ -120,12 +120,70 @@ static st_tensor_role role_for_shape(st_tensor_role role, uint32_t n_dims) {
 
 st_status st_layout_plan_gguf(const st_gguf_file *f, const st_layout_policy *policy,
                               st_device_kind device, st_layout_plan *out, st_error *err) {
-    return st_layout_plan_gguf_as(f, policy, device, ST_TYPE_COUNT, out, err);
+    return st_layout_plan_gguf_auto(f, policy, device, ST_TYPE_COUNT, NULL, out, err);
 }
 
 st_status st_layout_plan_gguf_as(const st_gguf_file *f, const st_layout_policy *policy,
                                  st_device_kind device, st_type quantized_as, st_layout_plan *out,
                                  st_error *err) {
+    return st_layout_plan_gguf_auto(f, policy, device, quantized_as, NULL, out, err);
+}
+
+bool st_layout_policy_is_auto(const st_layout_policy *policy) {
+    return policy->mode == ST_PAD_MODE_AUTO && !policy->kill_switch;
+}
+
+/* `auto` for one tensor that the rule could pad (e was decided with padding enabled and
+ * came out PADDED): the calibrated decision for its shape when the source has one, the
+ * built-in entry otherwise. Re-decides e as packed when the answer is no. */
+static void decide_auto(st_layout_entry *e, const st_layout_auto_source *source, bool builtin_on,
+                        const st_layout_policy *policy) {
+    st_layout_shape_choice choice = {.pad = builtin_on, .gain = 0.0};
+    e->auto_source = ST_PAD_AUTO_BUILTIN;
+    if (source && source->lookup &&
+        source->lookup(source->ctx, e->tensor.type, e->tensor.ne[1], e->tensor.ne[0], &choice))
+        e->auto_source = ST_PAD_AUTO_CALIBRATED;
+    e->auto_gain = e->auto_source == ST_PAD_AUTO_CALIBRATED ? choice.gain : 0.0;
+    if (choice.pad) return;
+    st_pad_auto src = e->auto_source;
+    double gain = e->auto_gain;
+    int64_t ne[ST_MAX_DIMS]; /* decide clears *e first: its inputs must not live there */
+    memcpy(ne, e->tensor.ne, sizeof(ne));
+    st_layout_decide(e->role, e->tensor.type, ne, false, ST_PAD_REASON_AUTO_OFF, policy->alias, policy->pad, e);
+    e->auto_source = src;
+    e->auto_gain = gain;
+}
+
+/* The plan's one-sentence summary when calibrated decisions were used. */
+static st_status summarise_auto(st_layout_plan *plan, const st_layout_auto_source *source, bool builtin_on,
+                                st_error *err) {
+    uint64_t cal_padded = 0, builtin_padded = 0;
+    for (uint64_t i = 0; i < plan->n_entries; i++) {
+        const st_layout_entry *e = &plan->entries[i];
+        if (e->auto_source == ST_PAD_AUTO_CALIBRATED) cal_padded += e->padded;
+        if (e->auto_source == ST_PAD_AUTO_BUILTIN) builtin_padded += e->padded;
+    }
+    char buf[512];
+    int n = snprintf(buf, sizeof(buf),
+                     "auto per shape: %llu tensor(s) decided by calibration%s%s (%llu padded)",
+                     (unsigned long long)plan->n_auto_calibrated, source->what ? " " : "",
+                     source->what ? source->what : "", (unsigned long long)cal_padded);
+    if (plan->n_auto_builtin > 0 && n > 0 && (size_t)n < sizeof(buf))
+        snprintf(buf + n, sizeof(buf) - (size_t)n,
+                 ", %llu by the built-in table (%s: %llu padded)", (unsigned long long)plan->n_auto_builtin,
+                 builtin_on ? "on" : "off", (unsigned long long)builtin_padded);
+    plan->auto_summary = malloc(strlen(buf) + 1);
+    if (!plan->auto_summary) return st_error_set(err, ST_ERROR_NOMEM, "layout plan: out of memory");
+    memcpy(plan->auto_summary, buf, strlen(buf) + 1);
+    plan->pad_enabled = plan->n_padded > 0;
+    plan->pad_enabled_why = plan->auto_summary;
+    return ST_OK;
+}
+
+st_status st_layout_plan_gguf_auto(const st_gguf_file *f, const st_layout_policy *policy,
+                                   st_device_kind device, st_type quantized_as,
+                                   const st_layout_auto_source *source, st_layout_plan *out,
+                                   st_error *err) {
     ST_ASSERT(f != NULL && policy != NULL && out != NULL);
     ST_ASSERT(quantized_as == ST_TYPE_COUNT || quantized_as == ST_TYPE_F16 || quantized_as == ST_TYPE_BF16);
     memset(out, 0, sizeof(*out));
@@ -143,6 +201,7 @@ st_status st_layout_plan_gguf_as(const st_gguf_file *f, const st_layout_policy *
     st_pad_reason disabled_reason;
     const char *why = NULL;
     bool enabled = resolve_enabled(policy, device, &disabled_reason, &why);
+    const bool is_auto = st_layout_policy_is_auto(policy);
 
     uint64_t n = st_gguf_n_tensors(f);
     st_layout_entry *entries = NULL;
@@ -177,7 +236,21 @@ st_status st_layout_plan_gguf_as(const st_gguf_file *f, const st_layout_policy *
         if (quantized_as != ST_TYPE_COUNT && st_type_get_traits((uint32_t)type)->is_quantized) type = quantized_as;
 
         st_layout_entry *e = &entries[i];
-        st_layout_decide(role, type, ne, enabled, disabled_reason, policy->alias, policy->pad, e);
+        if (is_auto) {
+            /* Per shape: first whether the rule could pad it at all, then auto's answer. A
+             * tensor the rule cannot pad keeps the reason it had under the built-in entry
+             * (without calibrations), or its own reason (row-not-aliased, ...) with them. */
+            st_layout_decide(role, type, ne, true, ST_PAD_REASON_AUTO_OFF, policy->alias, policy->pad, e);
+            if (e->reason == ST_PAD_REASON_PADDED) {
+                decide_auto(e, source, enabled, policy);
+                if (e->auto_source == ST_PAD_AUTO_CALIBRATED) out->n_auto_calibrated++;
+                else out->n_auto_builtin++;
+            } else if (!source) {
+                st_layout_decide(role, type, ne, enabled, disabled_reason, policy->alias, policy->pad, e);
+            }
+        } else {
+            st_layout_decide(role, type, ne, enabled, disabled_reason, policy->alias, policy->pad, e);
+        }
         e->name = ti->name.data;
         e->name_len = (size_t)ti->name.len;
 
@@ -187,13 +260,25 @@ st_status st_layout_plan_gguf_as(const st_gguf_file *f, const st_layout_policy *
         out->total_packed_bytes += planned - e->extra_bytes;
         out->total_extra_bytes += e->extra_bytes;
     }
+    if (is_auto && out->n_auto_calibrated > 0) {
+        st_status s = summarise_auto(out, source, enabled, err);
+        if (s != ST_OK) {
+            st_layout_plan_free(out);
+            return s;
+        }
+    }
     return ST_OK;
 }
 
 void st_layout_plan_free(st_layout_plan *plan) {
     if (!plan) return;
+    if (plan->auto_summary && plan->pad_enabled_why == plan->auto_summary) plan->pad_enabled_why = NULL;
     free(plan->entries);
+    free(plan->auto_summary);
+    free(plan->auto_notice);
     plan->entries = NULL;
+    plan->auto_summary = NULL;
+    plan->auto_notice = NULL;
     plan->n_entries = 0;
 }
 
@@ -217,8 +302,7 @@ static const char *not_gemm_sentence(st_tensor_role role) {
     }
 }
 
-void st_layout_entry_explain(const st_layout_entry *e, size_t alias, char *buf, size_t size) {
-    ST_ASSERT(e != NULL && buf != NULL && size > 0);
+static void explain_rule(const st_layout_entry *e, size_t alias, char *buf, size_t size) {
     size_t row = e->packed_row_bytes, stride = e->tensor.nb[1];
     const char *type = st_type_name((uint32_t)e->tensor.type);
     const st_type_traits *tr = st_type_get_traits((uint32_t)e->tensor.type);
@@ -258,7 +342,10 @@ void st_layout_entry_explain(const st_layout_entry *e, size_t alias, char *buf, 
     case ST_PAD_REASON_KILL_SWITCH:
         off_by = "the kill switch (STRIDE_NO_PAD_WEIGHTS / GGML_CUDA_NO_PAD_WEIGHTS) forces padding off";
         break;
-    case ST_PAD_REASON_AUTO_OFF: off_by = "`auto` resolved to off for this device"; break;
+    case ST_PAD_REASON_AUTO_OFF:
+        off_by = e->auto_source == ST_PAD_AUTO_CALIBRATED ? "`auto` resolved to off for this shape on this device"
+                                                          : "`auto` resolved to off for this device";
+        break;
     case ST_PAD_REASON_COUNT: break;
     }
     if (!off_by) {
@@ -267,4 +354,19 @@ void st_layout_entry_explain(const st_layout_entry *e, size_t alias, char *buf, 
     }
     snprintf(buf, size, "%s: row %zu B is %sa multiple of the %zu B alias period; %s, stride stays %zu B",
              gemm_kind(e->role), row, aliased ? "" : "not ", alias, off_by, stride);
+}
+
+void st_layout_entry_explain(const st_layout_entry *e, size_t alias, char *buf, size_t size) {
+    ST_ASSERT(e != NULL && buf != NULL && size > 0);
+    explain_rule(e, alias, buf, size);
+    size_t used = strlen(buf);
+    if (used + 1 >= size) return;
+    switch (e->auto_source) {
+    case ST_PAD_AUTO_CALIBRATED:
+        snprintf(buf + used, size - used, "; auto: calibrated (%+.1f%%)%s", 100.0 * e->auto_gain,
+                 e->padded ? "" : ", packed kept");
+        break;
+    case ST_PAD_AUTO_BUILTIN: snprintf(buf + used, size - used, "; auto: built-in table"); break;
+    case ST_PAD_AUTO_NONE: break;
+    }
 }

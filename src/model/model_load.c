@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "stride/calibrate.h"
 #include "stride/model.h"
 #include "stride/quant.h"
 
@@ -77,11 +78,13 @@ static st_status bind_tensor(st_model *m, st_tensor *t, const char *name, int64_
 
 /* ---- quantized tensors: check, convert while uploading ------------------------------------ */
 
-/* Every quantized tensor's type must be one stride reads; kept quantized (no conversion
- * asked for), they run on the CPU backend only. The plan already holds the converted
- * types when a conversion was asked for (st_layout_plan_gguf_as). */
+/* Every quantized tensor's type must be one stride reads. Kept quantized (no conversion
+ * asked for), it is uploaded as stored, unpadded, and every backend computes with it: the
+ * CPU dequantizes a block of rows at a time, CUDA in its kernels (cuda_quant.cu reads every
+ * type st_quant_supported names). The plan already holds the converted types when a
+ * conversion was asked for (st_layout_plan_gguf_as). */
 static st_status check_quantized(const st_model *m, bool keep, st_error *err) {
-    char kept[64] = ""; /* the quantized types kept as stored, for the message below */
+    (void)keep; /* kept or converted, a type stride cannot dequantize is refused */
     for (uint64_t i = 0; i < st_gguf_n_tensors(m->file); i++) {
         const st_gguf_tensor_info *info = st_gguf_get_tensor(m->file, i);
         const st_type_traits *tr = st_type_get_traits((uint32_t)info->type);
@@ -90,16 +93,7 @@ static st_status check_quantized(const st_model *m, bool keep, st_error *err) {
             return st_error_set(err, ST_ERROR_UNSUPPORTED,
                                 "tensor '%.*s' has type %s, which stride cannot read (quantized types it reads: %s)",
                                 (int)info->name.len, info->name.data, tr->name, st_quant_supported_list());
-        if (keep && !strstr(kept, tr->name) && strlen(kept) + strlen(tr->name) + 3 < sizeof(kept)) {
-            if (kept[0]) strcat(kept, ", ");
-            strcat(kept, tr->name);
-        }
     }
-    if (kept[0] && m->backend->device.backend != ST_BACKEND_CPU)
-        return st_error_set(err, ST_ERROR_UNSUPPORTED,
-                            "quantized weights (%s) run on the CPU backend only so far; use --weights f16 "
-                            "(or bf16) to convert them at load, or --backend cpu",
-                            kept);
     return ST_OK;
 }
 
@@ -212,6 +206,31 @@ static st_status check_layers(const st_model *m, st_error *err) {
     return ST_OK;
 }
 
+/* The layout plan for the backend's device. With `auto`, each weight shape is decided by
+ * the device's calibration (measured now, within a few seconds, when the cache lacks it;
+ * calibrate.h); the line saying how lands in plan.auto_notice for the caller to show. */
+static st_status plan_layout(st_model *m, st_backend *backend, const st_layout_policy *policy, st_type plan_as,
+                             st_error *err) {
+    st_calib_table calib;
+    st_calibrate_table_init(&calib, NULL);
+    char notice[1536] = "";
+    st_layout_auto_source source;
+    const st_layout_auto_source *src = NULL;
+    if (st_layout_policy_is_auto(policy)) {
+        st_status s = st_calibrate_for_load(backend, m->file, policy, plan_as, &calib, notice, sizeof(notice));
+        if (s != ST_OK) {
+            st_calibrate_table_free(&calib);
+            return st_error_set(err, s, "%s", notice);
+        }
+        source = st_calibrate_auto_source(&calib, "on this device");
+        src = &source;
+    }
+    st_status s = st_layout_plan_gguf_auto(m->file, policy, backend->device.kind, plan_as, src, &m->plan, err);
+    st_calibrate_table_free(&calib);
+    if (s == ST_OK && notice[0]) m->plan.auto_notice = strdup(notice); /* NULL on no memory: only a notice */
+    return s;
+}
+
 st_status st_model_load(const char *path, st_backend *backend, const st_model_load_options *opt, st_model **out,
                         st_error *err) {
     *out = NULL;
@@ -226,9 +245,7 @@ st_status st_model_load(const char *path, st_backend *backend, const st_model_lo
     st_status s = st_gguf_open(path, &m->file, err);
     if (s != ST_OK) goto fail;
     if ((s = st_hparams_from_gguf(m->file, &m->hp, err)) != ST_OK) goto fail_wrap;
-    if ((s = st_layout_plan_gguf_as(m->file, &opt->policy, backend->device.kind, keep ? ST_TYPE_COUNT : to, &m->plan,
-                                    err)) != ST_OK)
-        goto fail_wrap;
+    if ((s = plan_layout(m, backend, &opt->policy, keep ? ST_TYPE_COUNT : to, err)) != ST_OK) goto fail_wrap;
 
     m->n_tensors = m->plan.n_entries;
     m->tensors = calloc(m->n_tensors ? m->n_tensors : 1, sizeof(st_tensor));
@@ -279,7 +296,7 @@ fail:
 void st_model_free(st_model *m) {
     if (!m) return;
     if (m->weights_buffer) m->backend->iface->dealloc(m->backend, m->weights_buffer);
-    if (m->plan.entries) st_layout_plan_free(&m->plan);
+    st_layout_plan_free(&m->plan); /* entries, summary and notice */
     free(m->tensors);
     free(m->layers);
     st_gguf_close(m->file);

@@ -101,6 +101,30 @@ def test_tiny_qwen3(stride, work):
     return model
 
 
+def test_auto_sources(stride, model, work):
+    """Which `auto` answered each tensor: with --device-kind (or on a device with no
+    calibration cache) the built-in table, said per tensor and, for a real device, in one
+    line on stderr; policies other than auto record none. (Cache contents: test_calibrate.py.)"""
+    geo = {"STRIDE_ROW_ALIAS": "128", "STRIDE_ROW_PAD": "64", "XDG_CACHE_HOME": os.path.join(work, "empty-cache")}
+    doc = layout(stride, model, env=geo)
+    for e in doc["tensors"]:
+        if e["padded"] or e["reason"] == "auto-off":
+            check(e["auto"] == "builtin" and e["why"].endswith("auto: built-in table"),
+                  f"{e['name']}: --device-kind: the built-in table: {e['why']}")
+        else:
+            check(e["auto"] is None and e["auto_gain"] is None, f"{e['name']}: no auto decision ({e['reason']})")
+    check(doc["layout"]["n_auto_builtin"] == 14 and doc["layout"]["n_auto_calibrated"] == 0,
+          "14 aliased GEMM weights decided by the built-in table")
+    p = run([stride, "inspect", model, "--layout", "--json", "--backend", "cpu"], geo)
+    doc = json.loads(p.stdout)
+    check(doc["layout"]["n_auto_builtin"] == 14, "--backend cpu without a cache: the built-in table")
+    lines = p.stderr.strip().splitlines()
+    check(len(lines) == 1 and "no calibration" in lines[0] and "built-in table" in lines[0],
+          f"--backend cpu without a cache: said in one line: {p.stderr!r}")
+    doc = layout(stride, model, "--pad-weights", "on", env=geo)
+    check(all(e["auto"] is None for e in doc["tensors"]), "--pad-weights on: no auto decision recorded")
+
+
 def test_bad_values(stride, model):
     cases = [
         (["--pad-weights", "maybe"], {}, "--pad-weights"),
@@ -166,6 +190,7 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     model = test_tiny_qwen3(a.stride, a.work)
+    test_auto_sources(a.stride, model, a.work)
     test_bad_values(a.stride, model)
     if not a.skip_full:
         test_full_size(a.stride, a.work)

@@ -1,8 +1,9 @@
 /*
  * Padding policy: --pad-weights, STRIDE_PAD_WEIGHTS, the kill switches, the geometry
  * variables, their precedence and every kind of invalid value; the device-kind names and
- * the built-in `auto` table. The environment is injected through st_getenv_fn from a
- * small table per case, never through setenv().
+ * the built-in `auto` table; per-shape `auto` decisions handed to the planner (and that
+ * the kill switch, on and off win over them). The environment is injected through
+ * st_getenv_fn from a small table per case, never through setenv().
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,9 @@
 #include <string.h>
 
 #include "stride/layout.h"
+#include "stride/synth.h"
+
+#include <unistd.h>
 
 #define MAX_VARS 4
 
@@ -280,8 +284,156 @@ static void test_auto_builtin(void **state) {
     assert_false(st_layout_auto_builtin(ST_DEVICE_KIND_CPU, NULL));
 }
 
+/* Only the policy `auto` without a kill switch consults per-shape decisions. */
+static void test_policy_is_auto(void **state) {
+    (void)state;
+    static const struct {
+        const char *flag;
+        env_table env;
+        bool is_auto;
+    } cases[] = {
+        {NULL, {{{0}}}, true},
+        {"auto", {{{PW, "off"}}}, true},
+        {NULL, {{{PW, "auto"}}}, true},
+        {"on", {{{0}}}, false},
+        {"off", {{{0}}}, false},
+        {NULL, {{{PW, "on"}}}, false},
+        {NULL, {{{KS, "1"}}}, false},
+        {"auto", {{{KG, "1"}}}, false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        st_layout_policy p;
+        env_table env = cases[i].env;
+        assert_int_equal(st_layout_policy_resolve(&p, cases[i].flag, table_getenv, &env, NULL), ST_OK);
+        assert_int_equal(st_layout_policy_is_auto(&p), cases[i].is_auto);
+    }
+}
+
+/* Per-shape decisions, as a calibration cache would give them: (N, K) -> pad, gain. */
+typedef struct shape_decision {
+    int64_t n, k;
+    bool pad;
+    double gain;
+} shape_decision;
+
+static const shape_decision DECISIONS[] = {
+    {64, 64, true, 0.05},   /* attn_q, attn_output */
+    {32, 64, false, -0.01}, /* attn_k, attn_v */
+    /* gate/up (128 x 64) and down (64 x 128) are not calibrated: the built-in table */
+};
+
+static bool decision_lookup(void *ctx, st_type type, int64_t n, int64_t k, st_layout_shape_choice *out) {
+    (void)ctx;
+    if (type != ST_TYPE_F16) return false;
+    for (size_t i = 0; i < sizeof(DECISIONS) / sizeof(DECISIONS[0]); i++)
+        if (DECISIONS[i].n == n && DECISIONS[i].k == k) {
+            out->pad = DECISIONS[i].pad;
+            out->gain = DECISIONS[i].gain;
+            return true;
+        }
+    return false;
+}
+
+static const st_layout_entry *entry_named(const st_layout_plan *p, const char *name) {
+    for (uint64_t i = 0; i < p->n_entries; i++)
+        if (p->entries[i].name_len == strlen(name) && memcmp(p->entries[i].name, name, p->entries[i].name_len) == 0)
+            return &p->entries[i];
+    fail_msg("no entry %s", name);
+    return NULL;
+}
+
+static void test_plan_auto_per_shape(void **state) {
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof(path), "/tmp/stride_test_layout_policy_%d.gguf", (int)getpid());
+    st_synth_options opt = {.weight_type = ST_TYPE_F16, .seed = 3};
+    assert_int_equal(st_synth_write(st_synth_find_preset("tiny-qwen3"), &opt, path, NULL), ST_OK);
+    st_gguf_file *f = NULL;
+    assert_int_equal(st_gguf_open(path, &f, NULL), ST_OK);
+    const st_layout_auto_source src = {.lookup = decision_lookup, .ctx = NULL, .what = "in the test"};
+
+    /* auto with decisions, alias 128 (tiny-qwen3's f16 rows are 128 and 256 B) */
+    env_table geo = {{{RA, "128"}, {RP, "64"}}};
+    st_layout_policy pol;
+    assert_int_equal(st_layout_policy_resolve(&pol, NULL, table_getenv, &geo, NULL), ST_OK);
+    st_layout_plan plan;
+    assert_int_equal(st_layout_plan_gguf_auto(f, &pol, ST_DEVICE_KIND_AMD_OTHER, ST_TYPE_COUNT, &src, &plan, NULL),
+                     ST_OK);
+    const bool builtin_on = st_layout_auto_builtin(ST_DEVICE_KIND_AMD_OTHER, NULL);
+    assert_false(builtin_on); /* so that the built-in shapes below stay packed */
+    static const struct {
+        const char *name;
+        bool padded;
+        st_pad_auto source;
+        st_pad_reason reason;
+        const char *explain;
+    } want[] = {
+        {"blk.0.attn_q.weight", true, ST_PAD_AUTO_CALIBRATED, ST_PAD_REASON_PADDED, "auto: calibrated (+5.0%)"},
+        {"blk.1.attn_output.weight", true, ST_PAD_AUTO_CALIBRATED, ST_PAD_REASON_PADDED, "auto: calibrated (+5.0%)"},
+        {"blk.0.attn_k.weight", false, ST_PAD_AUTO_CALIBRATED, ST_PAD_REASON_AUTO_OFF, "auto: calibrated (-1.0%)"},
+        {"blk.0.ffn_gate.weight", false, ST_PAD_AUTO_BUILTIN, ST_PAD_REASON_AUTO_OFF, "auto: built-in table"},
+        {"blk.0.ffn_down.weight", false, ST_PAD_AUTO_BUILTIN, ST_PAD_REASON_AUTO_OFF, "auto: built-in table"},
+        {"token_embd.weight", false, ST_PAD_AUTO_NONE, ST_PAD_REASON_NOT_GEMM_WEIGHT, "row lookup"},
+        {"blk.0.attn_norm.weight", false, ST_PAD_AUTO_NONE, ST_PAD_REASON_NOT_GEMM_WEIGHT, "never padded"},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        const st_layout_entry *e = entry_named(&plan, want[i].name);
+        char why[320];
+        st_layout_entry_explain(e, plan.alias, why, sizeof(why));
+        if (e->padded != want[i].padded || e->auto_source != want[i].source || !strstr(why, want[i].explain))
+            print_error("%s: padded %d source %d why \"%s\"\n", want[i].name, e->padded, e->auto_source, why);
+        assert_int_equal(e->padded, want[i].padded);
+        assert_int_equal(e->auto_source, want[i].source);
+        assert_int_equal(e->reason, want[i].reason);
+        assert_non_null(strstr(why, want[i].explain));
+        size_t row = 0; /* the shape survives re-deciding */
+        assert_true(e->tensor.ne[0] > 1 && st_type_row_bytes(e->tensor.type, e->tensor.ne[0], &row));
+        assert_int_equal(row, e->packed_row_bytes);
+        assert_int_equal(e->tensor.nb[1], e->packed_row_bytes + (e->padded ? 64 : 0));
+    }
+    /* 2 layers x (q, o) padded; (q, k, v, o) calibrated, (gate, up, down) built-in per layer */
+    assert_int_equal(plan.n_padded, 4);
+    assert_int_equal(plan.n_auto_calibrated, 8);
+    assert_int_equal(plan.n_auto_builtin, 6);
+    assert_true(plan.pad_enabled);
+    assert_non_null(strstr(plan.pad_enabled_why, "calibration in the test"));
+    assert_non_null(strstr(plan.pad_enabled_why, "built-in table"));
+    st_layout_plan_free(&plan);
+
+    /* the kill switch, on and off win over the decisions; auto without them is the table */
+    static const struct {
+        const char *flag;
+        env_table env;
+        bool with_source;
+        uint64_t n_padded;
+    } over[] = {
+        {NULL, {{{RA, "128"}, {RP, "64"}, {KS, "1"}}}, true, 0},
+        {"auto", {{{RA, "128"}, {RP, "64"}, {KG, "1"}}}, true, 0},
+        {"off", {{{RA, "128"}, {RP, "64"}}}, true, 0},
+        {"on", {{{RA, "128"}, {RP, "64"}}}, true, 14},
+        {NULL, {{{RA, "128"}, {RP, "64"}}}, false, 0},
+    };
+    for (size_t i = 0; i < sizeof(over) / sizeof(over[0]); i++) {
+        env_table env = over[i].env;
+        assert_int_equal(st_layout_policy_resolve(&pol, over[i].flag, table_getenv, &env, NULL), ST_OK);
+        assert_int_equal(st_layout_plan_gguf_auto(f, &pol, ST_DEVICE_KIND_AMD_OTHER, ST_TYPE_COUNT,
+                                                  over[i].with_source ? &src : NULL, &plan, NULL),
+                         ST_OK);
+        assert_int_equal(plan.n_padded, over[i].n_padded);
+        assert_int_equal(plan.n_auto_calibrated, 0);
+        assert_null(plan.auto_summary);
+        for (uint64_t j = 0; j < plan.n_entries; j++)
+            if (over[i].with_source) assert_int_equal(plan.entries[j].auto_source, ST_PAD_AUTO_NONE);
+        st_layout_plan_free(&plan);
+    }
+    st_gguf_close(f);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_policy_is_auto),
+        cmocka_unit_test(test_plan_auto_per_shape),
         cmocka_unit_test(test_resolve_valid),
         cmocka_unit_test(test_resolve_invalid),
         cmocka_unit_test(test_resolve_ignores_other_variables),

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "stride/calibrate.h"
 #include "stride/device.h"
 #include "stride/gguf.h"
 #include "stride/layout.h"
@@ -22,10 +23,11 @@ static void usage(FILE *out) {
             "                           chosen row stride, padded or not and why, extra bytes\n"
             "  --json                   machine-readable output\n"
             "  --pad-weights on|off|auto  padding policy (default: auto, or $STRIDE_PAD_WEIGHTS)\n"
-            "  --backend cpu|cuda       device whose `auto` decision is shown (default: cuda when a\n"
-            "                           GPU is present, else cpu)\n"
-            "  --device-kind KIND       plan as if for KIND: cpu, nvidia-hopper, nvidia-other,\n"
-            "                           amd-rdna3.5, amd-other\n"
+            "  --backend cpu|cuda       device whose `auto` decisions are shown: per weight shape from\n"
+            "                           its calibration cache (`stride calibrate`), else the built-in\n"
+            "                           table (default: cuda when a GPU is present, else cpu)\n"
+            "  --device-kind KIND       plan as if for KIND with the built-in `auto` table: cpu,\n"
+            "                           nvidia-hopper, nvidia-other, amd-rdna3.5, amd-other\n"
             "  --weights f16|bf16       plan quantized weights as converted to this type at load\n"
             "                           (as `stride run --weights` does)\n"
             "  --max-array N            array elements shown per metadata value (default 8)\n\n"
@@ -202,7 +204,10 @@ static void print_json(const st_gguf_file *f, const char *path, const st_layout_
                    st_tensor_role_name(e->role), e->packed_row_bytes, e->tensor.nb[0], e->tensor.nb[1],
                    e->tensor.nb[2], e->tensor.nb[3], e->padded ? "true" : "false", st_pad_reason_name(e->reason));
             cli_json_string(stdout, why, strlen(why));
-            printf(", \"extra_bytes\": %zu", e->extra_bytes);
+            printf(", \"extra_bytes\": %zu, \"auto\": ", e->extra_bytes);
+            if (e->auto_source == ST_PAD_AUTO_NONE) printf("null, \"auto_gain\": null");
+            else if (e->auto_source == ST_PAD_AUTO_BUILTIN) printf("\"builtin\", \"auto_gain\": null");
+            else printf("\"calibrated\", \"auto_gain\": %.6g", e->auto_gain);
         }
         printf("}");
     }
@@ -216,9 +221,10 @@ static void print_json(const st_gguf_file *f, const char *path, const st_layout_
                st_device_kind_name(plan->device), st_arch_name(plan->arch), plan->pad_enabled ? "true" : "false");
         cli_json_string(stdout, plan->pad_enabled_why, strlen(plan->pad_enabled_why));
         printf(", \"alias\": %zu, \"pad\": %zu, \"n_padded\": %" PRIu64 ", \"total_packed_bytes\": %zu, "
-               "\"total_planned_bytes\": %zu, \"total_extra_bytes\": %zu}",
+               "\"total_planned_bytes\": %zu, \"total_extra_bytes\": %zu, \"n_auto_calibrated\": %" PRIu64
+               ", \"n_auto_builtin\": %" PRIu64 "}",
                plan->alias, plan->pad, plan->n_padded, plan->total_packed_bytes, plan->total_planned_bytes,
-               plan->total_extra_bytes);
+               plan->total_extra_bytes, plan->n_auto_calibrated, plan->n_auto_builtin);
     }
     printf("\n}\n");
 }
@@ -266,6 +272,8 @@ int st_cmd_inspect(int argc, char **argv) {
     st_layout_policy policy;
     if (st_layout_policy_resolve(&policy, pad_flag, NULL, NULL, &err) != ST_OK) return cli_usage_error(CMD, "%s", err.message);
     st_device_kind kind = ST_DEVICE_KIND_CPU;
+    st_device_info info;
+    bool have_device = false;
     if (kind_name) {
         if (!st_device_kind_from_name(kind_name, &kind))
             return cli_usage_error(CMD, "--device-kind: unknown kind '%s' (cpu, nvidia-hopper, nvidia-other, "
@@ -274,9 +282,9 @@ int st_cmd_inspect(int argc, char **argv) {
         st_backend_kind backend = st_backend_default();
         if (backend_name && st_backend_parse(backend_name, &backend, &err) != ST_OK)
             return cli_usage_error(CMD, "%s", err.message);
-        st_device_info info;
         if (st_device_query(backend, 0, &info, &err) != ST_OK) return cli_fail(CMD, &err);
         kind = info.kind;
+        have_device = true;
     }
 
     st_gguf_file *f = NULL;
@@ -284,11 +292,34 @@ int st_cmd_inspect(int argc, char **argv) {
     st_layout_plan plan;
     bool have_plan = false;
     if (layout) {
-        if (st_layout_plan_gguf_as(f, &policy, kind, quantized_as, &plan, &err) != ST_OK) {
+        /* `auto` on a real device: the per-shape decisions of its calibration cache (inspect
+         * never measures); the built-in table for shapes the cache lacks, said in one line */
+        st_calib_table calib;
+        st_calibrate_table_init(&calib, NULL);
+        st_layout_auto_source source;
+        const st_layout_auto_source *src = NULL;
+        char notice[1600] = "";
+        if (have_device && st_layout_policy_is_auto(&policy)) {
+            bool found = false;
+            st_calibrate_for_inspect(&info, &policy, &calib, &found, notice, sizeof(notice));
+            source = st_calibrate_auto_source(&calib, "from the cache");
+            src = &source;
+        }
+        st_status s = st_layout_plan_gguf_auto(f, &policy, kind, quantized_as, src, &plan, &err);
+        st_calibrate_table_free(&calib);
+        if (s != ST_OK) {
             st_gguf_close(f);
             return cli_fail(CMD, &err);
         }
         have_plan = true;
+        if (src && plan.n_auto_builtin > 0) {
+            if (!notice[0])
+                snprintf(notice, sizeof(notice),
+                         "auto: %" PRIu64 " tensor(s) have shapes that %s's calibration cache lacks: built-in table "
+                         "for them (`stride calibrate -m %s` measures them)",
+                         plan.n_auto_builtin, info.name, path);
+            fprintf(stderr, "stride %s: %s\n", CMD, notice);
+        }
     }
     if (json) {
         print_json(f, path, layout ? &plan : NULL, &policy, max_items);

@@ -9,5 +9,6 @@ int st_cmd_run(int argc, char **argv);
 int st_cmd_perplexity(int argc, char **argv);
 int st_cmd_tokenize(int argc, char **argv);
 int st_cmd_bench(int argc, char **argv);
+int st_cmd_calibrate(int argc, char **argv);
 
 #endif

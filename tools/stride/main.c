@@ -17,6 +17,7 @@ static const command commands[] = {
     {"run", "generate text from a prompt (sampling or greedy), streaming it out", st_cmd_run},
     {"perplexity", "perplexity of a model over a text file (llama.cpp's method)", st_cmd_perplexity},
     {"bench", "prompt and generation speed, llama-bench style, padding on vs off", st_cmd_bench},
+    {"calibrate", "time each weight shape packed vs padded; the per-device cache `auto` reads", st_cmd_calibrate},
     {"tokenize", "print the token ids of a text with a model's vocabulary", st_cmd_tokenize},
 };
 

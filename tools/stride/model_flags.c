@@ -1,5 +1,6 @@
 #include "model_flags.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
@@ -48,6 +49,7 @@ st_status cli_model_open(const char *path, cli_model_setup *setup, st_backend **
     st_status s = st_backend_init(setup->backend, 0, backend, err);
     if (s == ST_OK) s = st_model_load(path, *backend, &setup->load, model, err);
     cli_progress_end(&progress);
+    if (s == ST_OK && (*model)->plan.auto_notice) fprintf(stderr, "stride: %s\n", (*model)->plan.auto_notice);
     setup->load.progress = NULL;
     setup->load.progress_ctx = NULL;
     if (s != ST_OK) {
