@@ -27,6 +27,55 @@ extern "C" {
 #endif
 
 typedef struct st_backend st_backend;
+
+/* What a fused product does with its results (st_fused_mul_mat). */
+typedef enum st_fused_epilogue {
+    ST_FUSED_EPILOGUE_STORE = 0,  /* y[i] = W_i h                                  */
+    ST_FUSED_EPILOGUE_ADD = 1,    /* out += W_0 h            (a residual add)      */
+    ST_FUSED_EPILOGUE_SWIGLU = 2, /* out = silu(W_0 h) * (W_1 h)                   */
+    ST_FUSED_EPILOGUE_GEGLU = 3,  /* out = gelu_tanh(W_0 h) * (W_1 h)              */
+} st_fused_epilogue;
+
+/* A product of the forward pass with what surrounds it: up to three weights applied to
+ * one input, the input optionally RMS-normalised first, the results optionally combined
+ * by a gated unit or added to a residual. Its meaning is the sequence of plain ops that
+ * st_backend_mul_mat_fused_composite runs; a backend that fuses it (one kernel for the
+ * decode path) must give the same values up to summation order.
+ *
+ *   x [K, M] F32;  w[i] [K, N_i];  y[i] [N_i, M] F32
+ *   h = norm_w ? rmsnorm(x) * norm_w : x        (h [K, M]: where it goes when formed)
+ *   y[i] = W_i h                                 (i < n_w)
+ *   ADD: out [N_0, M] += y[0];  SWIGLU/GEGLU: out [N_0, M] = act(y[0]) * y[1]
+ *
+ * Only STORE promises the contents of y[]; h and, for the other epilogues, y[] are
+ * scratch whose contents are unspecified afterwards. */
+typedef struct st_fused_mul_mat {
+    int n_w;                  /* 1..3 */
+    const st_tensor *w[3];
+    st_tensor *y[3];
+    const st_tensor *x;
+    const st_tensor *norm_w;  /* [K] F32, or NULL */
+    float eps;
+    st_tensor *h;             /* required when norm_w is set */
+    st_fused_epilogue epilogue;
+    st_tensor *out;           /* ADD, SWIGLU, GEGLU */
+} st_fused_mul_mat;
+/* The attention block's step between the projections and attention: per-head RMSNorm
+ * of q and k (optional), RoPE of q and k, and the store of k and v into the cache. Its
+ * meaning is st_backend_rope_store_composite's sequence of plain ops.
+ *   q [hd, n_head, M], k and v [hd, n_head_kv, M] F32 (q and k changed in place);
+ *   q_norm, k_norm [hd] F32 or both NULL;  positions I32 [M];
+ *   k_cache, v_cache [hd, n_head_kv, n_ctx] F16/F32 */
+typedef struct st_fused_rope_store {
+    st_tensor *q, *k;
+    const st_tensor *v;
+    const st_tensor *q_norm, *k_norm;
+    float eps;
+    const st_tensor *positions;
+    const st_rope_params *rope;
+    st_tensor *k_cache, *v_cache;
+} st_fused_rope_store;
+
 /* A recorded sequence of ops (a CUDA graph), replayed as one unit. */
 typedef struct st_backend_graph st_backend_graph;
 
@@ -73,6 +122,10 @@ typedef struct st_backend_iface {
      * dst [D, M], src [D, k, M], weights [k, M]. */
     void (*moe_combine)(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *weights);
 
+    /* Optional: a backend's fused version of op (NULL: the composite of plain ops). */
+    st_status (*mul_mat_fused)(st_backend *b, const st_fused_mul_mat *op, st_error *err);
+    st_status (*rope_store)(st_backend *b, const st_fused_rope_store *op, st_error *err);
+
     /* Waits for queued work (a no-op where ops are synchronous). */
     st_status (*synchronize)(st_backend *b, st_error *err);
 
@@ -104,6 +157,15 @@ struct st_backend {
 /* Creates a backend on device `index` (ignored for the CPU). */
 st_status st_backend_init(st_backend_kind kind, int index, st_backend **out, st_error *err);
 void st_backend_free(st_backend *b);
+
+/* Runs op: the backend's fused version when it has one, else the composite. */
+st_status st_backend_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err);
+/* The meaning of a fused product, as plain ops of b's table (the reference, and the
+ * fallback of a backend for the cases its fused kernels do not take). */
+st_status st_backend_mul_mat_fused_composite(st_backend *b, const st_fused_mul_mat *op, st_error *err);
+/* The same pair for st_fused_rope_store. */
+st_status st_backend_rope_store(st_backend *b, const st_fused_rope_store *op, st_error *err);
+st_status st_backend_rope_store_composite(st_backend *b, const st_fused_rope_store *op, st_error *err);
 
 #ifdef __cplusplus
 }

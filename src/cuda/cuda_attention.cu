@@ -1,18 +1,24 @@
-// Causal attention with GQA over the KV cache, and the store of new keys/values into it.
+// Causal attention with GQA over the KV cache: the dispatcher, the exact f32 kernel, and
+// the store of new keys/values into the cache.
 //
 // Cache: [head_dim, n_head_kv, n_ctx] F16 or F32 with strides; cache index = position.
 // Query m at position p sees keys t with t <= p, t < n_kv and, with a window W > 0,
 // p - t < W (cpu_ops.h, st_attn_params).
 //
-// The first, simple kernel: one block per (query head, token). The query sits in shared
-// memory; keys are visited in tiles of ATTN_TILE with an online softmax (running max and
-// sum, the accumulator rescaled when the max grows), so any n_kv fits in a fixed amount of
-// shared memory. Within a tile each warp scores keys (lanes split head_dim, a shuffle
-// sum), then every thread accumulates its own output dimensions over the tile's values.
-// F32 throughout. A decode step runs only n_head blocks: a split-KV kernel is later work.
+// Three paths (cuda_attention.h): split-KV decode (cuda_attention_decode.cu) for a few
+// query rows, the tensor-core prefill over an F16 cache (cuda_attention_flash.cu), and the
+// exact kernel here for everything else (an F32 cache in prefill, head_dim not 64/128/256,
+// unaligned cache rows, devices or builds without the tensor-core path).
+//
+// The exact kernel: one block per (query head, token). The query sits in shared memory;
+// keys are visited in tiles of ATTN_TILE with an online softmax (running max and sum, the
+// accumulator rescaled when the max grows), so any n_kv fits in a fixed amount of shared
+// memory. Within a tile each warp scores keys (lanes split head_dim, a shuffle sum), then
+// every thread accumulates its own output dimensions over the tile's values. F32
+// throughout: with an F32 cache it matches the CPU to f32 summation order.
 #include <math.h>
 
-#include "cuda/cuda_common.cuh"
+#include "cuda/cuda_attention.cuh"
 
 #define ATTN_THREADS 128
 #define ATTN_TILE 64
@@ -172,23 +178,33 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     attention_impl<ST_TYPE_F16>(dst, q, kc, vc, positions, n_kv, window, scale, softcap);
 }
 
-st_status st_cuda_attention(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                            const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
-                            st_error *err) {
-    // q, dst F32 [head_dim, n_head, M]; k_cache, v_cache [head_dim, n_head_kv, n_ctx] (one type)
+// ---- the dispatcher ---------------------------------------------------------------------------
+
+extern "C" const char *st_cuda_attn_path_name(st_cuda_attn_path path) {
+    switch (path) {
+    case ST_CUDA_ATTN_PATH_AUTO: return "auto";
+    case ST_CUDA_ATTN_PATH_EXACT: return "exact";
+    case ST_CUDA_ATTN_PATH_FLASH: return "flash";
+    case ST_CUDA_ATTN_PATH_DECODE: return "decode";
+    }
+    return "?";
+}
+
+// Depends on the shapes, types, strides and the device, never on p->n_kv: a decode step
+// recorded in a CUDA graph replays the same kernels at every depth.
+extern "C" st_cuda_attn_path st_cuda_attention_choose(st_backend *b, const st_tensor *q, const st_tensor *k_cache,
+                                                      const st_tensor *v_cache, const st_attn_params *p) {
+    (void)p;
+    if (st_cuda_attn_decode_supported(b, q, k_cache, v_cache)) return ST_CUDA_ATTN_PATH_DECODE;
+    if (st_cuda_attn_flash_supported(b, q, k_cache, v_cache)) return ST_CUDA_ATTN_PATH_FLASH;
+    return ST_CUDA_ATTN_PATH_EXACT;
+}
+
+static st_status attention_exact(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                                 const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
+                                 st_error *err) {
     st_cuda_ctx *c = cuda_ctx(b);
-    ST_ASSERT(cuda_is_f32_rows(q) && cuda_is_f32_rows(dst) && cuda_same_shape(dst, q));
-    ST_ASSERT(q->ne[3] == 1 && p != NULL);
-    ST_ASSERT(is_cache_type(k_cache->type) && k_cache->type == v_cache->type);
-    ST_ASSERT(cuda_is_float_weight(k_cache) && cuda_is_float_weight(v_cache));
-    ST_ASSERT(cuda_same_shape(k_cache, v_cache) && k_cache->ne[3] == 1);
-    const int64_t head_dim = q->ne[0], n_head = q->ne[1], M = q->ne[2], n_head_kv = k_cache->ne[1];
-    ST_ASSERT(k_cache->ne[0] == head_dim && n_head_kv > 0 && n_head % n_head_kv == 0);
-    ST_ASSERT(head_dim <= ATTN_MAX_HEAD_DIM);
-    ST_ASSERT(p->n_kv >= 0 && p->n_kv <= k_cache->ne[2] && p->window >= 0);
-    ST_ASSERT(cuda_is_i32_index(positions) && positions->ne[0] >= M);
-    const int64_t rows = n_head * M;
-    if (rows == 0 || head_dim == 0) return ST_OK;
+    const int64_t rows = q->ne[1] * q->ne[2];
     const unsigned int grid = (unsigned int)(rows < (1 << 30) ? rows : (1 << 30));
     const int32_t *pos = (const int32_t *)positions->data;
     if (k_cache->type == ST_TYPE_F16)
@@ -201,4 +217,45 @@ st_status st_cuda_attention(st_backend *b, st_tensor *dst, const st_tensor *q, c
                                                              p->softcap);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
+}
+
+extern "C" st_status st_cuda_attention_path(st_backend *b, st_tensor *dst, const st_tensor *q,
+                                            const st_tensor *k_cache, const st_tensor *v_cache,
+                                            const st_tensor *positions, const st_attn_params *p,
+                                            st_cuda_attn_path path, st_error *err) {
+    // q, dst F32 [head_dim, n_head, M]; k_cache, v_cache [head_dim, n_head_kv, n_ctx] (one type)
+    ST_ASSERT(cuda_is_f32_rows(q) && cuda_is_f32_rows(dst) && cuda_same_shape(dst, q));
+    ST_ASSERT(q->ne[3] == 1 && p != NULL);
+    ST_ASSERT(is_cache_type(k_cache->type) && k_cache->type == v_cache->type);
+    ST_ASSERT(cuda_is_float_weight(k_cache) && cuda_is_float_weight(v_cache));
+    ST_ASSERT(cuda_same_shape(k_cache, v_cache) && k_cache->ne[3] == 1);
+    const int64_t head_dim = q->ne[0], n_head = q->ne[1], M = q->ne[2], n_head_kv = k_cache->ne[1];
+    ST_ASSERT(k_cache->ne[0] == head_dim && n_head_kv > 0 && n_head % n_head_kv == 0);
+    ST_ASSERT(p->n_kv >= 0 && p->n_kv <= k_cache->ne[2] && p->window >= 0);
+    ST_ASSERT(k_cache->ne[2] < INT_MAX && n_head * M < INT_MAX); // positions and rows fit an int on the device
+    ST_ASSERT(cuda_is_i32_index(positions) && positions->ne[0] >= M);
+    if (n_head * M == 0 || head_dim == 0) return ST_OK;
+    if (path == ST_CUDA_ATTN_PATH_AUTO) path = st_cuda_attention_choose(b, q, k_cache, v_cache, p);
+    switch (path) {
+    case ST_CUDA_ATTN_PATH_DECODE:
+        if (!st_cuda_attn_decode_supported(b, q, k_cache, v_cache)) break;
+        return st_cuda_attn_decode(b, dst, q, k_cache, v_cache, positions, p, err);
+    case ST_CUDA_ATTN_PATH_FLASH:
+        if (!st_cuda_attn_flash_supported(b, q, k_cache, v_cache)) break;
+        return st_cuda_attn_flash(b, dst, q, k_cache, v_cache, positions, p, err);
+    case ST_CUDA_ATTN_PATH_EXACT:
+        if (head_dim > ATTN_MAX_HEAD_DIM) break;
+        return attention_exact(b, dst, q, k_cache, v_cache, positions, p, err);
+    case ST_CUDA_ATTN_PATH_AUTO: break;
+    }
+    return st_error_set(err, ST_ERROR_UNSUPPORTED,
+                        "attention: the %s path does not take head_dim %lld, %lld/%lld heads, M %lld, %s cache",
+                        st_cuda_attn_path_name(path), (long long)head_dim, (long long)n_head, (long long)n_head_kv,
+                        (long long)M, st_type_name(k_cache->type));
+}
+
+st_status st_cuda_attention(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                            const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
+                            st_error *err) {
+    return st_cuda_attention_path(b, dst, q, k_cache, v_cache, positions, p, ST_CUDA_ATTN_PATH_AUTO, err);
 }

@@ -69,6 +69,10 @@ static st_status cuda_sync_and_check(st_cuda_ctx *c, st_error *err) {
 
 st_status st_cuda_scratch(st_cuda_ctx *c, size_t nbytes, void **out, st_error *err) {
     if (nbytes > c->scratch_bytes) {
+        if (c->capturing)
+            return st_error_set(err, ST_ERROR_DEVICE,
+                                "GEMM scratch would grow from %zu to %zu bytes while recording a CUDA graph",
+                                c->scratch_bytes, nbytes);
         // Queued kernels may still read the old scratch: wait for them. Growth happens only
         // while the shapes seen so far grow.
         ST_GPU_CHECK(st_gpu_stream_synchronize(c->stream));
@@ -133,6 +137,69 @@ static st_status cuda_read(st_backend *b, void *dst, const void *src, size_t n, 
 }
 
 static st_status cuda_synchronize(st_backend *b, st_error *err) { return cuda_sync_and_check(cuda_ctx(b), err); }
+
+// ---- graphs: the decode step recorded once and replayed ------------------------------------------
+
+struct st_backend_graph {
+    st_gpu_graph_exec_t exec;
+};
+
+// Global capture mode: a call that would be unsafe while recording (an allocation, a
+// synchronisation) fails the capture instead of silently escaping the graph.
+static st_status cuda_graph_begin(st_backend *b, st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    ST_ASSERT(!c->capturing);
+    if (c->sticky.status != ST_OK) return cuda_sync_and_check(c, err);
+    ST_GPU_CHECK(st_gpu_stream_begin_capture(c->stream, st_gpu_stream_capture_mode_global));
+    c->capturing = true;
+    return ST_OK;
+}
+
+static st_status cuda_graph_end(st_backend *b, st_backend_graph **out, st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    ST_ASSERT(c->capturing);
+    *out = NULL;
+    c->capturing = false;
+    st_gpu_graph_t graph = NULL;
+    st_gpu_error_t rc = st_gpu_stream_end_capture(c->stream, &graph);
+    if (c->sticky.status != ST_OK || rc != st_gpu_success) {
+        // an op failed while recording (the failure is the recording's, not the data's)
+        if (graph) (void)st_gpu_graph_destroy(graph);
+        (void)st_gpu_get_last_error();
+        st_error_set(err, ST_ERROR_DEVICE, "recording the decode step as a CUDA graph failed: %s",
+                     c->sticky.status != ST_OK ? c->sticky.message : st_gpu_get_error_string(rc));
+        st_error_clear(&c->sticky);
+        return ST_ERROR_DEVICE;
+    }
+    st_backend_graph *g = (st_backend_graph *)calloc(1, sizeof(*g));
+    if (!g) {
+        (void)st_gpu_graph_destroy(graph);
+        return st_error_set(err, ST_ERROR_NOMEM, "out of host memory");
+    }
+    rc = st_gpu_graph_instantiate(&g->exec, graph);
+    (void)st_gpu_graph_destroy(graph);
+    if (rc != st_gpu_success) {
+        free(g);
+        return st_error_set(err, ST_ERROR_DEVICE, "instantiating the decode graph failed: %s",
+                            st_gpu_get_error_string(rc));
+    }
+    *out = g;
+    return ST_OK;
+}
+
+static st_status cuda_graph_launch(st_backend *b, st_backend_graph *g, st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    ST_GPU_CHECK(st_gpu_graph_launch(g->exec, c->stream));
+    return ST_OK;
+}
+
+static void cuda_graph_free(st_backend *b, st_backend_graph *g) {
+    if (!g) return;
+    st_cuda_ctx *c = cuda_ctx(b);
+    (void)st_gpu_stream_synchronize(c->stream); // a launch in flight still uses it
+    (void)st_gpu_graph_exec_destroy(g->exec);
+    free(g);
+}
 
 // ---- timing ----------------------------------------------------------------------------------
 
@@ -266,6 +333,7 @@ static void cuda_ctx_destroy(st_cuda_ctx *c) {
     if (c->blas) (void)st_gpu_blas_destroy(c->blas);
     if (c->blas_workspace) (void)st_gpu_free(c->blas_workspace);
     if (c->scratch) (void)st_gpu_free(c->scratch);
+    if (c->attn_partials) (void)st_gpu_free(c->attn_partials);
     if (c->d_op_error) (void)st_gpu_free(c->d_op_error);
     if (c->timer_start) (void)st_gpu_event_destroy(c->timer_start);
     if (c->timer_stop) (void)st_gpu_event_destroy(c->timer_stop);
@@ -297,6 +365,8 @@ static st_backend_iface cuda_make_iface(void) {
     t.get_rows = st_cuda_get_rows;
     t.mul_mat = st_cuda_mul_mat;
     t.mul_mat_id = st_cuda_mul_mat_id;
+    t.mul_mat_fused = st_cuda_mul_mat_fused;
+    t.rope_store = st_cuda_rope_store;
     t.rms_norm = cuda_rms_norm;
     t.rope = cuda_rope;
     t.swiglu = cuda_swiglu;
@@ -311,6 +381,10 @@ static st_backend_iface cuda_make_iface(void) {
     t.synchronize = cuda_synchronize;
     t.timer_start = cuda_timer_start;
     t.timer_stop = cuda_timer_stop;
+    t.graph_begin = cuda_graph_begin;
+    t.graph_end = cuda_graph_end;
+    t.graph_launch = cuda_graph_launch;
+    t.graph_free = cuda_graph_free;
     return t;
 }
 
@@ -319,6 +393,8 @@ static const st_backend_iface cuda_iface = cuda_make_iface();
 static st_status cuda_ctx_create(int index, st_cuda_ctx *c, st_error *err) {
     c->device = index;
     ST_GPU_CHECK(st_gpu_set_device(index));
+    ST_GPU_CHECK(st_gpu_device_get_attribute(&c->sm_count, st_gpu_dev_attr_multiprocessor_count, index));
+    if (c->sm_count < 1) c->sm_count = 1;
     ST_GPU_CHECK(st_gpu_stream_create_with_flags(&c->stream, st_gpu_stream_non_blocking));
     ST_GPU_BLAS_CHECK(st_gpu_blas_create(&c->blas));
     ST_GPU_BLAS_CHECK(st_gpu_blas_set_stream(c->blas, c->stream));

@@ -56,6 +56,9 @@ typedef struct st_cuda_ctx {
     st_gpu_event_t timer_start, timer_stop; /* the backend's timer (timer_start/stop) */
     bool timer_running;
     bool capturing;                      /* graph_begin .. graph_end: nothing may allocate or wait */
+    void *attn_partials;                 /* split-KV attention: per-split (max, sum, acc[head_dim]) */
+    size_t attn_partials_bytes;
+    int sm_count;                        /* multiprocessors of the device */
 } st_cuda_ctx;
 
 static inline st_cuda_ctx *cuda_ctx(st_backend *b) { return (st_cuda_ctx *)b->ctx; }
@@ -161,6 +164,11 @@ st_status st_cuda_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, 
                            st_error *err);
 st_status st_cuda_mul_mat(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err);
 
+/* cuda_gemv.cu */
+/* The matrix-vector product (any M; one pass per CUDA_GEMV_MAX_COLS columns). */
+st_status st_cuda_gemv(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err);
+st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err);
+
 /* cuda_moe.cu */
 st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
                              const st_tensor *ids, st_error *err);
@@ -174,6 +182,7 @@ st_status st_cuda_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, co
                            st_error *err);
 st_status st_cuda_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const st_tensor *positions,
                        const st_rope_params *p, st_error *err);
+st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_error *err);
 
 /* cuda_elementwise.cu */
 st_status st_cuda_glu(st_backend *b, st_tensor *dst, const st_tensor *gate, const st_tensor *up, bool gelu,
@@ -188,5 +197,19 @@ st_status st_cuda_kv_store(st_backend *b, st_tensor *cache, const st_tensor *x, 
 st_status st_cuda_attention(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                             const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
                             st_error *err);
+
+/* cuda_quant.cu: block-quantized weights kept as stored (quant.h); st_cuda_get_rows,
+ * st_cuda_mul_mat and st_cuda_mul_mat_id hand them over. A type these kernels do not read,
+ * or rows off the type's block alignment, is ST_ERROR_UNSUPPORTED. */
+static inline bool cuda_is_quantized(st_type t) {
+    const st_type_traits *tr = st_type_get_traits((uint32_t)t);
+    return tr != NULL && tr->is_quantized;
+}
+st_status st_cuda_get_rows_quant(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *ids,
+                                 st_error *err);
+st_status st_cuda_mul_mat_quant(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
+                                st_error *err);
+st_status st_cuda_mul_mat_id_quant(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
+                                   const st_tensor *ids, st_error *err);
 
 #endif /* STRIDE_CUDA_COMMON_CUH */

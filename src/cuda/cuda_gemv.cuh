@@ -20,7 +20,7 @@
 /* Columns one pass over a weight row serves: below the GEMM threshold, all of them. */
 #define CUDA_GEMV_MAX_COLS (ST_CUDA_GEMM_MIN_M - 1)
 /* Warps (= weight rows) per block. */
-#define CUDA_GEMV_WARPS 4
+#define CUDA_GEMV_WARPS 8
 
 template <st_type T> struct cuda_elem_bytes;
 template <> struct cuda_elem_bytes<ST_TYPE_F32> { static constexpr int value = 4; };
@@ -59,61 +59,95 @@ __device__ __forceinline__ float cuda_warp_sum(float v) {
     return v;
 }
 
-/* acc[c] = dot(wrow[0..K), xs[c][0..K)) for c < n_cols, in every lane of the warp.
- *   w_vec: wrow is 16-byte aligned; x_vec: every xs[c] is 16-byte aligned. */
-template <st_type T>
-__device__ __forceinline__ void cuda_gemv_row(const char *__restrict__ wrow, int64_t K, bool w_vec,
-                                              const float *const *xs, int n_cols, bool x_vec,
-                                              float acc[CUDA_GEMV_MAX_COLS]) {
-    constexpr int VEC = 16 / cuda_elem_bytes<T>::value; /* elements per 16-byte load */
-    const int lane = threadIdx.x % ST_GPU_WARP_SIZE;
+/* Loads of the input columns: from shared memory (a block staged them there) or through
+ * the read-only cache (every warp of the SM reads the same x, so it stays in L1). */
+template <bool X_SHARED> __device__ __forceinline__ float4 cuda_gemv_x4(const float *p) {
+    return X_SHARED ? *(const float4 *)p : __ldg((const float4 *)p);
+}
+template <bool X_SHARED> __device__ __forceinline__ float cuda_gemv_x1(const float *p) {
+    return X_SHARED ? *p : __ldg(p);
+}
+
+/* Adds the products of one 16-byte piece of the weight row (elements k0 .. k0 + VEC) to
+ * acc[c] for every column. */
+template <st_type T, bool X_SHARED, int NC>
+__device__ __forceinline__ void cuda_gemv_piece(const uint4 &wq, int64_t k0, const float *const *xs, int n_cols,
+                                                bool x_vec, float *acc) {
+    constexpr int VEC = 16 / cuda_elem_bytes<T>::value;
+    float wf[VEC];
+    cuda_unpack16<T>(wq, wf);
 #pragma unroll
-    for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) acc[c] = 0.0f;
+    for (int c = 0; c < NC; c++) {
+        if (c >= n_cols) break;
+        float xf[VEC];
+        if (x_vec) {
+#pragma unroll
+            for (int i = 0; i < VEC; i += 4) {
+                const float4 q = cuda_gemv_x4<X_SHARED>(xs[c] + k0 + i);
+                xf[i] = q.x, xf[i + 1] = q.y, xf[i + 2] = q.z, xf[i + 3] = q.w;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < VEC; i++) xf[i] = cuda_gemv_x1<X_SHARED>(xs[c] + k0 + i);
+        }
+        float s = acc[c];
+#pragma unroll
+        for (int i = 0; i < VEC; i++) s = fmaf(wf[i], xf[i], s);
+        acc[c] = s;
+    }
+}
+
+/* acc[c] = dot(wrow[0..K), xs[c][0..K)) for c < n_cols, in every lane of the warp.
+ *   w_vec: wrow is 16-byte aligned; x_vec: every xs[c] is 16-byte aligned;
+ *   X_SHARED: xs point into shared memory; NC: the most columns (a compile-time bound, so
+ *   that a one-column product keeps one accumulator in registers, not seven).
+ * Bytes in flight: each lane issues CUDA_GEMV_UNROLL 16-byte weight loads before it uses
+ * any of them (a warp: 32 x 16 x CUDA_GEMV_UNROLL = 4 KiB), which is what keeps HBM busy
+ * on rows of 2-8 KiB; the weights are streamed past the caches (read once per token) so
+ * that x stays in L1. The summation order is fixed by K alone: lane l owns the pieces
+ * l, l + 32, ... in order, then a shuffle tree.
+ *
+ * Measured on the H200 (bench/cuda-decode.md): splitting a row's K over several warps,
+ * guarding the last round instead of finishing it piece by piece, and folding an RMSNorm
+ * into the loop (x * norm_w per element) were each slower in whole-model decode. */
+#define CUDA_GEMV_UNROLL 8
+template <st_type T, bool X_SHARED = false, int NC = CUDA_GEMV_MAX_COLS>
+__device__ __forceinline__ void cuda_gemv_row(const char *__restrict__ wrow, int64_t K, bool w_vec,
+                                              const float *const *xs, int n_cols, bool x_vec, float *acc) {
+    constexpr int VEC = 16 / cuda_elem_bytes<T>::value; /* elements per 16-byte load */
+    constexpr int W = ST_GPU_WARP_SIZE;
+    const int lane = threadIdx.x % W;
+#pragma unroll
+    for (int c = 0; c < NC; c++) acc[c] = 0.0f;
 
     int64_t k_done = 0;
     if (w_vec) {
         const int64_t n_vec = K / VEC;
         const uint4 *wv = (const uint4 *)wrow;
-        for (int64_t v = lane; v < n_vec; v += ST_GPU_WARP_SIZE) {
-            float wf[VEC];
-            cuda_unpack16<T>(__ldg(wv + v), wf);
-            const int64_t k0 = v * VEC;
+        int64_t v = lane;
+        for (; v + (CUDA_GEMV_UNROLL - 1) * W < n_vec; v += CUDA_GEMV_UNROLL * W) {
+            uint4 wq[CUDA_GEMV_UNROLL];
 #pragma unroll
-            for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) {
-                if (c >= n_cols) break;
-                float xf[VEC];
-                if (x_vec) {
+            for (int u = 0; u < CUDA_GEMV_UNROLL; u++) wq[u] = st_gpu_load_streaming(wv + v + u * W);
 #pragma unroll
-                    for (int i = 0; i < VEC; i += 4) {
-                        const float4 q = __ldg((const float4 *)(xs[c] + k0 + i));
-                        xf[i] = q.x;
-                        xf[i + 1] = q.y;
-                        xf[i + 2] = q.z;
-                        xf[i + 3] = q.w;
-                    }
-                } else {
-#pragma unroll
-                    for (int i = 0; i < VEC; i++) xf[i] = __ldg(xs[c] + k0 + i);
-                }
-                float s = acc[c];
-#pragma unroll
-                for (int i = 0; i < VEC; i++) s = fmaf(wf[i], xf[i], s);
-                acc[c] = s;
-            }
+            for (int u = 0; u < CUDA_GEMV_UNROLL; u++)
+                cuda_gemv_piece<T, X_SHARED, NC>(wq[u], (v + u * W) * VEC, xs, n_cols, x_vec, acc);
         }
+        for (; v < n_vec; v += W)
+            cuda_gemv_piece<T, X_SHARED, NC>(st_gpu_load_streaming(wv + v), v * VEC, xs, n_cols, x_vec, acc);
         k_done = n_vec * VEC;
     }
     /* the tail (or the whole row when it is not 16-byte aligned), one element per lane */
-    for (int64_t k = k_done + lane; k < K; k += ST_GPU_WARP_SIZE) {
+    for (int64_t k = k_done + lane; k < K; k += W) {
         const float wk = cuda_load_f32<T>(wrow, k);
 #pragma unroll
-        for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) {
+        for (int c = 0; c < NC; c++) {
             if (c >= n_cols) break;
-            acc[c] = fmaf(wk, __ldg(xs[c] + k), acc[c]);
+            acc[c] = fmaf(wk, cuda_gemv_x1<X_SHARED>(xs[c] + k), acc[c]);
         }
     }
 #pragma unroll
-    for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) {
+    for (int c = 0; c < NC; c++) {
         if (c >= n_cols) break;
         acc[c] = cuda_warp_sum(acc[c]);
     }

@@ -3,7 +3,7 @@
 //   W [K, N] F32/F16/BF16 at row stride nb[1] (padded or packed; never repacked)
 //   x [K, M...] F32, any strides;  y [N, M...] F32, any strides
 //
-// M < ST_CUDA_GEMM_MIN_M (decode): the own matrix-vector kernel (cuda_gemv.cuh), which
+// M < ST_CUDA_GEMM_MIN_M (decode): the own matrix-vector kernel (cuda_gemv.cu), which
 // reads each weight row once for all M columns.
 // M >= ST_CUDA_GEMM_MIN_M (prefill): cuBLAS. In its column-major terms the row-major W is
 // a K x N matrix with leading dimension lda = nb[1] / type_size, so
@@ -53,6 +53,7 @@ __global__ void get_rows_bf16(st_cuda_view dst, const char *src, int64_t nb1, in
 st_status st_cuda_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *ids,
                            st_error *err) {
     // dst F32 [K, M]; src [K, V] at any row stride; ids I32 [M]
+    if (cuda_is_quantized(src->type)) return st_cuda_get_rows_quant(b, dst, src, ids, err); // cuda_quant.cu
     st_cuda_ctx *c = cuda_ctx(b);
     ST_ASSERT(cuda_is_f32_rows(dst) && cuda_is_float_weight(src) && cuda_is_i32_index(ids));
     ST_ASSERT(dst->ne[0] == src->ne[0] && dst->ne[2] == 1 && dst->ne[3] == 1);
@@ -68,72 +69,6 @@ st_status st_cuda_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, 
     case ST_TYPE_F32: get_rows_f32<<<grid, CUDA_ROWS_THREADS, 0, c->stream>>>(d, s, nb1, V, id, c->d_op_error); break;
     case ST_TYPE_F16: get_rows_f16<<<grid, CUDA_ROWS_THREADS, 0, c->stream>>>(d, s, nb1, V, id, c->d_op_error); break;
     default: get_rows_bf16<<<grid, CUDA_ROWS_THREADS, 0, c->stream>>>(d, s, nb1, V, id, c->d_op_error); break;
-    }
-    ST_GPU_CHECK_LAUNCH();
-    return ST_OK;
-}
-
-// ---- the matrix-vector kernel (M < ST_CUDA_GEMM_MIN_M, or shapes cuBLAS cannot take) ----
-
-// Block: CUDA_GEMV_WARPS weight rows; grid y: groups of CUDA_GEMV_MAX_COLS columns.
-template <st_type T>
-__device__ void gemv_impl(const char *__restrict__ w, int64_t w_nb1, int64_t K, int64_t N, bool w_vec,
-                          st_cuda_view x, st_cuda_view y, int64_t M, bool x_vec) {
-    const int64_t n = (int64_t)blockIdx.x * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
-    if (n >= N) return;
-    const int lane = threadIdx.x % ST_GPU_WARP_SIZE;
-    for (int64_t m0 = (int64_t)blockIdx.y * CUDA_GEMV_MAX_COLS; m0 < M; m0 += (int64_t)gridDim.y * CUDA_GEMV_MAX_COLS) {
-        const int n_cols = (int)(M - m0 < CUDA_GEMV_MAX_COLS ? M - m0 : CUDA_GEMV_MAX_COLS);
-        const float *xs[CUDA_GEMV_MAX_COLS];
-#pragma unroll
-        for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) xs[c] = (const float *)cuda_row(x, m0 + (c < n_cols ? c : 0));
-        float acc[CUDA_GEMV_MAX_COLS];
-        cuda_gemv_row<T>(w + n * w_nb1, K, w_vec, xs, n_cols, x_vec, acc);
-        if (lane == 0) {
-#pragma unroll
-            for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) {
-                if (c >= n_cols) break;
-                ((float *)cuda_row(y, m0 + c))[n] = acc[c];
-            }
-        }
-    }
-}
-
-__global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)
-    gemv_f32(const char *w, int64_t nb1, int64_t K, int64_t N, bool w_vec, st_cuda_view x, st_cuda_view y, int64_t M,
-             bool x_vec) {
-    gemv_impl<ST_TYPE_F32>(w, nb1, K, N, w_vec, x, y, M, x_vec);
-}
-__global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)
-    gemv_f16(const char *w, int64_t nb1, int64_t K, int64_t N, bool w_vec, st_cuda_view x, st_cuda_view y, int64_t M,
-             bool x_vec) {
-    gemv_impl<ST_TYPE_F16>(w, nb1, K, N, w_vec, x, y, M, x_vec);
-}
-__global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)
-    gemv_bf16(const char *w, int64_t nb1, int64_t K, int64_t N, bool w_vec, st_cuda_view x, st_cuda_view y,
-              int64_t M, bool x_vec) {
-    gemv_impl<ST_TYPE_BF16>(w, nb1, K, N, w_vec, x, y, M, x_vec);
-}
-
-// Every row of the view starts 16-byte aligned.
-static bool cuda_rows_aligned16(const st_tensor *t) {
-    return cuda_aligned16(t->data) && t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0 && t->nb[3] % 16 == 0;
-}
-
-static st_status mul_mat_gemv(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err) {
-    const int64_t K = w->ne[0], N = w->ne[1], M = cuda_nrows(x);
-    const bool w_vec = cuda_aligned16(w->data) && w->nb[1] % 16 == 0;
-    const bool x_vec = cuda_rows_aligned16(x);
-    const int64_t groups = (M + CUDA_GEMV_MAX_COLS - 1) / CUDA_GEMV_MAX_COLS;
-    const dim3 grid(cuda_blocks(N, CUDA_GEMV_WARPS), cuda_grid_y(groups));
-    const dim3 block(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE);
-    const char *wd = (const char *)w->data;
-    const int64_t nb1 = (int64_t)w->nb[1];
-    const st_cuda_view xv = cuda_view(x), yv = cuda_view(dst);
-    switch (w->type) {
-    case ST_TYPE_F32: gemv_f32<<<grid, block, 0, c->stream>>>(wd, nb1, K, N, w_vec, xv, yv, M, x_vec); break;
-    case ST_TYPE_F16: gemv_f16<<<grid, block, 0, c->stream>>>(wd, nb1, K, N, w_vec, xv, yv, M, x_vec); break;
-    default: gemv_bf16<<<grid, block, 0, c->stream>>>(wd, nb1, K, N, w_vec, xv, yv, M, x_vec); break;
     }
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
@@ -255,6 +190,7 @@ static st_status mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w
 
 st_status st_cuda_mul_mat(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err) {
     // w [K, N] any nb[1]; x F32 [K, M...]; dst F32 [N, M...] (M... = ne[1..3] of x)
+    if (cuda_is_quantized(w->type)) return st_cuda_mul_mat_quant(b, dst, w, x, err); // cuda_quant.cu
     st_cuda_ctx *c = cuda_ctx(b);
     ST_ASSERT(cuda_is_float_weight(w) && w->ne[2] == 1 && w->ne[3] == 1);
     ST_ASSERT(cuda_is_f32_rows(x) && cuda_is_f32_rows(dst));
@@ -263,5 +199,5 @@ st_status st_cuda_mul_mat(st_backend *b, st_tensor *dst, const st_tensor *w, con
     const int64_t N = w->ne[1], M = cuda_nrows(x);
     if (N == 0 || M == 0) return ST_OK;
     if (M >= ST_CUDA_GEMM_MIN_M && gemm_supported(dst, w, x)) return mul_mat_gemm(c, dst, w, x, err);
-    return mul_mat_gemv(c, dst, w, x, err);
+    return st_cuda_gemv(c, dst, w, x, err);
 }

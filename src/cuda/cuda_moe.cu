@@ -43,7 +43,7 @@ __device__ void mul_mat_id_impl(const char *__restrict__ w, int64_t w_nb1, int64
 #pragma unroll
         for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) xs[c] = (const float *)xrow;
         float acc[CUDA_GEMV_MAX_COLS];
-        cuda_gemv_row<T>(w + (int64_t)e * w_nb2 + n * w_nb1, K, w_vec, xs, 1, x_vec, acc);
+        cuda_gemv_row<T, false, 1>(w + (int64_t)e * w_nb2 + n * w_nb1, K, w_vec, xs, 1, x_vec, acc);
         if (lane == 0) ((float *)(y.data + j * y.nb1 + m * y.nb2))[n] = acc[0];
     }
 }
@@ -62,6 +62,7 @@ st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, 
                              const st_tensor *ids, st_error *err) {
     // w [K, N, E] any nb[1], nb[2]; dst F32 [N, n_used, M]; ids I32 [n_used, M];
     // x F32 [K, M] or [K, 1, M] (shared by the slots of a token) or [K, n_used, M]
+    if (cuda_is_quantized(w->type)) return st_cuda_mul_mat_id_quant(b, dst, w, x, ids, err); // cuda_quant.cu
     st_cuda_ctx *c = cuda_ctx(b);
     ST_ASSERT(cuda_is_float_weight(w) && w->ne[3] == 1);
     const int64_t K = w->ne[0], N = w->ne[1], E = w->ne[2];

@@ -7,6 +7,8 @@
 // ---- RMSNorm --------------------------------------------------------------------------------
 
 #define NORM_MAX_THREADS 512
+// rope_store keeps one head row in shared memory
+#define ROPE_STORE_MAX_HEAD_DIM 512
 
 // Sum over the block; every thread gets the total. `shared` holds one float per warp.
 __device__ __forceinline__ float block_sum_f32(float v, float *shared) {
@@ -21,6 +23,8 @@ __device__ __forceinline__ float block_sum_f32(float v, float *shared) {
     for (int i = 0; i < n_warps; i++) total += shared[i]; // same order in every thread
     return total;
 }
+
+static int norm_threads(int64_t D) { return D <= 128 ? 32 : D <= 1024 ? 128 : NORM_MAX_THREADS; }
 
 // One block per row: the sum of squares in f32 (a block tree), the scale as the CPU forms
 // it (1 / sqrt(mean + eps) in double, rounded to f32), then y = (x * s) * w.
@@ -51,7 +55,7 @@ st_status st_cuda_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, co
     if (w) ST_ASSERT(cuda_is_f32_rows(w) && w->ne[0] == D && cuda_nrows(w) == 1);
     if (rows == 0) return ST_OK;
     ST_ASSERT(D > 0);
-    const int threads = D <= 128 ? 32 : D <= 1024 ? 128 : NORM_MAX_THREADS;
+    const int threads = norm_threads(D);
     const unsigned int grid = (unsigned int)(rows < (1 << 30) ? rows : (1 << 30));
     rms_norm_f32<<<grid, threads, 0, c->stream>>>(cuda_view(dst), cuda_view(x),
                                                   w ? (const float *)w->data : (const float *)NULL, eps);
@@ -65,35 +69,44 @@ st_status st_cuda_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, co
 // n_rot .. head_dim-1 pass-through dimensions. Angles in double as the CPU computes them
 // (theta_i = pos * freq_scale * base^(-2i/n_rot) / factor_i), cos/sin rounded once to f32;
 // the rotation with explicit roundings (no fused multiply-add), as the CPU's C does.
+// Element t of a row's rope work (t < n_rot/2 + head_dim - n_rot): pair t rotated, or a
+// pass-through dimension copied. xr may be yr.
+__device__ __forceinline__ void rope_work(float *yr, const float *xr, int64_t t, int mode_neox, int n_rot,
+                                          double pos, float freq_base, const float *__restrict__ freq_factors,
+                                          float attn_factor) {
+    const int half = n_rot / 2;
+    if (t < half) {
+        double inv_freq = pow((double)freq_base, -2.0 * (double)t / (double)n_rot);
+        if (freq_factors) inv_freq /= (double)freq_factors[t];
+        const double theta = pos * inv_freq;
+        const float cs = (float)(cos(theta) * (double)attn_factor);
+        const float sn = (float)(sin(theta) * (double)attn_factor);
+        const int64_t a = mode_neox ? t : 2 * t, bb = mode_neox ? t + half : 2 * t + 1;
+        const float xa = xr[a], xb = xr[bb];
+        yr[a] = __fsub_rn(__fmul_rn(xa, cs), __fmul_rn(xb, sn));
+        yr[bb] = __fadd_rn(__fmul_rn(xa, sn), __fmul_rn(xb, cs));
+    } else {
+        const int64_t i = n_rot + (t - half);
+        yr[i] = xr[i];
+    }
+}
+
 __global__ void rope_f32(st_cuda_view dst, st_cuda_view x, const int32_t *__restrict__ positions, int mode_neox,
                          int n_rot, float freq_base, float freq_scale, const float *__restrict__ freq_factors,
                          float attn_factor) {
     const int64_t head_dim = x.ne0, n_head = x.ne1, M = x.ne2;
-    const int half = n_rot / 2;
-    const int64_t n_work = half + (head_dim - n_rot);
+    const int64_t n_work = n_rot / 2 + (head_dim - n_rot);
     for (int64_t r = blockIdx.x; r < n_head * M; r += gridDim.x) {
         const int64_t h = r % n_head, m = r / n_head;
         const float *xr = (const float *)(x.data + h * x.nb1 + m * x.nb2);
         float *yr = (float *)(dst.data + h * dst.nb1 + m * dst.nb2);
         const double pos = (double)positions[m] * (double)freq_scale;
-        for (int64_t t = threadIdx.x; t < n_work; t += blockDim.x) {
-            if (t < half) {
-                double inv_freq = pow((double)freq_base, -2.0 * (double)t / (double)n_rot);
-                if (freq_factors) inv_freq /= (double)freq_factors[t];
-                const double theta = pos * inv_freq;
-                const float cs = (float)(cos(theta) * (double)attn_factor);
-                const float sn = (float)(sin(theta) * (double)attn_factor);
-                const int64_t a = mode_neox ? t : 2 * t, bb = mode_neox ? t + half : 2 * t + 1;
-                const float xa = xr[a], xb = xr[bb];
-                yr[a] = __fsub_rn(__fmul_rn(xa, cs), __fmul_rn(xb, sn));
-                yr[bb] = __fadd_rn(__fmul_rn(xa, sn), __fmul_rn(xb, cs));
-            } else {
-                const int64_t i = n_rot + (t - half);
-                yr[i] = xr[i];
-            }
-        }
+        for (int64_t t = threadIdx.x; t < n_work; t += blockDim.x)
+            rope_work(yr, xr, t, mode_neox, n_rot, pos, freq_base, freq_factors, attn_factor);
     }
 }
+
+static int rope_threads(int64_t n_work) { return n_work <= 32 ? 32 : n_work <= 64 ? 64 : 128; }
 
 st_status st_cuda_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const st_tensor *positions,
                        const st_rope_params *p, st_error *err) {
@@ -108,11 +121,108 @@ st_status st_cuda_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const 
     const int64_t rows = n_head * M;
     if (rows == 0 || head_dim == 0) return ST_OK;
     const int64_t n_work = p->n_rot / 2 + (head_dim - p->n_rot);
-    const int threads = n_work <= 32 ? 32 : n_work <= 64 ? 64 : 128;
+    const int threads = rope_threads(n_work);
     const unsigned int grid = (unsigned int)(rows < (1 << 30) ? rows : (1 << 30));
     rope_f32<<<grid, threads, 0, c->stream>>>(cuda_view(dst), cuda_view(x), (const int32_t *)positions->data,
                                               p->mode == ST_ROPE_MODE_NEOX ? 1 : 0, p->n_rot, p->freq_base,
                                               p->freq_scale, p->freq_factors, p->attn_factor);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
+// ---- rope_store: per-head norms, RoPE and the cache store in one launch ------------------------
+
+template <st_type C> __device__ __forceinline__ void cache_put(char *row, int64_t d, float v);
+template <> __device__ __forceinline__ void cache_put<ST_TYPE_F32>(char *row, int64_t d, float v) {
+    ((float *)row)[d] = v;
+}
+template <> __device__ __forceinline__ void cache_put<ST_TYPE_F16>(char *row, int64_t d, float v) {
+    ((unsigned short *)row)[d] = st_gpu_float_to_half_bits(v);
+}
+
+// Block (r, m): r < n_head: q head r; r < n_head + n_head_kv: k head; else v head. The
+// same arithmetic as st_cuda_rms_norm (launched with norm_threads(head_dim), so the same
+// partial sums and tree), st_cuda_rope and st_cuda_kv_store, in one kernel: the q/k row
+// is normalised in place, __syncthreads, then roped in place from a copy in shared memory.
+template <st_type C>
+__global__ void rope_store_kernel(st_cuda_view q, st_cuda_view k, st_cuda_view v, const float *__restrict__ q_norm,
+                                  const float *__restrict__ k_norm, float eps, const int32_t *__restrict__ positions,
+                                  int mode_neox, int n_rot, float freq_base, float freq_scale,
+                                  const float *__restrict__ freq_factors, float attn_factor, st_cuda_view kc,
+                                  st_cuda_view vc, st_cuda_op_error *op_err) {
+    __shared__ float shared[NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
+    __shared__ float row_s[ROPE_STORE_MAX_HEAD_DIM];
+    const int64_t hd = q.ne0, n_head = q.ne1, n_head_kv = k.ne1, n_ctx = kc.ne2;
+    const int64_t r = blockIdx.x, m = blockIdx.y;
+    const int32_t p = positions[m];
+    const bool store_ok = p >= 0 && p < n_ctx;
+    if (r == 0 && threadIdx.x == 0 && !store_ok) cuda_report_op_error(op_err, ST_CUDA_OP_ERROR_KV_POSITION, p, m, n_ctx);
+    if (r >= n_head + n_head_kv) { // v: the store only
+        const int64_t h = r - n_head - n_head_kv;
+        if (!store_ok) return;
+        const float *vr = (const float *)(v.data + h * v.nb1 + m * v.nb2);
+        char *out = vc.data + h * vc.nb1 + (int64_t)p * vc.nb2;
+        for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) cache_put<C>(out, d, vr[d]);
+        return;
+    }
+    const bool is_q = r < n_head;
+    const int64_t h = is_q ? r : r - n_head;
+    float *xr = is_q ? (float *)(q.data + h * q.nb1 + m * q.nb2) : (float *)(k.data + h * k.nb1 + m * k.nb2);
+    const float *w = is_q ? q_norm : k_norm;
+    if (w) {
+        float ss = 0.0f;
+        for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+        ss = block_sum_f32(ss, shared);
+        const float s = (float)(1.0 / sqrt((double)ss / (double)hd + (double)eps));
+        for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) row_s[i] = (xr[i] * s) * w[i];
+    } else {
+        for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) row_s[i] = xr[i];
+    }
+    __syncthreads();
+    const double pos = (double)p * (double)freq_scale;
+    const int64_t n_work = n_rot / 2 + (hd - n_rot);
+    for (int64_t t = threadIdx.x; t < n_work; t += blockDim.x)
+        rope_work(xr, row_s, t, mode_neox, n_rot, pos, freq_base, freq_factors, attn_factor);
+    if (is_q || !store_ok) return;
+    __syncthreads(); // the roped row is complete (written by other threads)
+    char *out = kc.data + h * kc.nb1 + (int64_t)p * kc.nb2;
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) cache_put<C>(out, d, xr[d]);
+}
+
+st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_error *err) {
+    const st_tensor *q = op->q, *k = op->k, *v = op->v;
+    const st_rope_params *p = op->rope;
+    const int64_t hd = q->ne[0], M = q->ne[2];
+    // the fused kernel holds a head row in shared memory; one grid row per token
+    if (hd > ROPE_STORE_MAX_HEAD_DIM || M > ST_CUDA_MAX_GRID_Y) return st_backend_rope_store_composite(b, op, err);
+    st_cuda_ctx *c = cuda_ctx(b);
+    ST_ASSERT(cuda_is_f32_rows(q) && cuda_is_f32_rows(k) && cuda_is_f32_rows(v) && cuda_same_shape(k, v));
+    ST_ASSERT(q->ne[3] == 1 && k->ne[0] == hd && k->ne[2] == M);
+    ST_ASSERT((op->q_norm == NULL) == (op->k_norm == NULL));
+    if (op->q_norm) ST_ASSERT(op->q_norm->ne[0] == hd && op->k_norm->ne[0] == hd);
+    ST_ASSERT(p->mode == ST_ROPE_MODE_NORM || p->mode == ST_ROPE_MODE_NEOX);
+    ST_ASSERT(p->n_rot >= 0 && p->n_rot % 2 == 0 && p->n_rot <= hd && p->freq_base > 0.0f);
+    ST_ASSERT(cuda_is_i32_index(op->positions) && op->positions->ne[0] >= M);
+    const st_tensor *kc = op->k_cache, *vc = op->v_cache;
+    ST_ASSERT(kc->type == vc->type && (kc->type == ST_TYPE_F16 || kc->type == ST_TYPE_F32));
+    ST_ASSERT(cuda_is_float_weight(kc) && cuda_same_shape(kc, vc) && kc->ne[0] == hd && kc->ne[1] == k->ne[1]);
+    const int64_t rows = q->ne[1] + 2 * k->ne[1];
+    if (M == 0 || hd == 0 || rows == 0) return ST_OK;
+    // threads: the norm's (so its partial sums are st_cuda_rms_norm's), at least the rope's
+    const int threads = op->q_norm ? norm_threads(hd) : rope_threads(p->n_rot / 2 + (hd - p->n_rot));
+    const dim3 grid((unsigned int)rows, (unsigned int)M);
+    const float *qn = op->q_norm ? (const float *)op->q_norm->data : NULL;
+    const float *kn = op->k_norm ? (const float *)op->k_norm->data : NULL;
+    const int neox = p->mode == ST_ROPE_MODE_NEOX ? 1 : 0;
+    const int32_t *pos = (const int32_t *)op->positions->data;
+    if (kc->type == ST_TYPE_F16)
+        rope_store_kernel<ST_TYPE_F16><<<grid, threads, 0, c->stream>>>(
+            cuda_view(q), cuda_view(k), cuda_view(v), qn, kn, op->eps, pos, neox, p->n_rot, p->freq_base,
+            p->freq_scale, p->freq_factors, p->attn_factor, cuda_view(kc), cuda_view(vc), c->d_op_error);
+    else
+        rope_store_kernel<ST_TYPE_F32><<<grid, threads, 0, c->stream>>>(
+            cuda_view(q), cuda_view(k), cuda_view(v), qn, kn, op->eps, pos, neox, p->n_rot, p->freq_base,
+            p->freq_scale, p->freq_factors, p->attn_factor, cuda_view(kc), cuda_view(vc), c->d_op_error);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }

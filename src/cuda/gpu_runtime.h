@@ -49,6 +49,11 @@ typedef struct cudaDeviceProp st_gpu_device_prop_t;
 #define st_gpu_host_alloc_default cudaHostAllocDefault
 #define st_gpu_free_host cudaFreeHost
 #define st_gpu_get_device cudaGetDevice
+#define st_gpu_device_get_attribute cudaDeviceGetAttribute
+#define st_gpu_dev_attr_multiprocessor_count cudaDevAttrMultiProcessorCount
+/* kernels that need more than 48 KiB of dynamic shared memory opt in per kernel */
+#define st_gpu_func_set_attribute cudaFuncSetAttribute
+#define st_gpu_func_attr_max_dynamic_smem cudaFuncAttributeMaxDynamicSharedMemorySize
 
 typedef cudaEvent_t st_gpu_event_t;
 #define st_gpu_event_create_with_flags cudaEventCreateWithFlags
@@ -64,7 +69,7 @@ typedef cudaGraph_t st_gpu_graph_t;
 typedef cudaGraphExec_t st_gpu_graph_exec_t;
 typedef cudaStreamCaptureStatus st_gpu_capture_status_t;
 #define st_gpu_stream_begin_capture cudaStreamBeginCapture
-#define st_gpu_stream_capture_mode_relaxed cudaStreamCaptureModeRelaxed
+#define st_gpu_stream_capture_mode_global cudaStreamCaptureModeGlobal
 #define st_gpu_stream_end_capture cudaStreamEndCapture
 #define st_gpu_stream_is_capturing cudaStreamIsCapturing
 #define st_gpu_capture_status_none cudaStreamCaptureStatusNone
@@ -72,6 +77,9 @@ typedef cudaStreamCaptureStatus st_gpu_capture_status_t;
 #define st_gpu_graph_launch cudaGraphLaunch
 #define st_gpu_graph_destroy cudaGraphDestroy
 #define st_gpu_graph_exec_destroy cudaGraphExecDestroy
+
+/* A 16-byte load of data read once (weights during decode): evict-first in the caches. */
+#define st_gpu_load_streaming(p) __ldcs(p)
 
 /* ---- element types in kernels ---- */
 typedef __half st_gpu_half_t;

@@ -68,6 +68,20 @@ static st_tensor rows(const st_tensor *t, int64_t row0, int64_t n, int64_t M) {
     return v;
 }
 
+/* x += W a, or x += rmsnorm(W a) * post_norm (gemma3); y [N, M] is scratch. */
+static st_status project_add(st_session *s, st_tensor *x, const st_tensor *w, const st_tensor *a, st_tensor *y,
+                             const st_tensor *post_norm, st_error *err) {
+    st_backend *b = s->model->backend;
+    if (post_norm) {
+        TRY(b->iface->mul_mat(b, y, w, a, err));
+        b->iface->rms_norm(b, y, y, post_norm, s->model->hp.rms_eps);
+        b->iface->add(b, x, x, y);
+        return ST_OK;
+    }
+    st_fused_mul_mat op = {.n_w = 1, .w = {w}, .y = {y}, .x = a, .epilogue = ST_FUSED_EPILOGUE_ADD, .out = x};
+    return st_backend_mul_mat_fused(b, &op, err);
+}
+
 static st_status attention_block(st_session *s, const st_layer_weights *l, int64_t il, int64_t M, int64_t n_kv,
                                  st_error *err) {
     st_model *m = s->model;
@@ -78,76 +92,77 @@ static st_status attention_block(st_session *s, const st_layer_weights *l, int64
     st_tensor x = cols(&s->x, M), h = cols(&s->h, M), pos = s->pos;
     pos.ne[0] = M;
 
-    be->rms_norm(b, &h, &x, l->attn_norm, hp->rms_eps);
-
+    /* h = rmsnorm(x) * attn_norm;  q, k, v = Wq h, Wk h, Wv h  (or Wqkv h) */
     st_tensor qkv = cols(&s->qkv, M);
+    st_tensor q2 = rows(&qkv, 0, Hq, M), k2 = rows(&qkv, Hq, Hk, M), v2 = rows(&qkv, Hq + Hk, Hk, M);
+    st_fused_mul_mat qkv_op = {.x = &x, .norm_w = l->attn_norm, .eps = hp->rms_eps, .h = &h};
     if (l->wqkv) {
-        TRY(be->mul_mat(b, &qkv, l->wqkv, &h, err)); /* [Hq + 2Hk, M] */
+        qkv_op.n_w = 1;
+        qkv_op.w[0] = l->wqkv; /* [K, Hq + 2Hk] */
+        qkv_op.y[0] = &qkv;
     } else {
-        st_tensor q2 = rows(&qkv, 0, Hq, M), k2 = rows(&qkv, Hq, Hk, M), v2 = rows(&qkv, Hq + Hk, Hk, M);
-        TRY(be->mul_mat(b, &q2, l->wq, &h, err));
-        TRY(be->mul_mat(b, &k2, l->wk, &h, err));
-        TRY(be->mul_mat(b, &v2, l->wv, &h, err));
+        qkv_op.n_w = 3;
+        qkv_op.w[0] = l->wq, qkv_op.w[1] = l->wk, qkv_op.w[2] = l->wv;
+        qkv_op.y[0] = &q2, qkv_op.y[1] = &k2, qkv_op.y[2] = &v2;
     }
+    TRY(st_backend_mul_mat_fused(b, &qkv_op, err));
     st_tensor q = heads(&qkv, 0, Hq, hd, M);       /* [hd, n_head, M] */
     st_tensor k = heads(&qkv, Hq, Hk, hd, M);      /* [hd, n_head_kv, M] */
     st_tensor v = heads(&qkv, Hq + Hk, Hk, hd, M); /* [hd, n_head_kv, M] */
 
-    if (l->q_norm) {
-        if (l->q_norm->ne[0] == hd) { /* per head (qwen3, gemma3) */
-            be->rms_norm(b, &q, &q, l->q_norm, hp->rms_eps);
-            be->rms_norm(b, &k, &k, l->k_norm, hp->rms_eps);
-        } else { /* over the whole projection (olmoe) */
-            st_tensor q2 = rows(&qkv, 0, Hq, M), k2 = rows(&qkv, Hq, Hk, M);
-            be->rms_norm(b, &q2, &q2, l->q_norm, hp->rms_eps);
-            be->rms_norm(b, &k2, &k2, l->k_norm, hp->rms_eps);
-        }
+    /* q, k = rmsnorm(q) * q_norm, rmsnorm(k) * k_norm: per head (qwen3, gemma3, fused below)
+     * or over the whole projection (olmoe, here); then RoPE; then k, v into the cache */
+    const bool per_head_norm = l->q_norm && l->q_norm->ne[0] == hd;
+    if (l->q_norm && !per_head_norm) {
+        be->rms_norm(b, &q2, &q2, l->q_norm, hp->rms_eps);
+        be->rms_norm(b, &k2, &k2, l->k_norm, hp->rms_eps);
     }
-
     const bool swa = st_hparams_layer_is_swa(hp, il);
     st_rope_params rp = st_rope_params_default(hp->rope_mode, (int32_t)hp->n_rot,
                                                swa ? hp->rope_freq_base_swa : hp->rope_freq_base);
     rp.freq_scale = hp->rope_freq_scale;
     rp.attn_factor = hp->rope_attn_factor;
     rp.freq_factors = m->rope_factors ? m->rope_factors->data : NULL;
-    be->rope(b, &q, &q, &pos, &rp);
-    be->rope(b, &k, &k, &pos, &rp);
-
     st_kv_layer *kv = &s->kv[il];
-    TRY(be->kv_store(b, &kv->k, &k, &pos, err));
-    TRY(be->kv_store(b, &kv->v, &v, &pos, err));
+    st_fused_rope_store rs = {.q = &q, .k = &k, .v = &v, .eps = hp->rms_eps, .positions = &pos, .rope = &rp,
+                              .k_cache = &kv->k, .v_cache = &kv->v};
+    if (per_head_norm) rs.q_norm = l->q_norm, rs.k_norm = l->k_norm;
+    TRY(st_backend_rope_store(b, &rs, err));
 
     st_attn_params ap = {.n_kv = n_kv, .window = swa ? (int32_t)hp->sliding_window : 0, .scale = hp->attn_scale};
     st_tensor attn = heads(&s->attn, 0, Hq, hd, M); /* [hd, n_head, M] */
     TRY(be->attention(b, &attn, &q, &kv->k, &kv->v, &pos, &ap, err));
 
     st_tensor a2 = cols(&s->attn, M), o = cols(&s->proj, M);
-    TRY(be->mul_mat(b, &o, l->wo, &a2, err)); /* [D, M] */
-    if (l->post_attn_norm) be->rms_norm(b, &o, &o, l->post_attn_norm, hp->rms_eps);
-    be->add(b, &x, &x, &o);
-    return ST_OK;
+    return project_add(s, &x, l->wo, &a2, &o, l->post_attn_norm, err); /* x += [post-norm] Wo a */
 }
 
+/* x += Wdown (act(Wgate h) * Wup h),  h = rmsnorm(x) * ffn_norm  (post-norm on gemma3) */
 static st_status ffn_dense(st_session *s, const st_layer_weights *l, int64_t M, st_error *err) {
     st_model *m = s->model;
     const st_hparams *hp = &m->hp;
     st_backend *b = m->backend;
-    const st_backend_iface *be = b->iface;
     const int64_t F = hp->n_ff;
-    st_tensor h = cols(&s->h, M), out = cols(&s->proj, M);
+    st_tensor x = cols(&s->x, M), h = cols(&s->h, M), out = cols(&s->proj, M);
     st_tensor act = rows(&s->ffn_b, 0, F, M); /* [F, M] */
+    st_fused_mul_mat op = {.x = &x, .norm_w = l->ffn_norm, .eps = hp->rms_eps, .h = &h};
     if (l->w_gate) {
         st_tensor gate = rows(&s->ffn_a, 0, F, M), up = rows(&s->ffn_a, F, F, M);
-        TRY(be->mul_mat(b, &gate, l->w_gate, &h, err));
-        TRY(be->mul_mat(b, &up, l->w_up, &h, err));
-        if (hp->ffn_act == ST_FFN_ACT_GELU_TANH) be->geglu(b, &act, &gate, &up);
-        else be->swiglu(b, &act, &gate, &up);
+        op.n_w = 2;
+        op.w[0] = l->w_gate, op.w[1] = l->w_up;
+        op.y[0] = &gate, op.y[1] = &up;
+        op.epilogue = hp->ffn_act == ST_FFN_ACT_GELU_TANH ? ST_FUSED_EPILOGUE_GEGLU : ST_FUSED_EPILOGUE_SWIGLU;
+        op.out = &act;
+        TRY(st_backend_mul_mat_fused(b, &op, err));
     } else { /* fused gate_up (phi3): gate rows first */
         st_tensor gate_up = rows(&s->ffn_a, 0, 2 * F, M);
-        TRY(be->mul_mat(b, &gate_up, l->w_up, &h, err));
-        be->swiglu_fused(b, &act, &gate_up);
+        op.n_w = 1;
+        op.w[0] = l->w_up;
+        op.y[0] = &gate_up;
+        TRY(st_backend_mul_mat_fused(b, &op, err));
+        b->iface->swiglu_fused(b, &act, &gate_up);
     }
-    return be->mul_mat(b, &out, l->w_down, &act, err); /* [D, M] */
+    return project_add(s, &x, l->w_down, &act, &out, l->post_ffn_norm, err); /* [D, M] */
 }
 
 static st_status ffn_moe(st_session *s, const st_layer_weights *l, int64_t M, st_error *err) {
@@ -155,7 +170,8 @@ static st_status ffn_moe(st_session *s, const st_layer_weights *l, int64_t M, st
     const st_hparams *hp = &m->hp;
     st_backend *b = m->backend;
     const st_backend_iface *be = b->iface;
-    st_tensor h = cols(&s->h, M), out = cols(&s->proj, M);
+    st_tensor x = cols(&s->x, M), h = cols(&s->h, M), out = cols(&s->proj, M);
+    be->rms_norm(b, &h, &x, l->ffn_norm, hp->rms_eps);
     st_tensor logits = cols(&s->moe_logits, M), ids = cols(&s->moe_ids, M), w = cols(&s->moe_weights, M);
     TRY(be->mul_mat(b, &logits, l->router, &h, err)); /* [E, M] */
     be->topk_route(b, &ids, &w, &logits, (int32_t)hp->n_expert_used, true, hp->expert_weights_norm);
@@ -165,6 +181,8 @@ static st_status ffn_moe(st_session *s, const st_layer_weights *l, int64_t M, st
     be->swiglu(b, &up, &gate, &up);
     TRY(be->mul_mat_id(b, &down, l->down_exps, &up, &ids, err)); /* [D, K, M] */
     be->moe_combine(b, &out, &down, &w);                          /* [D, M] */
+    if (l->post_ffn_norm) be->rms_norm(b, &out, &out, l->post_ffn_norm, hp->rms_eps);
+    be->add(b, &x, &x, &out);
     return ST_OK;
 }
 
@@ -182,12 +200,7 @@ st_status st_forward(st_session *s, int64_t M, int64_t n_kv, int64_t n_out, st_e
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const st_layer_weights *l = &m->layers[il];
         TRY(attention_block(s, l, il, M, n_kv, err));
-
-        st_tensor h = cols(&s->h, M), f = cols(&s->proj, M);
-        be->rms_norm(b, &h, &x, l->ffn_norm, hp->rms_eps);
         TRY(hp->n_expert > 0 ? ffn_moe(s, l, M, err) : ffn_dense(s, l, M, err));
-        if (l->post_ffn_norm) be->rms_norm(b, &f, &f, l->post_ffn_norm, hp->rms_eps);
-        be->add(b, &x, &x, &f);
     }
 
     if (n_out == 0) return ST_OK; /* a micro-batch whose logits nobody reads */
@@ -196,7 +209,8 @@ st_status st_forward(st_session *s, int64_t M, int64_t n_kv, int64_t n_out, st_e
     last.ne[1] = n_out;
     last.data = (char *)x.data + (size_t)(M - n_out) * x.nb[1];
     last.nb[2] = last.nb[3] = last.nb[1] * (size_t)n_out;
-    st_tensor hn = cols(&s->h, n_out), logits = cols(&s->logits, n_out);
-    be->rms_norm(b, &hn, &last, m->output_norm, hp->rms_eps);
-    return be->mul_mat(b, &logits, m->output, &hn, err); /* [V, n_out] */
+    st_tensor hn = cols(&s->h, n_out), logits = cols(&s->logits, n_out); /* [V, n_out] */
+    st_fused_mul_mat head = {.n_w = 1, .w = {m->output}, .y = {&logits}, .x = &last, .norm_w = m->output_norm,
+                             .eps = hp->rms_eps, .h = &hn};
+    return st_backend_mul_mat_fused(b, &head, err);
 }

@@ -1,5 +1,6 @@
 /* Sessions: the KV cache, the scratch activations of one micro-batch, and the eval loop
  * that cuts a token sequence into micro-batches. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,9 +48,16 @@ static size_t layout_scratch(st_session *s, void *base) {
     return off;
 }
 
+static void drop_decode_graph(st_session *s) {
+    st_backend *b = s->model->backend;
+    if (s->decode_graph) b->iface->graph_free(b, s->decode_graph);
+    s->decode_graph = NULL;
+}
+
 static st_status ensure_logits(st_session *s, int64_t n, st_error *err) {
     if (n <= s->n_logits_cap) return ST_OK;
     st_backend *b = s->model->backend;
+    drop_decode_graph(s); /* it writes to the old logits buffer */
     if (s->logits_buffer) b->iface->dealloc(b, s->logits_buffer);
     s->logits_buffer = NULL;
     s->n_logits_cap = 0;
@@ -72,9 +80,17 @@ st_status st_session_init(st_model *m, const st_session_options *opt, st_session
     if (opt->kv_type != ST_TYPE_F16 && opt->kv_type != ST_TYPE_F32)
         return st_error_set(err, ST_ERROR_INVALID, "KV cache type must be f16 or f32, not %s",
                             st_type_name(opt->kv_type));
+    bool graphs = true;
+    const char *no_graphs = getenv("STRIDE_DISABLE_GRAPHS");
+    if (no_graphs && *no_graphs) {
+        if (strcmp(no_graphs, "0") != 0 && strcmp(no_graphs, "1") != 0)
+            return st_error_set(err, ST_ERROR_INVALID, "STRIDE_DISABLE_GRAPHS must be 0 or 1, not '%s'", no_graphs);
+        graphs = strcmp(no_graphs, "1") != 0;
+    }
     st_session *s = calloc(1, sizeof(*s));
     if (!s) return st_error_set(err, ST_ERROR_NOMEM, "out of memory");
     s->model = m;
+    s->graphs_enabled = graphs && m->backend->iface->graph_begin != NULL;
     s->opt = *opt;
     if (s->opt.n_ubatch > s->opt.n_ctx) s->opt.n_ubatch = s->opt.n_ctx;
     st_backend *b = m->backend;
@@ -117,6 +133,7 @@ fail:
 void st_session_free(st_session *s) {
     if (!s) return;
     st_backend *b = s->model->backend;
+    drop_decode_graph(s);
     if (s->kv_buffer) b->iface->dealloc(b, s->kv_buffer);
     if (s->scratch) b->iface->dealloc(b, s->scratch);
     if (s->logits_buffer) b->iface->dealloc(b, s->logits_buffer);
@@ -129,6 +146,33 @@ int64_t st_session_n_past(const st_session *s) { return s->n_past; }
 void st_session_rewind(st_session *s, int64_t n_past) {
     ST_ASSERT(n_past >= 0 && n_past <= s->n_past);
     s->n_past = n_past;
+}
+
+/* One token (ids/pos already written) through the model, its logits to s->logits: replays
+ * the recorded decode step where the backend records (session_internal.h). */
+static st_status decode_step(st_session *s, st_error *err) {
+    st_backend *b = s->model->backend;
+    const int64_t n_ctx = s->opt.n_ctx;
+    if (!s->graphs_enabled) return st_forward(s, 1, s->n_past + 1, 1, err);
+    if (!s->decode_graph) {
+        if (!s->decode_warm) {
+            s->decode_warm = true;
+            return st_forward(s, 1, n_ctx, 1, err);
+        }
+        st_status st = b->iface->graph_begin(b, err);
+        if (st != ST_OK) return st;
+        st_error rec_err = {0};
+        st_status fs = st_forward(s, 1, n_ctx, 1, &rec_err);
+        st_status es = b->iface->graph_end(b, &s->decode_graph, fs == ST_OK ? &rec_err : &(st_error){0});
+        if (fs != ST_OK || es != ST_OK) {
+            /* Not recordable here: run plainly from now on (correct, only slower). */
+            fprintf(stderr, "stride: decode graphs disabled: %s\n", rec_err.message);
+            s->graphs_enabled = false;
+            drop_decode_graph(s);
+            return st_forward(s, 1, n_ctx, 1, err);
+        }
+    }
+    return b->iface->graph_launch(b, s->decode_graph, err);
 }
 
 st_status st_session_eval(st_session *s, const int32_t *tokens, int64_t n, bool all_logits, float *logits,
@@ -157,7 +201,8 @@ st_status st_session_eval(st_session *s, const int32_t *tokens, int64_t n, bool 
         for (int64_t i = 0; i < M; i++) pos[i] = (int32_t)(s->n_past + i);
         if ((st = b->iface->write(b, s->ids.data, tokens + done, (size_t)M * sizeof(int32_t), err)) != ST_OK ||
             (st = b->iface->write(b, s->pos.data, pos, (size_t)M * sizeof(int32_t), err)) != ST_OK ||
-            (st = st_forward(s, M, s->n_past + M, n_out, err)) != ST_OK)
+            (st = (M == 1 && n_out == 1 ? decode_step(s, err) : st_forward(s, M, s->n_past + M, n_out, err))) !=
+                ST_OK)
             break;
         s->n_past += M;
         if (logits && (all_logits || last_batch)) {

@@ -37,6 +37,16 @@ struct st_session {
     st_tensor logits;       /* [V, n_logits_cap] */
     int64_t n_logits_cap;
     void *logits_buffer;
+
+    /* Decode steps (one token, its logits) replay a recorded forward pass on backends
+     * that record (CUDA graphs): the first step runs plainly (lazy allocations happen),
+     * the second is recorded, every later one replays it. The recording reads the token
+     * id and position from s->ids/s->pos in device memory and attends over n_kv = n_ctx
+     * (each query still sees only keys up to its own position), so one recording serves
+     * every step. */
+    bool graphs_enabled;        /* the backend records and STRIDE_DISABLE_GRAPHS is not set */
+    bool decode_warm;           /* a plain decode step has run */
+    st_backend_graph *decode_graph;
 };
 
 /* Runs tokens ids[0..M) at positions pos[0..M) (already in backend memory) through the

@@ -14,6 +14,7 @@
  */
 #include "gpu_test_util.h"
 
+#include "cuda/cuda_attention.h"
 #include "cuda/cuda_backend.h"
 #include "stride/cpu_ops.h"
 
@@ -31,7 +32,9 @@
 /* Elementwise/norm/rope/routing: the same formula with the same roundings; what differs
  * is expf/tanhf (CUDA: <= 2 ulp) and an f32 block sum instead of a double sum. */
 #define TOL_ELEMENTWISE 1e-6
-/* Attention: f32 dot products in another order and an online softmax (rescaled sums). */
+/* Attention on the exact and split-KV paths: f32 dot products in another order, an online
+ * softmax (rescaled f32 sums instead of a double sum), splits combined in f32; K and V
+ * convert to f32 exactly. The tensor-core path rounds q and P to f16: attn_tol(). */
 #define TOL_ATTENTION 1e-5
 /* Row lookup, add, scale, the cache store, uploads: one rounding or none: exact. */
 #define TOL_EXACT 0.0
@@ -266,6 +269,78 @@ static void test_mul_mat(st_type t, int64_t K, int64_t N, int64_t M, size_t pad,
     dual_free(&dx);
     dual_free(&dy);
     weight_free(&w);
+}
+
+/* ---- fused products (st_fused_mul_mat) ------------------------------------------------ */
+
+static const char *epilogue_name[] = {"store", "add", "swiglu", "geglu"};
+
+/* The CUDA backend's fused product against the CPU composite (the meaning): n_w weights
+ * [K, N] (N_i = N - 3i for STORE, so that parts differ), optional norm, each epilogue.
+ * M < ST_CUDA_GEMM_MIN_M takes the fused kernel; M >= it the composite (cuBLAS). */
+static void test_mul_mat_fused(st_type t, int64_t K, int64_t N, int64_t M, size_t pad, int n_w, bool norm,
+                               st_fused_epilogue epi) {
+    const bool glu = epi == ST_FUSED_EPILOGUE_SWIGLU || epi == ST_FUSED_EPILOGUE_GEGLU;
+    weight w[3];
+    int64_t n_i[3];
+    for (int i = 0; i < n_w; i++) {
+        n_i[i] = epi == ST_FUSED_EPILOGUE_STORE ? N - 3 * i : N;
+        w[i] = weight_new(t, K, n_i[i], 1, pad);
+    }
+    view vx = mkview(ST_TYPE_F32, K, M, 1, (size_t)(K + 4) * 4, (size_t)(K + 4) * 4 * (size_t)M, 0);
+    view vh = mkpacked(ST_TYPE_F32, K, M, 1), vn = mkpacked(ST_TYPE_F32, K, 1, 1);
+    view vy[3], vo = mkview(ST_TYPE_F32, N, M, 1, (size_t)(N + 2) * 4, (size_t)(N + 2) * 4 * (size_t)M, 0);
+    dual dx = dual_new(view_bytes(&vx)), dh = dual_new(view_bytes(&vh)), dn = dual_new(view_bytes(&vn));
+    dual dy[3], dout = dual_new(view_bytes(&vo));
+    dual_random_f32(&dx);
+    dual_random_f32(&dn);
+    dual_poison(&dh);
+    if (epi == ST_FUSED_EPILOGUE_ADD) dual_random_f32(&dout); /* the residual */
+    else dual_poison(&dout);
+    st_fused_mul_mat oc = {.n_w = n_w, .eps = 1e-6f, .epilogue = epi}, og = oc;
+    st_tensor wc[3], wg[3], yc[3], yg[3];
+    for (int i = 0; i < n_w; i++) {
+        vy[i] = mkpacked(ST_TYPE_F32, n_i[i], M, 1);
+        dy[i] = dual_new(view_bytes(&vy[i]));
+        dual_poison(&dy[i]);
+        wc[i] = on(&w[i].v, w[i].d.cpu), wg[i] = on(&w[i].v, w[i].d.gpu);
+        yc[i] = on(&vy[i], dy[i].cpu), yg[i] = on(&vy[i], dy[i].gpu);
+        oc.w[i] = &wc[i], og.w[i] = &wg[i], oc.y[i] = &yc[i], og.y[i] = &yg[i];
+    }
+    st_tensor xc = on(&vx, dx.cpu), xg = on(&vx, dx.gpu), hc = on(&vh, dh.cpu), hg = on(&vh, dh.gpu);
+    st_tensor nc = on(&vn, dn.cpu), ng = on(&vn, dn.gpu), outc = on(&vo, dout.cpu), outg = on(&vo, dout.gpu);
+    oc.x = &xc, og.x = &xg, oc.h = &hc, og.h = &hg;
+    if (norm) oc.norm_w = &nc, og.norm_w = &ng;
+    if (epi != ST_FUSED_EPILOGUE_STORE) oc.out = &outc, og.out = &outg;
+    st_error err = {0};
+    if (st_backend_mul_mat_fused(g_cpu, &oc, &err) != ST_OK) test_die("cpu mul_mat_fused", &err);
+    if (st_backend_mul_mat_fused(g_gpu, &og, &err) != ST_OK) test_die("cuda mul_mat_fused", &err);
+    /* the path's tolerance; a GLU's product of two results doubles the relative error */
+    const double tol = mm_tol(t, M) * (glu ? 2 : 1);
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s K=%lld N=%lld M=%lld pad=%zu w=%d%s %s", tname(t), (long long)K, (long long)N,
+             (long long)M, pad, n_w, norm ? " norm" : "", epilogue_name[epi]);
+    if (epi == ST_FUSED_EPILOGUE_STORE) {
+        for (int i = 0; i < n_w; i++) {
+            char *got = dual_fetch(&dy[i]);
+            cmp_result r = compare_f32(&vy[i], dy[i].cpu, got, dy[i].bytes);
+            record("mul_mat_fused", desc, &r, tol);
+            free(got);
+        }
+    } else {
+        char *got = dual_fetch(&dout);
+        cmp_result r = compare_f32(&vo, dout.cpu, got, dout.bytes);
+        record("mul_mat_fused", desc, &r, tol);
+        free(got);
+    }
+    for (int i = 0; i < n_w; i++) {
+        dual_free(&dy[i]);
+        weight_free(&w[i]);
+    }
+    dual_free(&dx);
+    dual_free(&dh);
+    dual_free(&dn);
+    dual_free(&dout);
 }
 
 /* ---- mul_mat_id ---------------------------------------------------------------------- */
@@ -545,43 +620,281 @@ static void test_kv_store(st_type t, int64_t hd, int64_t M, bool gapped) {
     dual_free(&dp);
 }
 
-/* positions: 0 the last M of n_kv (prefill), 1 random in [0, n_kv) */
-static void test_attention(st_type t, int64_t hd, int64_t H, int64_t Hkv, int64_t n_kv, int64_t M, int32_t window,
-                           float softcap, int positions) {
-    const int64_t n_ctx = n_kv + 3;
+/* ---- rope_store (st_fused_rope_store) ------------------------------------------------------ */
+
+/* A copy of d with the same host contents, in both backends. */
+static dual dual_clone(const dual *d) {
+    dual c = dual_new(d->bytes);
+    memcpy(c.host, d->host, d->bytes);
+    dual_upload(&c);
+    return c;
+}
+
+/* q, k, v as heads of one qkv row per token (as the forward pass has them). The CUDA
+ * fused op against the CPU composite (q/k by normalised error; an F32 cache too), and
+ * against the CUDA composite of plain ops bitwise (the same arithmetic in one kernel). */
+static void test_rope_store(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, int32_t n_rot, st_rope_mode mode,
+                            bool norms, int64_t M) {
+    const int64_t n_ctx = 24, R = (Hq + 2 * Hk) * hd;
+    const size_t row = (size_t)(R + 4) * 4; /* a gap after each token's qkv row */
+    view vq = mkview(ST_TYPE_F32, hd, Hq, M, (size_t)hd * 4, row, 0);
+    view vk = mkview(ST_TYPE_F32, hd, Hk, M, (size_t)hd * 4, row, (size_t)(Hq * hd) * 4);
+    view vv = mkview(ST_TYPE_F32, hd, Hk, M, (size_t)hd * 4, row, (size_t)((Hq + Hk) * hd) * 4);
+    view vall = mkview(ST_TYPE_F32, R, M, 1, row, row * (size_t)M, 0);
+    view vn = mkpacked(ST_TYPE_F32, hd, 1, 1), vkc, vvc;
+    dual dqkv = dual_new(view_bytes(&vall)), dqn = dual_new(view_bytes(&vn)), dkn = dual_new(view_bytes(&vn));
+    dual_random_f32(&dqkv);
+    dual_random_f32(&dqn);
+    dual_random_f32(&dkn);
+    dual dkc = cache_new(ct, hd, Hk, n_ctx, false, &vkc), dvc = cache_new(ct, hd, Hk, n_ctx, false, &vvc);
+    dual dqkv2 = dual_clone(&dqkv), dkc2 = dual_clone(&dkc), dvc2 = dual_clone(&dvc);
+    int32_t pos[16];
+    for (int64_t m = 0; m < M; m++) pos[m] = (int32_t)((5 + 3 * m) % n_ctx); /* distinct for M <= 8 */
+    dual dp = ids_new(pos, M);
+    view vp = ids_view(M, 1);
+    st_rope_params rp = st_rope_params_default(mode, n_rot, 10000.0f);
+
+    st_tensor qc = on(&vq, dqkv.cpu), kc = on(&vk, dqkv.cpu), vc = on(&vv, dqkv.cpu);
+    st_tensor qg = on(&vq, dqkv.gpu), kg = on(&vk, dqkv.gpu), vg = on(&vv, dqkv.gpu);
+    st_tensor q2 = on(&vq, dqkv2.gpu), k2 = on(&vk, dqkv2.gpu), v2 = on(&vv, dqkv2.gpu);
+    st_tensor qnc = on(&vn, dqn.cpu), knc = on(&vn, dkn.cpu), qng = on(&vn, dqn.gpu), kng = on(&vn, dkn.gpu);
+    st_tensor kcc = on(&vkc, dkc.cpu), vcc = on(&vvc, dvc.cpu), kcg = on(&vkc, dkc.gpu), vcg = on(&vvc, dvc.gpu);
+    st_tensor kcg2 = on(&vkc, dkc2.gpu), vcg2 = on(&vvc, dvc2.gpu);
+    st_tensor pc = on(&vp, dp.cpu), pg = on(&vp, dp.gpu);
+    st_fused_rope_store oc = {.q = &qc, .k = &kc, .v = &vc, .eps = 1e-6f, .positions = &pc, .rope = &rp,
+                              .k_cache = &kcc, .v_cache = &vcc};
+    st_fused_rope_store og = {.q = &qg, .k = &kg, .v = &vg, .eps = 1e-6f, .positions = &pg, .rope = &rp,
+                              .k_cache = &kcg, .v_cache = &vcg};
+    st_fused_rope_store og2 = {.q = &q2, .k = &k2, .v = &v2, .eps = 1e-6f, .positions = &pg, .rope = &rp,
+                               .k_cache = &kcg2, .v_cache = &vcg2};
+    if (norms) {
+        oc.q_norm = &qnc, oc.k_norm = &knc;
+        og.q_norm = og2.q_norm = &qng, og.k_norm = og2.k_norm = &kng;
+    }
+    st_error err = {0};
+    if (st_backend_rope_store(g_cpu, &oc, &err) != ST_OK) test_die("cpu rope_store", &err);
+    if (st_backend_rope_store(g_gpu, &og, &err) != ST_OK) test_die("cuda rope_store", &err);
+    if (st_backend_rope_store_composite(g_gpu, &og2, &err) != ST_OK) test_die("cuda rope_store composite", &err);
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s cache hd=%lld Hq=%lld Hk=%lld n_rot=%d %s%s M=%lld", tname(ct), (long long)hd,
+             (long long)Hq, (long long)Hk, n_rot, mode == ST_ROPE_MODE_NORM ? "norm" : "neox",
+             norms ? " qk-norm" : "", (long long)M);
+    char *got = dual_fetch(&dqkv), *got2 = dual_fetch(&dqkv2);
+    cmp_result r = compare_f32(&vall, dqkv.cpu, got, dqkv.bytes);
+    record("rope_store", desc, &r, TOL_ELEMENTWISE);
+    cmp_result rb = compare_bytes(got2, got, dqkv.bytes);
+    record("rope_store fused=plain", desc, &rb, TOL_EXACT);
+    char *kgot = dual_fetch(&dkc), *kgot2 = dual_fetch(&dkc2), *vgot = dual_fetch(&dvc), *vgot2 = dual_fetch(&dvc2);
+    cmp_result rk = compare_bytes(kgot2, kgot, dkc.bytes), rv = compare_bytes(vgot2, vgot, dvc.bytes);
+    record("rope_store fused=plain", "k cache", &rk, TOL_EXACT);
+    record("rope_store fused=plain", "v cache", &rv, TOL_EXACT);
+    if (ct == ST_TYPE_F32) {
+        cmp_result rkc = compare_f32(&vkc, dkc.cpu, kgot, dkc.bytes);
+        record("rope_store", "f32 k cache vs cpu", &rkc, TOL_ELEMENTWISE);
+    }
+    free(got), free(got2), free(kgot), free(kgot2), free(vgot), free(vgot2);
+    dual_free(&dqkv), dual_free(&dqkv2), dual_free(&dqn), dual_free(&dkn), dual_free(&dp);
+    dual_free(&dkc), dual_free(&dkc2), dual_free(&dvc), dual_free(&dvc2);
+}
+
+
+/* Attention is checked path by path (cuda_attention.h): the path the backend picks (AUTO,
+ * recorded as "attention") and every path forced on the same operands when it takes them,
+ * each against the CPU reference with the path's tolerance (attn_tol). Each path then runs
+ * again with n_kv = n_ctx (the whole cache, every position still < n_kv): the visible keys
+ * are the same, and so must be the output, bit for bit (what a CUDA graph of the decode
+ * step relies on, which passes the context size instead of the depth). */
+typedef struct attn_case {
+    st_type t;          /* cache type */
+    int64_t hd, H, Hkv; /* head_dim, query heads, kv heads */
+    int64_t n_kv, M;    /* valid cache entries, query tokens */
+    int32_t window;     /* 0: full causal */
+    float softcap;      /* 0: none */
+    float scale_mul;    /* scale = scale_mul / sqrt(hd): 1 gives scores of RMS 1/3 on these
+                           inputs (uniform in [-1, 1)); larger makes the softmax peaky */
+    int positions;      /* 0: the last M of n_kv (prefill), 1: random in [0, n_kv) */
+    int64_t ctx_extra;  /* cache entries past n_kv (random values too) */
+    bool q_strided;     /* q heads with gaps, base not 16-byte aligned; else q inside a qkv row */
+} attn_case;
+
+static double attn_tol(st_cuda_attn_path path, const attn_case *ac) {
+    if (path != ST_CUDA_ATTN_PATH_FLASH) return TOL_ATTENTION;
+    /* FLASH rounds q and the softmax weights P to f16 (unit roundoff u = 2^-11, RMS relative
+     * error of one rounding ~u/sqrt(3) = 2.8e-4); K, V are f16 in the cache on both sides;
+     * products and sums are f32. out = sum_t p_t v_t / sum_t p_t, so
+     *  - P: each weight off by ~u/sqrt(3) relative -> the output by ~u/sqrt(3) relative
+     *    (random-signed over the keys, against an output of the same random-sum size);
+     *  - q: a score s_t = scale * sum_i q_i k_i moves by scale * sqrt(sum_i q_i^2 k_i^2) *
+     *    u/sqrt(3) = scale_mul * (1/3) * u/sqrt(3) (E[q^2 k^2] = 1/9 here), and a score
+     *    error ds moves the weight by ds relative -> the output by ~ds relative.
+     * Together u/sqrt(3) * sqrt(1 + (scale_mul/3)^2): 3.0e-4 at scale_mul = 1. Tolerance 3x
+     * that: 8.9e-4 at scale_mul 1, 2.4e-3 at 8. A real bug is far above it: one key too
+     * many or too few in the mask moves the output by ~1/sqrt(n_visible) (>= 0.02 for the
+     * depths here), a missing rescale of the accumulator by the change of the running max
+     * (tens of percent), a wrong head or row mapping by O(1). */
+    const double u = 1.0 / 2048.0, m = ac->scale_mul / 3.0;
+    return 3.0 * u / sqrt(3.0) * sqrt(1.0 + m * m);
+}
+
+/* The poison of dual_poison (still in d->host) written again to the CUDA buffer only: the
+ * CPU buffer keeps the reference that every path is compared with. */
+static void attn_poison_gpu(dual *d) {
+    st_error err = {0};
+    if (g_gpu->iface->write(g_gpu, d->gpu, d->host, d->bytes, &err) != ST_OK) test_die("cuda write", &err);
+}
+
+static void test_attention_case(const attn_case *ac) {
+    const int64_t hd = ac->hd, H = ac->H, Hkv = ac->Hkv, n_kv = ac->n_kv, M = ac->M;
+    const int64_t n_ctx = n_kv + ac->ctx_extra;
     view vk, vv;
     const bool gapped = (n_kv % 2) == 1;
-    dual dk = cache_new(t, hd, Hkv, n_ctx, gapped, &vk), dv = cache_new(t, hd, Hkv, n_ctx, gapped, &vv);
-    view vq = mkview(ST_TYPE_F32, hd, H, M, (size_t)hd * 4, (size_t)(hd * (H + 2 * Hkv)) * 4, 0);
+    dual dk = cache_new(ac->t, hd, Hkv, n_ctx, gapped, &vk), dv = cache_new(ac->t, hd, Hkv, n_ctx, gapped, &vv);
+    view vq = ac->q_strided ? mkview(ST_TYPE_F32, hd, H, M, (size_t)(hd + 3) * 4, (size_t)((hd + 3) * H + 2) * 4, 4)
+                            : mkview(ST_TYPE_F32, hd, H, M, (size_t)hd * 4, (size_t)(hd * (H + 2 * Hkv)) * 4, 0);
     view vy = mkview(ST_TYPE_F32, hd, H, M, (size_t)hd * 4, (size_t)(hd * H + 5) * 4, 4);
     dual dq = dual_new(view_bytes(&vq)), dy = dual_new(view_bytes(&vy));
     dual_random_f32(&dq);
     dual_poison(&dy);
-    int32_t pos[16];
+    int32_t *pos = malloc((size_t)M * sizeof(int32_t));
+    if (!pos) test_die("host malloc", NULL);
     for (int64_t m = 0; m < M; m++)
-        pos[m] = positions == 0 ? (int32_t)(n_kv - M + m) : rng_int((int32_t)n_kv);
+        pos[m] = ac->positions == 0 ? (int32_t)(n_kv - M + m) : rng_int((int32_t)n_kv);
     dual dp = ids_new(pos, M);
+    free(pos);
     view vp = ids_view(M, 1);
-    st_attn_params p = {.n_kv = n_kv, .window = window, .scale = 1.0f / sqrtf((float)hd), .softcap = softcap};
+    st_attn_params p = {.n_kv = n_kv,
+                        .window = ac->window,
+                        .scale = ac->scale_mul / sqrtf((float)hd),
+                        .softcap = ac->softcap};
     st_error err = {0};
     st_tensor kc = on(&vk, dk.cpu), kg = on(&vk, dk.gpu), vc = on(&vv, dv.cpu), vg = on(&vv, dv.gpu);
     st_tensor qc = on(&vq, dq.cpu), qg = on(&vq, dq.gpu), yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu);
     st_tensor pc = on(&vp, dp.cpu), pg = on(&vp, dp.gpu);
     if (g_cpu->iface->attention(g_cpu, &yc, &qc, &kc, &vc, &pc, &p, &err) != ST_OK) test_die("cpu attention", &err);
-    if (g_gpu->iface->attention(g_gpu, &yg, &qg, &kg, &vg, &pg, &p, &err) != ST_OK) test_die("cuda attention", &err);
-    char *got = dual_fetch(&dy);
-    cmp_result r = compare_f32(&vy, dy.cpu, got, dy.bytes);
-    char desc[128];
-    snprintf(desc, sizeof(desc), "%s hd=%lld H=%lld/%lld n_kv=%lld M=%lld win=%d cap=%g pos=%s", tname(t),
-             (long long)hd, (long long)H, (long long)Hkv, (long long)n_kv, (long long)M, window, softcap,
-             positions ? "random" : "last");
-    record("attention", desc, &r, TOL_ATTENTION);
-    free(got);
+
+    const st_cuda_attn_path chosen = st_cuda_attention_choose(g_gpu, &qg, &kg, &vg, &p);
+    char base[112];
+    snprintf(base, sizeof(base), "%s hd=%lld H=%lld/%lld n_kv=%lld M=%lld win=%d cap=%g x%g pos=%s q=%s", tname(ac->t),
+             (long long)hd, (long long)H, (long long)Hkv, (long long)n_kv, (long long)M, ac->window, ac->softcap,
+             ac->scale_mul, ac->positions ? "random" : "last", ac->q_strided ? "strided" : "qkv");
+    for (int pi = ST_CUDA_ATTN_PATH_AUTO; pi <= ST_CUDA_ATTN_PATH_DECODE; pi++) {
+        const st_cuda_attn_path path = (st_cuda_attn_path)pi;
+        attn_poison_gpu(&dy);
+        st_status s = st_cuda_attention_path(g_gpu, &yg, &qg, &kg, &vg, &pg, &p, path, &err);
+        if (s == ST_ERROR_UNSUPPORTED && path != ST_CUDA_ATTN_PATH_AUTO) continue; /* shape not taken */
+        if (s != ST_OK) test_die("cuda attention", &err);
+        char *got = dual_fetch(&dy);
+        const double tol = attn_tol(path == ST_CUDA_ATTN_PATH_AUTO ? chosen : path, ac);
+        cmp_result r = compare_f32(&vy, dy.cpu, got, dy.bytes);
+        char desc[160];
+        if (path == ST_CUDA_ATTN_PATH_AUTO) snprintf(desc, sizeof(desc), "%s ->%s", base, st_cuda_attn_path_name(chosen));
+        else snprintf(desc, sizeof(desc), "%s", base);
+        /* record() keeps the op name's pointer: string literals only */
+        const char *op_name = path == ST_CUDA_ATTN_PATH_AUTO    ? "attention"
+                              : path == ST_CUDA_ATTN_PATH_EXACT ? "attention exact"
+                              : path == ST_CUDA_ATTN_PATH_FLASH ? "attention flash"
+                                                                : "attention decode";
+        record(op_name, desc, &r, tol);
+
+        /* the same call with n_kv = n_ctx: the same bits */
+        st_attn_params p_ctx = p;
+        p_ctx.n_kv = n_ctx;
+        attn_poison_gpu(&dy);
+        if (st_cuda_attention_path(g_gpu, &yg, &qg, &kg, &vg, &pg, &p_ctx, path, &err) != ST_OK)
+            test_die("cuda attention (n_kv = n_ctx)", &err);
+        char *got2 = dual_fetch(&dy);
+        cmp_result rb = compare_bytes(got, got2, dy.bytes);
+        snprintf(desc, sizeof(desc), "%s %s n_ctx=%lld", st_cuda_attn_path_name(path), base, (long long)n_ctx);
+        record("attention n_kv=ctx bits", desc, &rb, TOL_EXACT);
+        free(got2);
+        free(got);
+    }
     dual_free(&dk);
     dual_free(&dv);
     dual_free(&dq);
     dual_free(&dy);
     dual_free(&dp);
+}
+
+/* positions: 0 the last M of n_kv (prefill), 1 random in [0, n_kv) */
+static void test_attention(st_type t, int64_t hd, int64_t H, int64_t Hkv, int64_t n_kv, int64_t M, int32_t window,
+                           float softcap, int positions) {
+    attn_case ac = {.t = t, .hd = hd, .H = H, .Hkv = Hkv, .n_kv = n_kv, .M = M, .window = window,
+                    .softcap = softcap, .scale_mul = 1.0f, .positions = positions, .ctx_extra = 3, .q_strided = false};
+    test_attention_case(&ac);
+}
+
+/* Prefill shapes: head_dim 64/128/256, GQA groups 1/2/4/8, M from 1 to past two 64-row
+ * tiles (and not a multiple of them), n_kv = M (a prompt from position 0) or after a prefix
+ * (not a multiple of the 64/32-key tiles), windows shorter than M, random positions,
+ * soft-capping, peaky softmax (scale x4, x8), strided q. */
+static void test_attention_prefill(void) {
+    const int64_t Ms[] = {1, 17, 64, 100, 130, 257};
+    const int64_t hds[] = {64, 128, 256};
+    const int64_t groups[] = {1, 2, 4, 8};
+    int k = 0;
+    for (int hi = 0; hi < 3; hi++)
+        for (int gi = 0; gi < 4; gi++)
+            for (int v = 0; v < 4; v++, k++) {
+                const int64_t Hkv = groups[gi] == 8 ? 1 : 2, M = Ms[(k + hi) % 6];
+                attn_case ac = {.t = ST_TYPE_F16,
+                                .hd = hds[hi],
+                                .H = Hkv * groups[gi],
+                                .Hkv = Hkv,
+                                .n_kv = M + (v == 0 ? 0 : 13 + 29 * v),
+                                .M = M,
+                                .window = v == 1 ? 7 : v == 2 ? 100 : 0,
+                                .softcap = v == 3 ? 0.5f : 0.0f,
+                                .scale_mul = v == 2 ? 4.0f : v == 3 ? 8.0f : 1.0f,
+                                .positions = v == 2,
+                                .ctx_extra = 40,
+                                .q_strided = (k % 2) == 1};
+                test_attention_case(&ac);
+                if (v == 0 || v == 3) {
+                    ac.t = ST_TYPE_F32;
+                    test_attention_case(&ac);
+                }
+            }
+    /* model shapes: llama-3.2-1b pp512; qwen3-8b after a prefix; gemma3 sliding layer */
+    attn_case llama = {.t = ST_TYPE_F16, .hd = 64, .H = 32, .Hkv = 8, .n_kv = 512, .M = 512, .window = 0,
+                       .softcap = 0.0f, .scale_mul = 1.0f, .positions = 0, .ctx_extra = 64, .q_strided = false};
+    test_attention_case(&llama);
+    attn_case qwen = {.t = ST_TYPE_F16, .hd = 128, .H = 32, .Hkv = 8, .n_kv = 1100, .M = 200, .window = 0,
+                      .softcap = 0.0f, .scale_mul = 1.0f, .positions = 0, .ctx_extra = 100, .q_strided = true};
+    test_attention_case(&qwen);
+    attn_case gemma = {.t = ST_TYPE_F16, .hd = 256, .H = 4, .Hkv = 1, .n_kv = 700, .M = 600, .window = 512,
+                       .softcap = 0.0f, .scale_mul = 1.0f, .positions = 0, .ctx_extra = 10, .q_strided = false};
+    test_attention_case(&gemma);
+}
+
+/* Decode shapes: M = 1..4 tokens at depths 1 .. ~5000 with a cache much larger than n_kv
+ * (ctx_extra; every path is also run with n_kv = n_ctx), F16 and F32 caches, windows
+ * shorter than the depth, soft-capping. */
+static void test_attention_decode(void) {
+    const int64_t depths[] = {1, 100, 1000, 4999};
+    const int64_t hds[] = {64, 128, 256};
+    const int64_t groups[] = {1, 2, 4, 8};
+    int k = 0;
+    for (int hi = 0; hi < 3; hi++)
+        for (int gi = 0; gi < 4; gi++)
+            for (int di = 0; di < 4; di++, k++) {
+                const int64_t Hkv = groups[gi] == 8 ? 1 : 2 + (k % 3 == 0 ? 2 : 0), n_kv = depths[di];
+                int64_t M = 1 + k % 4;
+                if (M > n_kv) M = n_kv;
+                attn_case ac = {.t = k % 3 == 1 ? ST_TYPE_F32 : ST_TYPE_F16,
+                                .hd = hds[hi],
+                                .H = Hkv * groups[gi],
+                                .Hkv = Hkv,
+                                .n_kv = n_kv,
+                                .M = M,
+                                .window = di >= 2 && gi % 2 == 1 ? 300 : 0,
+                                .softcap = gi == 3 ? 0.5f : 0.0f,
+                                .scale_mul = di == 3 ? 4.0f : 1.0f,
+                                .positions = k % 5 == 4,
+                                .ctx_extra = 777,
+                                .q_strided = (k % 2) == 0};
+                test_attention_case(&ac);
+            }
 }
 
 /* ---- routing and combination ---------------------------------------------------------- */
@@ -745,6 +1058,32 @@ static void run_all(void) {
             test_mul_mat(types[ti], 4096, 96, 64, pad, X_STRIDED);
         }
 
+    /* rope_store: per-head norms or none, NORM/NEOX, partial rotary, GQA, both caches */
+    for (int ci = 0; ci < 2; ci++)
+        for (int norms = 0; norms <= 1; norms++) {
+            const st_type ct = ci ? ST_TYPE_F32 : ST_TYPE_F16;
+            test_rope_store(ct, 64, 4, 2, 64, ST_ROPE_MODE_NORM, norms, 1);
+            test_rope_store(ct, 128, 8, 2, 128, ST_ROPE_MODE_NEOX, norms, 3);
+            test_rope_store(ct, 96, 3, 1, 32, ST_ROPE_MODE_NEOX, norms, 8); /* partial rotary */
+            test_rope_store(ct, 256, 4, 1, 256, ST_ROPE_MODE_NEOX, norms, 2);
+        }
+
+    /* fused products: every epilogue with and without the norm; K = 37 (scalar tail),
+     * 256 and 2048 (the unrolled 16-byte path); M = 1, 3, 7 fused, 8 the composite */
+    const int64_t fused_Ks[] = {37, 256, 2048};
+    const int64_t fused_Ms[] = {1, 3, 7, 8};
+    for (int ti = 0; ti < 3; ti++)
+        for (int ki = 0; ki < 3; ki++)
+            for (int mi = 0; mi < 4; mi++)
+                for (int norm = 0; norm <= 1; norm++) {
+                    const int64_t K = fused_Ks[ki], M = fused_Ms[mi], N = K == 2048 ? 300 : 45;
+                    const size_t pad = (size_t)(mi % 2) * 64;
+                    test_mul_mat_fused(types[ti], K, N, M, pad, 3, norm, ST_FUSED_EPILOGUE_STORE);
+                    test_mul_mat_fused(types[ti], K, N, M, pad, 1, norm, ST_FUSED_EPILOGUE_ADD);
+                    test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_SWIGLU);
+                    test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_GEGLU);
+                }
+
     for (int ti = 0; ti < 3; ti++)
         for (int64_t K = 37; K <= 64; K += 27)
             for (int shape = 0; shape < 2; shape++)
@@ -816,6 +1155,8 @@ static void run_all(void) {
     test_attention(ST_TYPE_F16, 256, 4, 1, 100, 3, 0, 0.0f, 0);
     test_attention(ST_TYPE_F16, 128, 4, 2, 2000, 2, 0, 0.0f, 0);
     test_attention(ST_TYPE_F32, 128, 4, 2, 2000, 2, 512, 50.0f, 1);
+    test_attention_prefill();
+    test_attention_decode();
 
     const int32_t ks[] = {1, 2, 8};
     for (int64_t E = 8; E <= 64; E += 56)

@@ -1,0 +1,51 @@
+/* Fused ops (st_fused_mul_mat, st_fused_rope_store): their meaning as sequences of plain
+ * backend ops, and the dispatch to a backend's fused version. */
+#include "stride/backend.h"
+
+st_status st_backend_mul_mat_fused_composite(st_backend *b, const st_fused_mul_mat *op, st_error *err) {
+    const st_backend_iface *be = b->iface;
+    ST_ASSERT(op->n_w >= 1 && op->n_w <= 3);
+    ST_ASSERT(op->epilogue == ST_FUSED_EPILOGUE_STORE || op->out != NULL);
+    ST_ASSERT(op->epilogue == ST_FUSED_EPILOGUE_STORE || op->epilogue == ST_FUSED_EPILOGUE_ADD || op->n_w == 2);
+    const st_tensor *in = op->x;
+    if (op->norm_w) {
+        ST_ASSERT(op->h != NULL);
+        be->rms_norm(b, op->h, op->x, op->norm_w, op->eps);
+        in = op->h;
+    }
+    for (int i = 0; i < op->n_w; i++) {
+        st_status s = be->mul_mat(b, op->y[i], op->w[i], in, err);
+        if (s != ST_OK) return s;
+    }
+    switch (op->epilogue) {
+    case ST_FUSED_EPILOGUE_STORE: break;
+    case ST_FUSED_EPILOGUE_ADD: be->add(b, op->out, op->out, op->y[0]); break;
+    case ST_FUSED_EPILOGUE_SWIGLU: be->swiglu(b, op->out, op->y[0], op->y[1]); break;
+    case ST_FUSED_EPILOGUE_GEGLU: be->geglu(b, op->out, op->y[0], op->y[1]); break;
+    }
+    return ST_OK;
+}
+
+st_status st_backend_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err) {
+    if (b->iface->mul_mat_fused) return b->iface->mul_mat_fused(b, op, err);
+    return st_backend_mul_mat_fused_composite(b, op, err);
+}
+
+st_status st_backend_rope_store_composite(st_backend *b, const st_fused_rope_store *op, st_error *err) {
+    const st_backend_iface *be = b->iface;
+    ST_ASSERT((op->q_norm == NULL) == (op->k_norm == NULL));
+    if (op->q_norm) {
+        be->rms_norm(b, op->q, op->q, op->q_norm, op->eps);
+        be->rms_norm(b, op->k, op->k, op->k_norm, op->eps);
+    }
+    be->rope(b, op->q, op->q, op->positions, op->rope);
+    be->rope(b, op->k, op->k, op->positions, op->rope);
+    st_status s = be->kv_store(b, op->k_cache, op->k, op->positions, err);
+    if (s != ST_OK) return s;
+    return be->kv_store(b, op->v_cache, op->v, op->positions, err);
+}
+
+st_status st_backend_rope_store(st_backend *b, const st_fused_rope_store *op, st_error *err) {
+    if (b->iface->rope_store) return b->iface->rope_store(b, op, err);
+    return st_backend_rope_store_composite(b, op, err);
+}

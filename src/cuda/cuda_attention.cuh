@@ -1,0 +1,76 @@
+// Shared by the attention files: cuda_attention.cu (dispatcher, kv_store, the exact f32
+// kernel), cuda_attention_flash.cu (tensor-core prefill), cuda_attention_decode.cu
+// (split-KV decode).
+//
+// Every path computes the contract of cpu_ops.h (st_attn_params): query m at position
+// p = positions[m] sees cache entries t with t <= p, t < n_kv and, with a window W > 0,
+// p - t < W; scores scale * q.k, soft-capped when softcap > 0; a query that sees nothing
+// gets zeros. The fast paths keep scores in the base-2 domain (s * log2 e), so that the
+// softmax runs on exp2f; the weights are the same numbers.
+#ifndef STRIDE_CUDA_ATTENTION_CUH
+#define STRIDE_CUDA_ATTENTION_CUH
+
+#include <limits.h>
+
+#include "cuda/cuda_attention.h"
+#include "cuda/cuda_common.cuh"
+
+// The tensor-core prefill is inline PTX (mma.sync, ldmatrix, cp.async: sm_80+). Build with
+// -DSTRIDE_ATTN_PORTABLE (a HIP build does so by itself) to leave it out: AUTO then takes
+// the split-KV and exact kernels, which are plain CUDA C.
+#if !defined(STRIDE_ATTN_PORTABLE) && !defined(__HIP_PLATFORM_AMD__)
+#define ST_ATTN_HAVE_MMA 1
+#else
+#define ST_ATTN_HAVE_MMA 0
+#endif
+
+#define ST_ATTN_LOG2E 1.4426950408889634f
+
+// The keys query position pos sees: [*lo, *hi], empty when *hi < *lo. The host asserts
+// n_kv <= n_ctx < 2^31, so both fit an int.
+__device__ __forceinline__ void attn_visible_range(int32_t pos, int64_t n_kv, int32_t window, int *lo, int *hi) {
+    const int64_t h = (int64_t)pos < n_kv - 1 ? (int64_t)pos : n_kv - 1;
+    int64_t l = window > 0 ? (int64_t)pos - window + 1 : 0;
+    if (l < 0) l = 0;
+    *lo = (int)l;
+    *hi = (int)(h < -1 ? -1 : h);
+}
+
+// A score in the base-2 domain: log2(e) * (softcap > 0 ? softcap * tanh(s / softcap) : s),
+// s = scale * dot (the CPU reference's formula, then one multiplication).
+__device__ __forceinline__ float attn_score_log2(float dot, float scale, float softcap) {
+    float s = dot * scale;
+    if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+    return s * ST_ATTN_LOG2E;
+}
+
+// Cache rows the fast paths read with 16-byte loads: data, nb1 and nb2 16-byte aligned.
+static inline bool attn_cache_rows_aligned(const st_tensor *t) {
+    return ((uintptr_t)t->data % 16) == 0 && t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0;
+}
+
+static inline bool attn_fast_head_dim(int64_t head_dim) {
+    return head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
+
+// ---- cuda_attention_flash.cu --------------------------------------------------------------
+
+// Whether the tensor-core prefill takes these operands (F16 cache, head_dim 64/128/256,
+// aligned rows, an sm_80+ device, built with ST_ATTN_HAVE_MMA).
+bool st_cuda_attn_flash_supported(st_backend *b, const st_tensor *q, const st_tensor *k_cache,
+                                  const st_tensor *v_cache);
+st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                             const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
+                             st_error *err);
+
+// ---- cuda_attention_decode.cu -------------------------------------------------------------
+
+// Whether the split-KV kernel takes these operands (head_dim 64/128/256, aligned rows,
+// M * group query rows within its shared-memory budget). Independent of n_kv.
+bool st_cuda_attn_decode_supported(st_backend *b, const st_tensor *q, const st_tensor *k_cache,
+                                   const st_tensor *v_cache);
+st_status st_cuda_attn_decode(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                              const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
+                              st_error *err);
+
+#endif /* STRIDE_CUDA_ATTENTION_CUH */

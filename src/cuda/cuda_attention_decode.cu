@@ -1,0 +1,417 @@
+// Split-KV attention for a few query rows (decode): plain CUDA C, f32 math, F16 or F32 cache.
+//
+// Grid (n_split, n_head_kv). A block serves one kv head and ALL R = M * group query rows
+// of its GQA group (row r = m * group + g: token m, query head kv_head * group + g), so
+// each K/V row is read from memory once per step. The block walks its split of the keys in
+// chunks of C keys (8 KiB of K and 8 KiB of V in shared memory; the next chunk is loaded
+// into registers while the current one is computed):
+//   scores    one key per thread, f32 dot products against the f32 queries in shared memory
+//   softmax   one warp per row: running max and sum, the factor for the accumulator
+//   P.V       one pair of output dimensions per thread, NR rows (a template bucket)
+// and writes its partial result (max, sum, unnormalised acc[head_dim]) per row. A second
+// kernel combines the splits of a row: out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s.
+//
+// CUDA graphs: the launch (grid, block, shared memory, n_split) depends on the head counts,
+// head_dim, M and the device's SM count, NEVER on n_kv. The key range is computed on the
+// device from positions[] (t <= pos, t < n_kv, the window): the union [L, H] of the M
+// tokens' ranges is cut into n_eff <= n_split splits of cl keys (a multiple of C, at least
+// DEC_MIN_SPLIT_KEYS while splits remain), and blocks past n_eff leave at once. The same
+// plan is recomputed by the combine kernel. n_kv only bounds the range, so a caller may pass
+// the whole context: with n_kv > max(pos) the ranges, the splits and every rounding are the
+// same, and so are the results, bit for bit.
+#include "cuda/cuda_attention.cuh"
+
+#define DEC_THREADS 128
+#define DEC_WARPS (DEC_THREADS / ST_GPU_WARP_SIZE)
+#define DEC_MAX_SPLITS 128
+#define DEC_MIN_SPLIT_KEYS 64
+#define DEC_BLOCKS_PER_SM 4 // splits are chosen to put about this many blocks on every SM
+#define DEC_SMEM_MAX (48 * 1024)
+#define DEC_MAX_NR 16 // rows per thread in P.V (the largest template bucket)
+#define DEC_COMBINE_THREADS 128
+
+template <st_type T, int D> struct dec_cfg {
+    static constexpr int SZ = T == ST_TYPE_F16 ? 2 : 4;
+    static constexpr int C = 8192 / (D * SZ) < 64 ? 8192 / (D * SZ) : 64; // keys per chunk
+    static constexpr int ROWB = D * SZ + 16;      // shared bytes per K/V row: +16, so that the
+                                                  // 16-byte reads of consecutive rows hit distinct banks
+    static constexpr int PIECES = D * SZ / 16;    // 16-byte pieces of a cache row
+    static constexpr int UPT = C * PIECES / DEC_THREADS; // pieces of K (and of V) per thread per chunk
+    static constexpr int QLD = D + 4;             // floats per query row in shared memory
+    static constexpr int SRG = DEC_THREADS / C;   // scores: row groups (a key per thread)
+    static constexpr int TPR = D / 2;             // P.V: threads per row group (a dim pair each)
+    static constexpr int NRG = DEC_THREADS / TPR; // P.V: row groups
+    static_assert(C * PIECES % DEC_THREADS == 0 && DEC_THREADS % C == 0, "chunk shape");
+    static_assert(DEC_THREADS % TPR == 0 && TPR % ST_GPU_WARP_SIZE == 0, "a warp serves one row group in P.V");
+
+    static size_t smem(int R) { // K, V chunks; Q [R][QLD]; P [R][C]; max, sum, factor, lo, hi [R]
+        return (size_t)2 * C * ROWB + (size_t)R * (QLD * 4 + C * 4 + 5 * 4);
+    }
+    static int max_rows() {
+        int r = DEC_MAX_NR * NRG;
+        while (r > 0 && smem(r) > DEC_SMEM_MAX) r--;
+        return r;
+    }
+};
+
+// Which keys split s of a block covers: [lo + s*cl, min(lo + (s+1)*cl, hi + 1)), s < n_eff.
+typedef struct dec_plan {
+    int lo, hi, cl, n_eff;
+} dec_plan;
+
+__device__ __forceinline__ dec_plan dec_make_plan(const int32_t *__restrict__ positions, int M, int64_t n_kv,
+                                                  int32_t window, int n_split, int C) {
+    int L = INT_MAX, H = INT_MIN;
+    for (int m = 0; m < M; m++) {
+        int lo, hi;
+        attn_visible_range(positions[m], n_kv, window, &lo, &hi);
+        if (hi >= lo) {
+            L = min(L, lo);
+            H = max(H, hi);
+        }
+    }
+    dec_plan pl;
+    if (H < L) { // nothing visible: split 0 writes an empty partial, the output is zeros
+        pl.lo = 0;
+        pl.hi = -1;
+        pl.cl = 0;
+        pl.n_eff = 1;
+        return pl;
+    }
+    const int len = H - L + 1;
+    const int n = min(n_split, (len + DEC_MIN_SPLIT_KEYS - 1) / DEC_MIN_SPLIT_KEYS);
+    const int per = (len + n - 1) / n;
+    pl.lo = L;
+    pl.hi = H;
+    pl.cl = (per + C - 1) / C * C;
+    pl.n_eff = (len + pl.cl - 1) / pl.cl; // <= n; no split is empty
+    return pl;
+}
+
+template <st_type T> __device__ __forceinline__ void dec_load8(const unsigned char *row, int d, float f[8]);
+template <> __device__ __forceinline__ void dec_load8<ST_TYPE_F16>(const unsigned char *row, int d, float f[8]) {
+    const uint4 u = *(const uint4 *)(row + d * 2);
+    const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float2 x = __half22float2(h[j]);
+        f[2 * j] = x.x;
+        f[2 * j + 1] = x.y;
+    }
+}
+template <> __device__ __forceinline__ void dec_load8<ST_TYPE_F32>(const unsigned char *row, int d, float f[8]) {
+    const float4 a = *(const float4 *)(row + d * 4), b = *(const float4 *)(row + d * 4 + 16);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+template <st_type T> __device__ __forceinline__ float2 dec_load2(const unsigned char *row, int d);
+template <> __device__ __forceinline__ float2 dec_load2<ST_TYPE_F16>(const unsigned char *row, int d) {
+    return __half22float2(*(const __half2 *)(row + d * 2));
+}
+template <> __device__ __forceinline__ float2 dec_load2<ST_TYPE_F32>(const unsigned char *row, int d) {
+    return *(const float2 *)(row + d * 4);
+}
+
+// Partials: acc [n_head, M, n_split][D] f32, then (max, sum) [n_head, M, n_split] float2.
+template <st_type T, int D, int NR>
+__global__ void __launch_bounds__(DEC_THREADS)
+    attn_decode_split_kernel(st_cuda_view q, st_cuda_view kc, st_cuda_view vc, const int32_t *__restrict__ positions,
+                             int64_t n_kv, int32_t window, float scale, float softcap, int n_split,
+                             float *__restrict__ part_acc, float2 *__restrict__ part_ml) {
+    using cfg = dec_cfg<T, D>;
+    constexpr int C = cfg::C, ROWB = cfg::ROWB, QLD = cfg::QLD;
+    extern __shared__ __align__(16) unsigned char dec_smem[];
+    const int M = (int)q.ne2, group = (int)(q.ne1 / kc.ne1), R = M * group;
+    const int kvh = blockIdx.y, s = blockIdx.x, tid = threadIdx.x;
+    const int warp = tid / ST_GPU_WARP_SIZE, lane = tid % ST_GPU_WARP_SIZE;
+    const dec_plan pl = dec_make_plan(positions, M, n_kv, window, n_split, C);
+    if (s >= pl.n_eff) return; // the whole block: the range is short
+    const int s_lo = pl.lo + s * pl.cl;
+    const int s_end = min(s_lo + pl.cl, pl.hi + 1);
+
+    unsigned char *Ks = dec_smem, *Vs = Ks + C * ROWB; // [C][ROWB] the chunk's keys and values
+    float *Qs = (float *)(Vs + C * ROWB);               // [R][QLD] the queries, f32
+    float *Ps = Qs + R * QLD;                           // [R][C] scores, then weights
+    float *m_s = Ps + R * C, *l_s = m_s + R, *a_s = l_s + R; // [R] running max, sum, rescale factor
+    int *lo_s = (int *)(a_s + R), *hi_s = lo_s + R;          // [R] visible keys
+
+    for (int i = tid; i < R * D; i += DEC_THREADS) {
+        const int r = i / D, d = i % D;
+        const int64_t m = r / group, h = (int64_t)kvh * group + r % group;
+        Qs[r * QLD + d] = ((const float *)(q.data + h * q.nb1 + m * q.nb2))[d];
+    }
+    for (int r = tid; r < R; r += DEC_THREADS) {
+        attn_visible_range(positions[r / group], n_kv, window, &lo_s[r], &hi_s[r]);
+        m_s[r] = -INFINITY;
+        l_s[r] = 0.0f;
+    }
+
+    const char *k_head = kc.data + (int64_t)kvh * kc.nb1, *v_head = vc.data + (int64_t)kvh * vc.nb1;
+    uint4 kr[cfg::UPT], vr[cfg::UPT];
+    auto fetch = [&](int c0) {
+        const int nk = min(C, s_end - c0);
+#pragma unroll
+        for (int u = 0; u < cfg::UPT; u++) {
+            const int i = tid + u * DEC_THREADS, key = i / cfg::PIECES, piece = i % cfg::PIECES;
+            if (key < nk) {
+                kr[u] = *(const uint4 *)(k_head + (int64_t)(c0 + key) * kc.nb2 + piece * 16);
+                vr[u] = *(const uint4 *)(v_head + (int64_t)(c0 + key) * vc.nb2 + piece * 16);
+            }
+        }
+    };
+
+    const int dp = tid % cfg::TPR, rg = tid / cfg::TPR; // P.V: dims 2dp, 2dp+1 of rows rg + i * NRG
+    float2 acc[NR];
+#pragma unroll
+    for (int i = 0; i < NR; i++) acc[i] = make_float2(0.0f, 0.0f);
+
+    if (s_lo < s_end) fetch(s_lo);
+    for (int c0 = s_lo; c0 < s_end; c0 += C) {
+        const int nk = min(C, s_end - c0);
+        __syncthreads(); // the last chunk is consumed (the first time: Qs and the row state are written)
+#pragma unroll
+        for (int u = 0; u < cfg::UPT; u++) {
+            const int i = tid + u * DEC_THREADS, key = i / cfg::PIECES, piece = i % cfg::PIECES;
+            if (key < nk) {
+                *(uint4 *)(Ks + key * ROWB + piece * 16) = kr[u];
+                *(uint4 *)(Vs + key * ROWB + piece * 16) = vr[u];
+            }
+        }
+        __syncthreads();
+        if (c0 + C < s_end) fetch(c0 + C); // in flight while this chunk is computed
+
+        const int k = tid % C;
+        if (k < nk) {
+            const unsigned char *krow = Ks + k * ROWB;
+            const int t = c0 + k;
+            for (int r = tid / C; r < R; r += cfg::SRG) {
+                const float *qr = Qs + r * QLD;
+                float dot = 0.0f;
+#pragma unroll
+                for (int d = 0; d < D; d += 8) {
+                    float kf[8];
+                    dec_load8<T>(krow, d, kf);
+                    const float4 q0 = *(const float4 *)(qr + d), q1 = *(const float4 *)(qr + d + 4);
+                    dot = fmaf(q0.x, kf[0], dot);
+                    dot = fmaf(q0.y, kf[1], dot);
+                    dot = fmaf(q0.z, kf[2], dot);
+                    dot = fmaf(q0.w, kf[3], dot);
+                    dot = fmaf(q1.x, kf[4], dot);
+                    dot = fmaf(q1.y, kf[5], dot);
+                    dot = fmaf(q1.z, kf[6], dot);
+                    dot = fmaf(q1.w, kf[7], dot);
+                }
+                float x = attn_score_log2(dot, scale, softcap);
+                if (t < lo_s[r] || t > hi_s[r]) x = -INFINITY;
+                Ps[r * C + k] = x;
+            }
+        }
+        __syncthreads();
+
+        for (int r = warp; r < R; r += DEC_WARPS) {
+            float mx = -INFINITY;
+            for (int j = lane; j < nk; j += ST_GPU_WARP_SIZE) mx = fmaxf(mx, Ps[r * C + j]);
+#pragma unroll
+            for (int o = ST_GPU_WARP_SIZE / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(ST_GPU_WARP_MASK, mx, o));
+            const float m_old = m_s[r], m_new = fmaxf(m_old, mx);
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new; // nothing seen yet: exp2(-inf) = 0
+            float sum = 0.0f;
+            for (int j = lane; j < nk; j += ST_GPU_WARP_SIZE) {
+                const float w = exp2f(Ps[r * C + j] - m_use);
+                Ps[r * C + j] = w;
+                sum += w;
+            }
+#pragma unroll
+            for (int o = ST_GPU_WARP_SIZE / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(ST_GPU_WARP_MASK, sum, o);
+            if (lane == 0) {
+                const float alpha = exp2f(m_old - m_use);
+                a_s[r] = alpha;
+                l_s[r] = l_s[r] * alpha + sum;
+                m_s[r] = m_new;
+            }
+        }
+        __syncthreads();
+
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+            const int r = rg + i * cfg::NRG;
+            if (r < R) {
+                const float a = a_s[r];
+                acc[i].x *= a;
+                acc[i].y *= a;
+            }
+        }
+        for (int j = 0; j < nk; j++) {
+            const float2 v = dec_load2<T>(Vs + j * ROWB, 2 * dp);
+#pragma unroll
+            for (int i = 0; i < NR; i++) {
+                const int r = rg + i * cfg::NRG;
+                if (r < R) {
+                    const float w = Ps[r * C + j];
+                    acc[i].x = fmaf(w, v.x, acc[i].x);
+                    acc[i].y = fmaf(w, v.y, acc[i].y);
+                }
+            }
+        }
+    }
+    __syncthreads(); // m_s, l_s final
+
+#pragma unroll
+    for (int i = 0; i < NR; i++) {
+        const int r = rg + i * cfg::NRG;
+        if (r < R) {
+            const int64_t m = r / group, h = (int64_t)kvh * group + r % group;
+            const int64_t slot = (h * M + m) * n_split + s;
+            *(float2 *)(part_acc + slot * D + 2 * dp) = acc[i];
+        }
+    }
+    for (int r = tid; r < R; r += DEC_THREADS) {
+        const int64_t m = r / group, h = (int64_t)kvh * group + r % group;
+        part_ml[(h * M + m) * n_split + s] = make_float2(m_s[r], l_s[r]);
+    }
+}
+
+// One block per output row (head h, token m): the splits' partials, weighted by 2^(m_s - max).
+__global__ void __launch_bounds__(DEC_COMBINE_THREADS)
+    attn_decode_combine_kernel(st_cuda_view dst, const int32_t *__restrict__ positions, int64_t n_kv, int32_t window,
+                               int n_split, int C, const float *__restrict__ part_acc,
+                               const float2 *__restrict__ part_ml) {
+    __shared__ float w_s[DEC_MAX_SPLITS];
+    __shared__ float l_sum;
+    const int D = (int)dst.ne0, n_head = (int)dst.ne1, M = (int)dst.ne2;
+    const int h = blockIdx.x % n_head, m = blockIdx.x / n_head;
+    const dec_plan pl = dec_make_plan(positions, M, n_kv, window, n_split, C);
+    const int64_t base = ((int64_t)h * M + m) * n_split;
+    if (threadIdx.x < ST_GPU_WARP_SIZE) {
+        const int lane = threadIdx.x;
+        float mx = -INFINITY;
+        for (int s = lane; s < pl.n_eff; s += ST_GPU_WARP_SIZE) mx = fmaxf(mx, part_ml[base + s].x);
+#pragma unroll
+        for (int o = ST_GPU_WARP_SIZE / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(ST_GPU_WARP_MASK, mx, o));
+        float l = 0.0f;
+        for (int s = lane; s < pl.n_eff; s += ST_GPU_WARP_SIZE) {
+            const float2 ml = part_ml[base + s];
+            const float w = mx == -INFINITY ? 0.0f : exp2f(ml.x - mx);
+            w_s[s] = w;
+            l = fmaf(w, ml.y, l);
+        }
+#pragma unroll
+        for (int o = ST_GPU_WARP_SIZE / 2; o > 0; o >>= 1) l += __shfl_xor_sync(ST_GPU_WARP_MASK, l, o);
+        if (lane == 0) l_sum = l;
+    }
+    __syncthreads();
+    const float l = l_sum;
+    float *out = (float *)(dst.data + (int64_t)h * dst.nb1 + (int64_t)m * dst.nb2);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < pl.n_eff; s++) a = fmaf(w_s[s], part_acc[(base + s) * D + d], a);
+        out[d] = l > 0.0f ? a / l : 0.0f; // a row that sees nothing: zeros
+    }
+}
+
+// ---- host side ------------------------------------------------------------------------------
+
+static int dec_max_rows(st_type t, int64_t D) {
+    const bool f16 = t == ST_TYPE_F16;
+    switch (D) {
+    case 64: return f16 ? dec_cfg<ST_TYPE_F16, 64>::max_rows() : dec_cfg<ST_TYPE_F32, 64>::max_rows();
+    case 128: return f16 ? dec_cfg<ST_TYPE_F16, 128>::max_rows() : dec_cfg<ST_TYPE_F32, 128>::max_rows();
+    case 256: return f16 ? dec_cfg<ST_TYPE_F16, 256>::max_rows() : dec_cfg<ST_TYPE_F32, 256>::max_rows();
+    default: return 0;
+    }
+}
+
+bool st_cuda_attn_decode_supported(st_backend *b, const st_tensor *q, const st_tensor *k_cache,
+                                   const st_tensor *v_cache) {
+    (void)b;
+    const int64_t D = q->ne[0], group = q->ne[1] / k_cache->ne[1], R = q->ne[2] * group;
+    return (k_cache->type == ST_TYPE_F16 || k_cache->type == ST_TYPE_F32) && k_cache->type == v_cache->type &&
+           attn_fast_head_dim(D) && attn_cache_rows_aligned(k_cache) && attn_cache_rows_aligned(v_cache) &&
+           k_cache->ne[1] <= 65535 && R >= 1 && R <= dec_max_rows(k_cache->type, D);
+}
+
+// The partials buffer grows (synchronising first: queued kernels may read the old one)
+// only outside a graph recording; its size does not depend on n_kv, so a decode step that
+// ran once before the recording never grows in it.
+static st_status dec_partials(st_cuda_ctx *c, size_t bytes, void **out, st_error *err) {
+    if (bytes > c->attn_partials_bytes) {
+        if (c->capturing)
+            return st_error_set(err, ST_ERROR_DEVICE,
+                                "attention: the split-KV partials would grow from %zu to %zu bytes while recording "
+                                "a CUDA graph (run the step once before recording it)",
+                                c->attn_partials_bytes, bytes);
+        ST_GPU_CHECK(st_gpu_stream_synchronize(c->stream));
+        if (c->attn_partials) ST_GPU_CHECK(st_gpu_free(c->attn_partials));
+        c->attn_partials = NULL;
+        c->attn_partials_bytes = 0;
+        const size_t rounded = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+        ST_GPU_CHECK(st_gpu_malloc(&c->attn_partials, rounded));
+        c->attn_partials_bytes = rounded;
+    }
+    *out = c->attn_partials;
+    return ST_OK;
+}
+
+template <st_type T, int D, int NR>
+static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, const st_tensor *q,
+                            const st_tensor *k_cache, const st_tensor *v_cache, const int32_t *pos,
+                            const st_attn_params *p, float *part_acc, float2 *part_ml, st_error *err) {
+    using cfg = dec_cfg<T, D>;
+    ST_ASSERT((R + cfg::NRG - 1) / cfg::NRG <= NR && cfg::smem(R) <= DEC_SMEM_MAX);
+    const dim3 grid((unsigned int)n_split, (unsigned int)k_cache->ne[1]);
+    attn_decode_split_kernel<T, D, NR><<<grid, DEC_THREADS, cfg::smem(R), c->stream>>>(
+        cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap, n_split,
+        part_acc, part_ml);
+    ST_GPU_CHECK_LAUNCH();
+    const unsigned int rows = (unsigned int)(q->ne[1] * q->ne[2]);
+    attn_decode_combine_kernel<<<rows, DEC_COMBINE_THREADS, 0, c->stream>>>(cuda_view(dst), pos, p->n_kv, p->window,
+                                                                           n_split, cfg::C, part_acc, part_ml);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
+// NR: the rows a thread accumulates in P.V, rounded up to a bucket (2, 4 or 16), so that a
+// decode step of one token (R = group <= 8) does not run 16 predicated rows per key.
+template <st_type T, int D>
+static st_status dec_launch_rows(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, const st_tensor *q,
+                                 const st_tensor *k_cache, const st_tensor *v_cache, const int32_t *pos,
+                                 const st_attn_params *p, float *part_acc, float2 *part_ml, st_error *err) {
+    const int nr = (R + dec_cfg<T, D>::NRG - 1) / dec_cfg<T, D>::NRG;
+    if (nr <= 2) return dec_launch<T, D, 2>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, err);
+    if (nr <= 4) return dec_launch<T, D, 4>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, err);
+    return dec_launch<T, D, DEC_MAX_NR>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, err);
+}
+
+st_status st_cuda_attn_decode(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                              const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
+                              st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    const int64_t D = q->ne[0], n_head = q->ne[1], M = q->ne[2], n_head_kv = k_cache->ne[1];
+    const int R = (int)(M * (n_head / n_head_kv));
+    int64_t n_split = ((int64_t)DEC_BLOCKS_PER_SM * c->sm_count + n_head_kv - 1) / n_head_kv;
+    if (n_split > DEC_MAX_SPLITS) n_split = DEC_MAX_SPLITS;
+    if (n_split < 1) n_split = 1;
+    const int64_t slots = n_head * M * n_split;
+    void *buf = NULL;
+    const st_status st = dec_partials(c, (size_t)slots * ((size_t)D * sizeof(float) + sizeof(float2)), &buf, err);
+    if (st != ST_OK) return st;
+    float *part_acc = (float *)buf;
+    float2 *part_ml = (float2 *)(part_acc + slots * D); // 8-byte aligned: D is even
+    const int32_t *pos = (const int32_t *)positions->data;
+    const int ns = (int)n_split;
+    const bool f16 = k_cache->type == ST_TYPE_F16;
+#define DEC_CASE(d)                                                                                                \
+    case d:                                                                                                        \
+        return f16 ? dec_launch_rows<ST_TYPE_F16, d>(c, ns, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, \
+                                                     err)                                                          \
+                   : dec_launch_rows<ST_TYPE_F32, d>(c, ns, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, \
+                                                     err);
+    switch (D) {
+        DEC_CASE(64)
+        DEC_CASE(128)
+        DEC_CASE(256)
+    default: ST_ASSERT(!"split-KV attention: head_dim not supported (st_cuda_attn_decode_supported)");
+    }
+#undef DEC_CASE
+    return ST_OK;
+}

@@ -1,0 +1,339 @@
+// Prefill attention over an F16 KV cache on tensor cores (flash attention, FA2-style).
+//
+// Query rows. A block serves one kv head and FLASH_BM = 64 query ROWS of its GQA group:
+// row r = m * group + g is token m, query head kv_head * group + g, so the group's heads
+// share every K/V tile the block loads (group-times less K/V traffic than one head per
+// block). Rows need not be consecutive positions: each row has its own visible range
+// [lo, hi] from positions[m]; the block visits the union of its rows' ranges in tiles of
+// BN keys and masks per row only in tiles that some row does not see entirely.
+//
+// Work split. 4 warps; warp w owns rows 16w .. 16w+15 for the whole key range:
+//   S[16 x BN]   = Q[16 x D] K^T          mma.sync m16n8k16, f16 inputs, f32 accumulation
+//   online softmax on S in registers (row max over the quad of lanes sharing a row)
+//   O[16 x D]   += P[16 x BN] V[BN x D]   P converted from the S accumulators to f16
+// Q (converted from f32 to f16 once) and double-buffered K/V tiles live in shared memory;
+// K/V tiles arrive by cp.async while the previous tile is computed. Shared rows are padded
+// by 16 bytes so that the 8 row addresses of every ldmatrix fall in distinct banks.
+//
+//   head_dim D   BN   shared memory                registers: O + S (f32)
+//   64           64   (64 + 4*64) * 72 * 2 = 45 KiB    32 + 32
+//   128          64   (64 + 4*64) * 136 * 2 = 85 KiB   64 + 32
+//   256          32   (64 + 4*32) * 264 * 2 = 99 KiB   128 + 16
+//
+// Precision: q and P are rounded to f16 (unit roundoff u = 2^-11); K and V are f16 in the
+// cache already; products and sums are f32. See TOL_ATTN_FLASH in tests/gpu/test_cuda_ops.c.
+//
+// Architecture-specific (inline PTX: mma.sync, ldmatrix, cp.async, sm_80+). Without
+// ST_ATTN_HAVE_MMA (STRIDE_ATTN_PORTABLE, HIP) this file only says "not supported" and the
+// dispatcher takes the portable kernels.
+#include "cuda/cuda_attention.cuh"
+
+#if ST_ATTN_HAVE_MMA
+
+#define FLASH_BM 64
+#define FLASH_THREADS 128
+#define FLASH_WARPS (FLASH_THREADS / ST_GPU_WARP_SIZE)
+
+template <int D> struct flash_cfg {
+    static constexpr int BN = D <= 128 ? 64 : 32; // keys per tile
+    static constexpr int LDS = D + 8;             // halves per shared row (+16 bytes)
+    static constexpr size_t smem = (size_t)(FLASH_BM + 4 * BN) * LDS * sizeof(__half);
+};
+
+static_assert(FLASH_BM == 16 * FLASH_WARPS, "a warp owns 16 query rows");
+
+__device__ __forceinline__ uint32_t flash_smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// Four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8 and gets,
+// of matrix i, row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 in register i.
+__device__ __forceinline__ void flash_ldsm_x4(uint32_t r[4], const __half *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(flash_smem_addr(p)));
+}
+
+// The same, transposed: of matrix i, elements (row 2 (l % 4), col l / 4) and (row 2 (l % 4) + 1, col l / 4).
+__device__ __forceinline__ void flash_ldsm_x4_trans(uint32_t r[4], const __half *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(flash_smem_addr(p)));
+}
+
+// c[16x8] += a[16x16] b[16x8]; g = lane / 4, t = lane % 4:
+//   a: {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}   b: {(k 2t..2t+1, n g), (k 2t+8.., n g)}
+//   c: {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}
+__device__ __forceinline__ void flash_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 16 bytes global -> shared, asynchronously; zeros instead when !valid (src is not read).
+__device__ __forceinline__ void flash_cp_async16(__half *dst, const char *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(flash_smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void flash_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void flash_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ uint32_t flash_pack_half2(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi); // lo in the low 16 bits: the lower column index
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+template <int D>
+__global__ void __launch_bounds__(FLASH_THREADS)
+    attn_flash_f16_kernel(st_cuda_view dst, st_cuda_view q, st_cuda_view kc, st_cuda_view vc,
+                          const int32_t *__restrict__ positions, int64_t n_kv, int32_t window, float scale,
+                          float softcap) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap(); // the host launches this only on sm_80+
+#else
+    constexpr int BN = flash_cfg<D>::BN, LDS = flash_cfg<D>::LDS, BM = FLASH_BM;
+    constexpr int CHUNKS = D / 8; // 16-byte pieces of a cache row
+    static_assert(BN * CHUNKS % FLASH_THREADS == 0, "a tile is whole 16-byte pieces per thread");
+    extern __shared__ __align__(16) unsigned char flash_smem[];
+    __half *Qs = (__half *)flash_smem; // [BM][LDS] this block's query rows, f16
+    __half *Ks = Qs + BM * LDS;        // [2][BN][LDS] key tiles
+    __half *Vs = Ks + 2 * BN * LDS;    // [2][BN][LDS] value tiles
+    __shared__ int s_lo, s_hi, s_maxlo, s_minhi;
+
+    const int tid = threadIdx.x, warp = tid / ST_GPU_WARP_SIZE, lane = tid % ST_GPU_WARP_SIZE;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int group = (int)(q.ne1 / kc.ne1), R = (int)q.ne2 * group;
+    const int64_t kvh = blockIdx.y;
+    const int r0 = (int)(gridDim.x - 1 - blockIdx.x) * BM; // the last rows (longest causal ranges) start first
+
+    // The union of the rows' ranges [s_lo, s_hi], and the intersection [s_maxlo, s_minhi]
+    // (a tile inside it needs no mask). An empty row counts as [1, 0] for the latter.
+    if (tid == 0) {
+        s_lo = INT_MAX;
+        s_hi = INT_MIN;
+        s_maxlo = INT_MIN;
+        s_minhi = INT_MAX;
+    }
+    __syncthreads();
+    if (tid < BM && r0 + tid < R) {
+        int lo, hi;
+        attn_visible_range(positions[(r0 + tid) / group], n_kv, window, &lo, &hi);
+        if (hi >= lo) {
+            atomicMin(&s_lo, lo);
+            atomicMax(&s_hi, hi);
+        } else {
+            lo = 1;
+            hi = 0;
+        }
+        atomicMax(&s_maxlo, lo);
+        atomicMin(&s_minhi, hi);
+    }
+    for (int i = tid; i < BM * D; i += FLASH_THREADS) {
+        const int r = i / D, d = i % D;
+        float x = 0.0f; // rows past R: zeros, computed and never written
+        if (r0 + r < R) {
+            const int64_t m = (r0 + r) / group, h = kvh * group + (r0 + r) % group;
+            x = ((const float *)(q.data + h * q.nb1 + m * q.nb2))[d];
+        }
+        Qs[r * LDS + d] = __float2half_rn(x);
+    }
+    // this thread's rows: g and g + 8 of its warp's 16
+    int lo_i[2], hi_i[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int r = r0 + warp * 16 + g + 8 * i;
+        lo_i[i] = 1;
+        hi_i[i] = 0;
+        if (r < R) {
+            attn_visible_range(positions[r / group], n_kv, window, &lo_i[i], &hi_i[i]);
+            if (hi_i[i] < lo_i[i]) lo_i[i] = 1, hi_i[i] = 0;
+        }
+    }
+    __syncthreads();
+    const int Lb = s_lo, Hb = s_hi, maxlo = s_maxlo, minhi = s_minhi;
+    const int n_tiles = Hb >= Lb ? (Hb - Lb) / BN + 1 : 0;
+
+    const char *k_head = kc.data + kvh * kc.nb1, *v_head = vc.data + kvh * vc.nb1;
+    // keys Lb + j*BN .. +BN-1 into buffer buf; keys past Hb are zeros (never NaN from
+    // unwritten cache memory: 0 * NaN would poison P.V)
+    auto load_tile = [&](int j, int buf) {
+        const int t0 = Lb + j * BN;
+        __half *kd = Ks + buf * BN * LDS, *vd = Vs + buf * BN * LDS;
+#pragma unroll
+        for (int u = 0; u < BN * CHUNKS / FLASH_THREADS; u++) {
+            const int i = tid + u * FLASH_THREADS;
+            const int key = i / CHUNKS, ch = i % CHUNKS, t = t0 + key;
+            const bool ok = t <= Hb;
+            const int64_t row = ok ? t : Lb;
+            flash_cp_async16(kd + key * LDS + ch * 8, k_head + row * kc.nb2 + ch * 16, ok);
+            flash_cp_async16(vd + key * LDS + ch * 8, v_head + row * vc.nb2 + ch * 16, ok);
+        }
+    };
+
+    float O[D / 8][4]; // [16 rows x D] of this warp: dims 8j .. 8j+7 in O[j]
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) O[j][0] = O[j][1] = O[j][2] = O[j][3] = 0.0f;
+    float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.0f, 0.0f}; // l: this thread's columns only
+    const float scale_log2 = scale * ST_ATTN_LOG2E;
+    const __half *q_warp = Qs + warp * 16 * LDS;
+
+    if (n_tiles > 0) load_tile(0, 0);
+    flash_cp_async_commit();
+    for (int j = 0; j < n_tiles; j++) {
+        if (j + 1 < n_tiles) load_tile(j + 1, (j + 1) & 1); // its buffer was released by the last barrier
+        flash_cp_async_commit();
+        flash_cp_async_wait<1>(); // every group but the newest: tile j has landed
+        __syncthreads();
+        const __half *kb = Ks + (j & 1) * BN * LDS, *vb = Vs + (j & 1) * BN * LDS;
+        const int t0 = Lb + j * BN;
+
+        float S[BN / 8][4]; // [16 rows x BN keys]: keys 8n .. 8n+7 in S[n]
+#pragma unroll
+        for (int n = 0; n < BN / 8; n++) S[n][0] = S[n][1] = S[n][2] = S[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t a[4];
+            flash_ldsm_x4(a, q_warp + ((lane & 7) + ((lane >> 3) & 1) * 8) * LDS + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int nn = 0; nn < BN / 16; nn++) {
+                uint32_t bk[4]; // b0, b1 of keys 16nn..+7, then of keys 16nn+8..+15
+                flash_ldsm_x4(bk, kb + (nn * 16 + (lane & 7) + (lane >> 4) * 8) * LDS + kk * 16 + ((lane >> 3) & 1) * 8);
+                flash_mma(S[2 * nn], a, bk[0], bk[1]);
+                flash_mma(S[2 * nn + 1], a, bk[2], bk[3]);
+            }
+        }
+
+        const bool full = t0 >= maxlo && t0 + BN - 1 <= minhi; // every row sees every key of the tile
+#pragma unroll
+        for (int n = 0; n < BN / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = softcap > 0.0f ? attn_score_log2(S[n][e], scale, softcap) : S[n][e] * scale_log2;
+                if (!full) {
+                    const int t = t0 + n * 8 + 2 * t4 + (e & 1), i = e >> 1;
+                    if (t < lo_i[i] || t > hi_i[i]) x = -INFINITY;
+                }
+                S[n][e] = x;
+            }
+
+        // online softmax of rows g (e = 0, 1) and g + 8 (e = 2, 3)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < BN / 8; n++) mx = fmaxf(mx, fmaxf(S[n][2 * i], S[n][2 * i + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(ST_GPU_WARP_MASK, mx, 1)); // the quad holding the row
+            mx = fmaxf(mx, __shfl_xor_sync(ST_GPU_WARP_MASK, mx, 2));
+            const float m_new = fmaxf(m_i[i], mx);
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new; // nothing seen yet: exp2(-inf) = 0
+            const float alpha = exp2f(m_i[i] - m_use);
+            m_i[i] = m_new;
+            float sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < BN / 8; n++) {
+                S[n][2 * i] = exp2f(S[n][2 * i] - m_use);
+                S[n][2 * i + 1] = exp2f(S[n][2 * i + 1] - m_use);
+                sum += S[n][2 * i] + S[n][2 * i + 1];
+            }
+            l_i[i] = l_i[i] * alpha + sum;
+#pragma unroll
+            for (int d = 0; d < D / 8; d++) {
+                O[d][2 * i] *= alpha;
+                O[d][2 * i + 1] *= alpha;
+            }
+        }
+
+        // O += P V: the accumulators of key groups 2kk and 2kk+1 are the A fragment of
+        // keys 16kk .. 16kk+15
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t a[4];
+            a[0] = flash_pack_half2(S[2 * kk][0], S[2 * kk][1]);
+            a[1] = flash_pack_half2(S[2 * kk][2], S[2 * kk][3]);
+            a[2] = flash_pack_half2(S[2 * kk + 1][0], S[2 * kk + 1][1]);
+            a[3] = flash_pack_half2(S[2 * kk + 1][2], S[2 * kk + 1][3]);
+#pragma unroll
+            for (int dn = 0; dn < D / 16; dn++) {
+                uint32_t bv[4]; // b0, b1 of dims 16dn..+7, then of dims 16dn+8..+15
+                flash_ldsm_x4_trans(bv, vb + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS + dn * 16 +
+                                            (lane >> 4) * 8);
+                flash_mma(O[2 * dn], a, bv[0], bv[1]);
+                flash_mma(O[2 * dn + 1], a, bv[2], bv[3]);
+            }
+        }
+        __syncthreads(); // buffer j & 1 is refilled by the load issued in iteration j + 1
+    }
+
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float l = l_i[i];
+        l += __shfl_xor_sync(ST_GPU_WARP_MASK, l, 1);
+        l += __shfl_xor_sync(ST_GPU_WARP_MASK, l, 2);
+        const int r = r0 + warp * 16 + g + 8 * i;
+        if (r >= R) continue;
+        const int64_t m = r / group, h = kvh * group + r % group;
+        float *out = (float *)(dst.data + h * dst.nb1 + m * dst.nb2);
+#pragma unroll
+        for (int d = 0; d < D / 8; d++) {
+            out[d * 8 + 2 * t4] = l > 0.0f ? O[d][2 * i] / l : 0.0f;
+            out[d * 8 + 2 * t4 + 1] = l > 0.0f ? O[d][2 * i + 1] / l : 0.0f;
+        }
+    }
+#endif
+}
+
+template <int D>
+static st_status flash_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                              const st_tensor *v_cache, const int32_t *pos, const st_attn_params *p, st_error *err) {
+    const size_t smem = flash_cfg<D>::smem;
+    if (smem > 48 * 1024)
+        ST_GPU_CHECK(st_gpu_func_set_attribute(attn_flash_f16_kernel<D>, st_gpu_func_attr_max_dynamic_smem, (int)smem));
+    const int64_t rows = q->ne[2] * (q->ne[1] / k_cache->ne[1]); // M * group per kv head
+    const dim3 grid((unsigned int)((rows + FLASH_BM - 1) / FLASH_BM), (unsigned int)k_cache->ne[1]);
+    attn_flash_f16_kernel<D><<<grid, FLASH_THREADS, smem, c->stream>>>(cuda_view(dst), cuda_view(q),
+                                                                       cuda_view(k_cache), cuda_view(v_cache), pos,
+                                                                       p->n_kv, p->window, p->scale, p->softcap);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
+bool st_cuda_attn_flash_supported(st_backend *b, const st_tensor *q, const st_tensor *k_cache,
+                                  const st_tensor *v_cache) {
+    return b->device.compute_major >= 8 && k_cache->type == ST_TYPE_F16 && v_cache->type == ST_TYPE_F16 &&
+           attn_fast_head_dim(q->ne[0]) && attn_cache_rows_aligned(k_cache) && attn_cache_rows_aligned(v_cache) &&
+           k_cache->ne[1] <= 65535; // grid y
+}
+
+st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                             const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
+                             st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    const int32_t *pos = (const int32_t *)positions->data;
+    switch (q->ne[0]) {
+    case 64: return flash_launch<64>(c, dst, q, k_cache, v_cache, pos, p, err);
+    case 128: return flash_launch<128>(c, dst, q, k_cache, v_cache, pos, p, err);
+    case 256: return flash_launch<256>(c, dst, q, k_cache, v_cache, pos, p, err);
+    default: ST_ASSERT(!"flash attention: head_dim not supported (st_cuda_attn_flash_supported)");
+    }
+    return ST_OK;
+}
+
+#else // !ST_ATTN_HAVE_MMA: the portable build
+
+bool st_cuda_attn_flash_supported(st_backend *b, const st_tensor *q, const st_tensor *k_cache,
+                                  const st_tensor *v_cache) {
+    (void)b, (void)q, (void)k_cache, (void)v_cache;
+    return false;
+}
+
+st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                             const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
+                             st_error *err) {
+    (void)b, (void)dst, (void)q, (void)k_cache, (void)v_cache, (void)positions, (void)p;
+    return st_error_set(err, ST_ERROR_UNSUPPORTED, "flash attention is not in this build (STRIDE_ATTN_PORTABLE)");
+}
+
+#endif

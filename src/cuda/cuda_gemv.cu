@@ -1,0 +1,263 @@
+// The decode-path products (M < ST_CUDA_GEMM_MIN_M columns): mul_mat's matrix-vector
+// kernel and the fused products of the backend table (st_fused_mul_mat), which fold the
+// RMSNorm before a projection, the gated unit after gate/up and the residual add after
+// o/down into the one pass over the weights.
+//
+//   W_i [K, N_i] F32/F16/BF16 at row stride nb[1];  x [K, M] F32;  y_i [N_i, M] F32
+//
+// One warp per weight row (cuda_gemv_row: CUDA_GEMV_UNROLL 16-byte loads in flight per
+// lane), CUDA_GEMV_WARPS rows per block. The blocks of up to three weights (q, k and v)
+// form one grid: block b belongs to the part whose block range holds it. With an RMSNorm
+// every block first stages h = rmsnorm(x) * norm_w in shared memory ([M][K] floats), the
+// scale formed as st_cuda_rms_norm forms it.
+//
+// Bytes per decode step: the weights once (N*K*type_size); x (K*M*4) is read per block
+// but from L2/L1. FLOPs: 2*N*K*M, far below the tensor-core rate: bandwidth bound.
+#include <string.h>
+
+#include "cuda/cuda_gemv.cuh"
+
+#define GEMV_THREADS (CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE)
+#define GEMV_MAX_PARTS 3
+// A norm stages [M][K] floats: without an opt-in, dynamic shared memory stops at 48 KiB.
+#define GEMV_MAX_STAGED_BYTES (48 * 1024)
+
+typedef enum gemv_epilogue {
+    GEMV_STORE = ST_FUSED_EPILOGUE_STORE,
+    GEMV_ADD = ST_FUSED_EPILOGUE_ADD,
+    GEMV_SWIGLU = ST_FUSED_EPILOGUE_SWIGLU,
+    GEMV_GEGLU = ST_FUSED_EPILOGUE_GEGLU,
+} gemv_epilogue;
+
+typedef struct gemv_part {
+    const char *w;      // [K, n] at row stride nb1
+    int64_t nb1, n;
+    int64_t block0;     // the first block of this part
+    st_cuda_view y;     // STORE: [n, M]
+} gemv_part;
+
+typedef struct gemv_args {
+    gemv_part part[GEMV_MAX_PARTS];
+    int n_parts;
+    int64_t K, M;       // M: the columns of this pass (<= CUDA_GEMV_MAX_COLS)
+    int64_t m0;         // its first column: column c is row m0 + c of the x, y and out views
+    bool w_vec, x_vec;  // every weight row / every x row (or the staged h) is 16-byte aligned
+    st_cuda_view x;     // [K, M]
+    const float *norm_w; // [K] or NULL: no norm
+    float eps;
+    const char *w_up;   // GLU: the up weight [K, n] (part 0 is the gate)
+    int64_t up_nb1;
+    st_cuda_view out;   // ADD: out += W x; GLU: out = act(gate) * up
+} gemv_args;
+
+__device__ __forceinline__ float gemv_silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+
+// As cuda_elementwise.cu's GeGLU: explicit roundings in the CPU's order.
+__device__ __forceinline__ float gemv_gelu_tanh(float x) {
+    const float sqrt_2_over_pi = 0.79788456080286535588f;
+    const float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x);
+    const float t = tanhf(__fmul_rn(sqrt_2_over_pi, __fadd_rn(x, cube)));
+    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
+}
+
+// h[c][k] = (x[c][k] * s_c) * norm_w[k] with s_c = 1 / sqrt(mean(x[c]^2) + eps), in
+// shared memory. The sum of squares: per-thread strided partial sums, then a warp and a
+// block tree (f32; the CPU sums in f64, hence the tolerance of the tests).
+__device__ void gemv_stage_norm(float *h, const gemv_args &a) {
+    __shared__ float warp_sums[CUDA_GEMV_WARPS];
+    const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
+    for (int64_t c = 0; c < a.M; c++) {
+        const float *xr = (const float *)cuda_row(a.x, a.m0 + c);
+        float ss = 0.0f;
+        for (int64_t k = threadIdx.x; k < a.K; k += blockDim.x) ss = fmaf(xr[k], xr[k], ss);
+        ss = cuda_warp_sum(ss);
+        __syncthreads(); // warp_sums of the previous column have been read
+        if (lane == 0) warp_sums[warp] = ss;
+        __syncthreads();
+        float total = 0.0f;
+        for (int i = 0; i < CUDA_GEMV_WARPS; i++) total += warp_sums[i];
+        const float s = (float)(1.0 / sqrt((double)total / (double)a.K + (double)a.eps));
+        float *hc = h + c * a.K;
+        for (int64_t k = threadIdx.x; k < a.K; k += blockDim.x) hc[k] = (xr[k] * s) * a.norm_w[k];
+    }
+    __syncthreads();
+}
+
+// One warp per weight row (of a gate and up pair for GLU), CUDA_GEMV_WARPS rows per block.
+template <st_type T, int EPI, bool NORM, int NC>
+__global__ void __launch_bounds__(GEMV_THREADS) gemv_kernel(const gemv_args a) {
+    extern __shared__ float4 gemv_staged[]; // NORM: h [M][K]
+    const float *xs[NC];
+    if (NORM) {
+        float *h = (float *)gemv_staged;
+        gemv_stage_norm(h, a);
+#pragma unroll
+        for (int c = 0; c < NC; c++) xs[c] = h + (c < a.M ? c : 0) * a.K;
+    } else {
+#pragma unroll
+        for (int c = 0; c < NC; c++) xs[c] = (const float *)cuda_row(a.x, a.m0 + (c < a.M ? c : 0));
+    }
+
+    int p = 0;
+    while (p + 1 < a.n_parts && (int64_t)blockIdx.x >= a.part[p + 1].block0) p++;
+    const gemv_part &pt = a.part[p];
+    const int64_t n = ((int64_t)blockIdx.x - pt.block0) * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
+    if (n >= pt.n) return; // after the only __syncthreads (in the staging)
+    const int n_cols = (int)a.M;
+
+    float acc[NC];
+    cuda_gemv_row<T, NORM, NC>(pt.w + n * pt.nb1, a.K, a.w_vec, xs, n_cols, a.x_vec, acc);
+    float up[NC];
+    if (EPI == GEMV_SWIGLU || EPI == GEMV_GEGLU)
+        cuda_gemv_row<T, NORM, NC>(a.w_up + n * a.up_nb1, a.K, a.w_vec, xs, n_cols, a.x_vec, up);
+    if (threadIdx.x % ST_GPU_WARP_SIZE != 0) return;
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        if (c >= n_cols) break;
+        if (EPI == GEMV_STORE) {
+            ((float *)cuda_row(pt.y, a.m0 + c))[n] = acc[c];
+        } else if (EPI == GEMV_ADD) {
+            float *o = (float *)cuda_row(a.out, a.m0 + c) + n;
+            *o = __fadd_rn(*o, acc[c]);
+        } else {
+            const float g = EPI == GEMV_GEGLU ? gemv_gelu_tanh(acc[c]) : gemv_silu(acc[c]);
+            ((float *)cuda_row(a.out, a.m0 + c))[n] = __fmul_rn(g, up[c]);
+        }
+    }
+}
+
+template <st_type T, int EPI, bool NORM>
+static st_status gemv_launch_typed(st_cuda_ctx *c, const gemv_args &a, unsigned int blocks, st_error *err) {
+    const size_t smem = NORM ? (size_t)(a.K * a.M) * sizeof(float) : 0;
+    if (a.M == 1)
+        gemv_kernel<T, EPI, NORM, 1><<<blocks, GEMV_THREADS, smem, c->stream>>>(a);
+    else
+        gemv_kernel<T, EPI, NORM, CUDA_GEMV_MAX_COLS><<<blocks, GEMV_THREADS, smem, c->stream>>>(a);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
+template <st_type T>
+static st_status gemv_launch_epi(st_cuda_ctx *c, const gemv_args &a, int epi, unsigned int blocks, st_error *err) {
+    const bool norm = a.norm_w != NULL;
+    switch (epi) {
+    case GEMV_STORE:
+        return norm ? gemv_launch_typed<T, GEMV_STORE, true>(c, a, blocks, err)
+                    : gemv_launch_typed<T, GEMV_STORE, false>(c, a, blocks, err);
+    case GEMV_ADD:
+        return norm ? gemv_launch_typed<T, GEMV_ADD, true>(c, a, blocks, err)
+                    : gemv_launch_typed<T, GEMV_ADD, false>(c, a, blocks, err);
+    case GEMV_SWIGLU:
+        return norm ? gemv_launch_typed<T, GEMV_SWIGLU, true>(c, a, blocks, err)
+                    : gemv_launch_typed<T, GEMV_SWIGLU, false>(c, a, blocks, err);
+    default:
+        return norm ? gemv_launch_typed<T, GEMV_GEGLU, true>(c, a, blocks, err)
+                    : gemv_launch_typed<T, GEMV_GEGLU, false>(c, a, blocks, err);
+    }
+}
+
+// Every row of the view starts 16-byte aligned.
+static bool rows_aligned16(const st_tensor *t) {
+    return cuda_aligned16(t->data) && t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0 && t->nb[3] % 16 == 0;
+}
+
+static bool weight_rows_aligned16(const st_tensor *w) { return cuda_aligned16(w->data) && w->nb[1] % 16 == 0; }
+
+// One launch over n_parts weights of one type sharing x (and, for GLU, w_up).
+static st_status gemv_run(st_cuda_ctx *c, gemv_args &a, st_type type, int epi, st_error *err) {
+    int64_t blocks = 0;
+    for (int i = 0; i < a.n_parts; i++) {
+        a.part[i].block0 = blocks;
+        blocks += (a.part[i].n + CUDA_GEMV_WARPS - 1) / CUDA_GEMV_WARPS;
+    }
+    if (blocks == 0 || a.M == 0) return ST_OK;
+    ST_ASSERT(blocks <= INT32_MAX);
+    // the staged h is 16-byte aligned when K is a multiple of 4
+    if (a.norm_w) a.x_vec = a.K % 4 == 0;
+    switch (type) {
+    case ST_TYPE_F32: return gemv_launch_epi<ST_TYPE_F32>(c, a, epi, (unsigned int)blocks, err);
+    case ST_TYPE_F16: return gemv_launch_epi<ST_TYPE_F16>(c, a, epi, (unsigned int)blocks, err);
+    default: return gemv_launch_epi<ST_TYPE_BF16>(c, a, epi, (unsigned int)blocks, err);
+    }
+}
+
+static gemv_args gemv_args_for(const st_tensor *x) {
+    gemv_args a;
+    memset(&a, 0, sizeof(a));
+    a.K = x->ne[0];
+    a.M = cuda_nrows(x);
+    a.x = cuda_view(x);
+    a.x_vec = rows_aligned16(x);
+    return a;
+}
+
+st_status st_cuda_gemv(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err) {
+    // w [K, N] any nb[1]; x F32 [K, M...]; dst F32 [N, M...]: passes of CUDA_GEMV_MAX_COLS columns
+    const int64_t M = cuda_nrows(x);
+    gemv_args a = gemv_args_for(x);
+    a.w_vec = weight_rows_aligned16(w);
+    a.n_parts = 1;
+    a.part[0].w = (const char *)w->data;
+    a.part[0].nb1 = (int64_t)w->nb[1];
+    a.part[0].n = w->ne[1];
+    a.part[0].y = cuda_view(dst);
+    for (int64_t m0 = 0; m0 < M; m0 += CUDA_GEMV_MAX_COLS) {
+        a.m0 = m0;
+        a.M = M - m0 < CUDA_GEMV_MAX_COLS ? M - m0 : CUDA_GEMV_MAX_COLS;
+        st_status s = gemv_run(c, a, w->type, GEMV_STORE, err);
+        if (s != ST_OK) return s;
+    }
+    return ST_OK;
+}
+
+// The fused kernel takes the op when: M fits one pass, every weight is a float type, one
+// type; a norm's h fits the staging limit; GLU's gate and up have one shape and stride
+// (they are read by the same warp).
+static bool fused_supported(const st_fused_mul_mat *op) {
+    const st_tensor *x = op->x;
+    const int64_t K = x->ne[0], M = cuda_nrows(x);
+    if (M < 1 || M > CUDA_GEMV_MAX_COLS || K < 1) return false;
+    if (!cuda_is_f32_rows(x)) return false;
+    if (op->norm_w && (size_t)(K * M) * sizeof(float) > GEMV_MAX_STAGED_BYTES) return false;
+    for (int i = 0; i < op->n_w; i++) {
+        const st_tensor *w = op->w[i];
+        if (!cuda_is_float_weight(w) || w->type != op->w[0]->type || w->ne[0] != K) return false;
+        if (w->ne[2] != 1 || w->ne[3] != 1) return false;
+        if (weight_rows_aligned16(w) != weight_rows_aligned16(op->w[0])) return false;
+    }
+    if (op->epilogue == ST_FUSED_EPILOGUE_SWIGLU || op->epilogue == ST_FUSED_EPILOGUE_GEGLU)
+        return op->n_w == 2 && op->w[1]->ne[1] == op->w[0]->ne[1] && op->out->ne[0] == op->w[0]->ne[1];
+    if (op->epilogue == ST_FUSED_EPILOGUE_ADD) return op->n_w == 1 && op->out->ne[0] == op->w[0]->ne[1];
+    return true;
+}
+
+st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err) {
+    if (!fused_supported(op)) return st_backend_mul_mat_fused_composite(b, op, err);
+    st_cuda_ctx *c = cuda_ctx(b);
+    gemv_args a = gemv_args_for(op->x);
+    a.w_vec = weight_rows_aligned16(op->w[0]);
+    a.norm_w = op->norm_w ? (const float *)op->norm_w->data : NULL;
+    a.eps = op->eps;
+    if (op->norm_w) ST_ASSERT(cuda_is_f32_rows(op->norm_w) && op->norm_w->ne[0] == a.K);
+    const bool glu = op->epilogue == ST_FUSED_EPILOGUE_SWIGLU || op->epilogue == ST_FUSED_EPILOGUE_GEGLU;
+    a.n_parts = glu ? 1 : op->n_w;
+    for (int i = 0; i < a.n_parts; i++) {
+        a.part[i].w = (const char *)op->w[i]->data;
+        a.part[i].nb1 = (int64_t)op->w[i]->nb[1];
+        a.part[i].n = op->w[i]->ne[1];
+        if (op->epilogue == ST_FUSED_EPILOGUE_STORE) {
+            ST_ASSERT(cuda_is_f32_rows(op->y[i]) && op->y[i]->ne[0] == a.part[i].n);
+            ST_ASSERT(cuda_nrows(op->y[i]) == a.M);
+            a.part[i].y = cuda_view(op->y[i]);
+        }
+    }
+    if (glu) {
+        a.w_up = (const char *)op->w[1]->data;
+        a.up_nb1 = (int64_t)op->w[1]->nb[1];
+    }
+    if (op->epilogue != ST_FUSED_EPILOGUE_STORE) {
+        ST_ASSERT(cuda_is_f32_rows(op->out) && cuda_nrows(op->out) == a.M);
+        a.out = cuda_view(op->out);
+    }
+    return gemv_run(c, a, op->w[0]->type, (int)op->epilogue, err);
+}

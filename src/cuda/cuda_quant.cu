@@ -1,0 +1,778 @@
+// Block-quantized weights on the GPU, kept as stored (never padded; include/stride/quant.h
+// has the layouts, src/quant/ the CPU dequantizers these kernels reproduce bit for bit):
+//
+//   mul_mat, M < ST_CUDA_GEMM_MIN_M (decode): a dequantizing matrix-vector kernel, one warp
+//     per weight row, reading the row once for all M columns; f32 products and sums.
+//   mul_mat, M >= ST_CUDA_GEMM_MIN_M (prefill): slabs of rows dequantized to F16 in scratch,
+//     then cuBLAS (F16 x F16, f32 accumulate) on each slab, x rounded to F16 once.
+//   get_rows: the selected rows dequantized to F32 (exact: the CPU's values).
+//   mul_mat_id: the matrix-vector kernel per (token, slot) on the slot's expert.
+//
+// Every type stride's CPU dequantizes runs here: q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K,
+// q4_K, q5_K, q6_K, q8_K (a Q4_K_M file holds q4_K, q6_K and, for rows that are not a
+// multiple of 256, q5_0/q8_0: Gemma 3 270M has all four).
+//
+// How a row is read. A row of K values is K / QK blocks; every block is cut into chunks
+// of CHUNK consecutive values (8 for the 32-value legacy blocks, 16 for the K-quants, so
+// that a chunk never straddles a sub-block scale) and chunk c of the row holds values
+// [c * CHUNK, (c + 1) * CHUNK). A thread loads the bytes one chunk needs (its quants and
+// the block's scales) and dequantizes them. Lane l of a warp takes chunks l, l + 32, ...
+// so that a warp's loads cover consecutive bytes of the row; each lane issues the loads
+// of QMM_UNROLL chunks before it uses any (bytes in flight). The widest load a field's
+// alignment allows is used: blocks of q4_K/q5_K (144/176 B) are 16-byte multiples, so
+// their quants come in 16-byte loads; q5_1 (24 B) in 8-byte, q4_1/q2_K/q8_K (20/84/292
+// B) in 4-byte loads; q8_0, q4_0, q5_0, q3_K, q6_K blocks (34/18/22/110/210 B) are only
+// 2-byte aligned, so their words are assembled from 2-byte loads (as ggml does).
+//
+// Exactness. Dequantization is written with __fmul_rn/__fadd_rn/__fsub_rn: nvcc would
+// otherwise contract d1 * q - m1 into an FMA and the values would differ from the CPU's
+// (which rounds the product, then the difference) in the last bit.
+#include <limits.h>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_common.cuh"
+#include "stride/quant.h"
+
+// Columns one pass over a weight row serves (below the GEMM threshold: all of them).
+#define QMM_MAX_COLS (ST_CUDA_GEMM_MIN_M - 1)
+// Warps (= weight rows) per block of the matrix-vector kernels.
+#define QMM_WARPS 4
+// Chunks whose loads a lane issues before it uses the first.
+#define QMM_UNROLL 4
+// Threads per block of the element-parallel kernels (get_rows, dequantize, pack).
+#define QMM_THREADS 256
+// The F16 weight slab of the prefill path: rows dequantized per GEMM (bounds scratch; a
+// 262144 x 640 output layer is 10 slabs of ~26k rows).
+#define QMM_SLAB_BYTES ((size_t)32 << 20)
+
+// ---- loads ------------------------------------------------------------------------------
+
+// A little-endian u32 at p, which is A-byte aligned (A >= 2: every block is).
+template <int A> __device__ __forceinline__ uint32_t q_ld32(const uint8_t *p) {
+    if constexpr (A >= 4) {
+        return __ldg((const unsigned int *)p);
+    } else {
+        const uint32_t lo = __ldg((const unsigned short *)p), hi = __ldg((const unsigned short *)(p + 2));
+        return lo | (hi << 16);
+    }
+}
+
+// NW little-endian u32 words from p (A-byte aligned) with the widest loads A allows.
+template <int A, int NW> __device__ __forceinline__ void q_ldw(const uint8_t *p, uint32_t *w) {
+    if constexpr (A >= 16 && NW % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < NW / 4; i++) {
+            const uint4 v = __ldg((const uint4 *)p + i);
+            w[4 * i] = v.x;
+            w[4 * i + 1] = v.y;
+            w[4 * i + 2] = v.z;
+            w[4 * i + 3] = v.w;
+        }
+    } else if constexpr (A >= 8 && NW % 2 == 0) {
+#pragma unroll
+        for (int i = 0; i < NW / 2; i++) {
+            const uint2 v = __ldg((const uint2 *)p + i);
+            w[2 * i] = v.x;
+            w[2 * i + 1] = v.y;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < NW; i++) w[i] = q_ld32<A>(p + 4 * i);
+    }
+}
+
+// u16 at p (2-byte aligned).
+__device__ __forceinline__ uint32_t q_ld16(const uint8_t *p) { return __ldg((const unsigned short *)p); }
+
+// Byte j of words w (little endian).
+__device__ __forceinline__ int q_byte(const uint32_t *w, int j) { return (int)((w[j >> 2] >> (8 * (j & 3))) & 0xffu); }
+
+__device__ __forceinline__ float q_half(uint32_t bits) {
+    return st_gpu_half_as_float((unsigned short)(bits & 0xffffu));
+}
+
+// The CPU's roundings, uncontracted: a * b, a * b + c, a * b - c.
+__device__ __forceinline__ float q_mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float q_mul_add(float a, float b, float c) { return __fadd_rn(__fmul_rn(a, b), c); }
+__device__ __forceinline__ float q_mul_sub(float a, float b, float c) { return __fsub_rn(__fmul_rn(a, b), c); }
+
+// ---- the block formats -----------------------------------------------------------------
+//
+// qfmt<T>: QK values per block of BYTES bytes, A = the alignment every block has (the
+// largest power of two dividing BYTES, at most 16), CHUNK values per chunk; raw = the
+// bytes one chunk needs; load(blk, ci) reads them for chunk ci of the block at blk;
+// dequant(r, ci, out) writes the chunk's CHUNK values as the CPU computes them.
+
+template <st_type T> struct qfmt;
+
+// q8_0 34 B: d f16 @0, qs int8[32] @2. value i = d * qs[i].
+template <> struct qfmt<ST_TYPE_Q8_0> {
+    static constexpr int QK = 32, BYTES = 34, A = 2, CHUNK = 8;
+    struct raw { uint32_t d, q[2]; };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+        raw r;
+        r.d = q_ld16(b);
+        q_ldw<2, 2>(b + 2 + 8 * ci, r.q);
+        return r;
+    }
+    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+        const float d = q_half(r.d);
+#pragma unroll
+        for (int j = 0; j < 8; j++) out[j] = q_mul(d, (float)(int8_t)q_byte(r.q, j));
+    }
+};
+
+// q4_0 18 B: d f16 @0, qs u8[16] @2. value i = d * (nib(i) - 8); byte j holds values j
+// (low nibble) and j + 16 (high): chunk ci reads bytes 8 (ci % 2) .. + 8, nibble ci / 2.
+template <> struct qfmt<ST_TYPE_Q4_0> {
+    static constexpr int QK = 32, BYTES = 18, A = 2, CHUNK = 8;
+    struct raw { uint32_t d, q[2]; };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+        raw r;
+        r.d = q_ld16(b);
+        q_ldw<2, 2>(b + 2 + 8 * (ci & 1), r.q);
+        return r;
+    }
+    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+        const float d = q_half(r.d);
+        const int shift = 4 * (ci >> 1);
+#pragma unroll
+        for (int j = 0; j < 8; j++) out[j] = q_mul(d, (float)(((q_byte(r.q, j) >> shift) & 15) - 8));
+    }
+};
+
+// q4_1 20 B: d f16 @0, m f16 @2, qs @4. value i = d * nib(i) + m.
+template <> struct qfmt<ST_TYPE_Q4_1> {
+    static constexpr int QK = 32, BYTES = 20, A = 4, CHUNK = 8;
+    struct raw { uint32_t dm, q[2]; };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+        raw r;
+        r.dm = q_ld32<4>(b);
+        q_ldw<4, 2>(b + 4 + 8 * (ci & 1), r.q);
+        return r;
+    }
+    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+        const float d = q_half(r.dm), m = q_half(r.dm >> 16);
+        const int shift = 4 * (ci >> 1);
+#pragma unroll
+        for (int j = 0; j < 8; j++) out[j] = q_mul_add(d, (float)((q_byte(r.q, j) >> shift) & 15), m);
+    }
+};
+
+// q5_0 22 B: d f16 @0, qh u32 @2, qs @6. value i = d * ((nib(i) | bit i of qh << 4) - 16).
+template <> struct qfmt<ST_TYPE_Q5_0> {
+    static constexpr int QK = 32, BYTES = 22, A = 2, CHUNK = 8;
+    struct raw { uint32_t d, qh, q[2]; };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+        raw r;
+        r.d = q_ld16(b);
+        r.qh = q_ld32<2>(b + 2);
+        q_ldw<2, 2>(b + 6 + 8 * (ci & 1), r.q);
+        return r;
+    }
+    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+        const float d = q_half(r.d);
+        const int shift = 4 * (ci >> 1);
+        const uint32_t hi = r.qh >> (8 * ci); /* bits of values 8 ci .. 8 ci + 7 */
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int q = ((q_byte(r.q, j) >> shift) & 15) | (int)(((hi >> j) & 1u) << 4);
+            out[j] = q_mul(d, (float)(q - 16));
+        }
+    }
+};
+
+// q5_1 24 B: d f16 @0, m f16 @2, qh u32 @4, qs @8. value i = d * q5(i) + m.
+template <> struct qfmt<ST_TYPE_Q5_1> {
+    static constexpr int QK = 32, BYTES = 24, A = 8, CHUNK = 8;
+    struct raw { uint32_t dm, qh, q[2]; };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+        raw r;
+        uint32_t head[2];
+        q_ldw<8, 2>(b, head);
+        r.dm = head[0];
+        r.qh = head[1];
+        q_ldw<8, 2>(b + 8 + 8 * (ci & 1), r.q);
+        return r;
+    }
+    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+        const float d = q_half(r.dm), m = q_half(r.dm >> 16);
+        const int shift = 4 * (ci >> 1);
+        const uint32_t hi = r.qh >> (8 * ci);
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int q = ((q_byte(r.q, j) >> shift) & 15) | (int)(((hi >> j) & 1u) << 4);
+            out[j] = q_mul_add(d, (float)q, m);
+        }
+    }
+};
+
+// q2_K 84 B: scales u8[16] @0, qs u8[64] @16, d f16 @80, dmin f16 @82. Chunk ci = sub-block
+// s: scale = scales[s] & 15, min = scales[s] >> 4; its 16 quants are bits 2 ((s % 8) / 2)
+// of qs[32 (s / 8) + 16 (s % 2) ..+16]; value = (d * scale) * q - (dmin * min).
+template <> struct qfmt<ST_TYPE_Q2_K> {
+    static constexpr int QK = 256, BYTES = 84, A = 4, CHUNK = 16;
+    struct raw { uint32_t dd, sc, q[4]; };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+        raw r;
+        r.dd = q_ld32<4>(b + 80);
+        r.sc = q_ld32<4>(b + (ci & ~3));
+        q_ldw<4, 4>(b + 16 + 32 * (ci >> 3) + 16 * (ci & 1), r.q);
+        return r;
+    }
+    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+        const int sc = (int)((r.sc >> (8 * (ci & 3))) & 0xffu);
+        const float dl = q_mul(q_half(r.dd), (float)(sc & 15)), ml = q_mul(q_half(r.dd >> 16), (float)(sc >> 4));
+        const int shift = 2 * ((ci & 7) >> 1);
+#pragma unroll
+        for (int j = 0; j < 16; j++) out[j] = q_mul_sub(dl, (float)((q_byte(r.q, j) >> shift) & 3), ml);
+    }
+};
+
+// q3_K 110 B: hmask u8[32] @0, qs u8[64] @32, scales u8[12] @96, d f16 @108. Chunk ci =
+// sub-block s: low 2 bits as q2_K, minus 4 unless bit 4 (s / 8) + (s % 8) / 2 of
+// hmask[16 (s % 2) + l] is set; value = (d * (scale6(s) - 32)) * q.
+template <> struct qfmt<ST_TYPE_Q3_K> {
+    static constexpr int QK = 256, BYTES = 110, A = 2, CHUNK = 16;
+    struct raw { uint32_t d, sc[3], hm[4], q[4]; };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+        raw r;
+        r.d = q_ld16(b + 108);
+        q_ldw<2, 3>(b + 96, r.sc);
+        q_ldw<2, 4>(b + 16 * (ci & 1), r.hm);
+        q_ldw<2, 4>(b + 32 + 32 * (ci >> 3) + 16 * (ci & 1), r.q);
+        return r;
+    }
+    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+        /* the 6-bit scale (src/quant/quant_kquants.c, q3k_scale) */
+        const uint32_t lw = (ci & 7) < 4 ? r.sc[0] : r.sc[1]; /* byte ci % 8 (no runtime index) */
+        const int lb = (int)((lw >> (8 * (ci & 3))) & 0xffu);
+        const int low = ci < 8 ? lb & 15 : lb >> 4;
+        const int high = (int)((r.sc[2] >> (8 * (ci & 3) + 2 * (ci >> 2))) & 3u);
+        const float dl = q_mul(q_half(r.d), (float)((low | (high << 4)) - 32));
+        const int shift = 2 * ((ci & 7) >> 1);
+        const int hbit = 1 << (4 * (ci >> 3) + ((ci & 7) >> 1));
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const int q = ((q_byte(r.q, j) >> shift) & 3) - ((q_byte(r.hm, j) & hbit) ? 0 : 4);
+            out[j] = q_mul(dl, (float)q);
+        }
+    }
+};
+
+// The 6-bit scale and min of sub-block s (0..7) of q4_K/q5_K, from the block's first 16
+// bytes as words (d, dmin | scales[0..3] | scales[4..7] | scales[8..11]); the packing of
+// src/quant/quant_kquants.c, k4_scale_min, with shifts instead of a runtime byte index
+// (which would put the words in local memory).
+__device__ __forceinline__ void q_k4_scale_min(const uint32_t *head, int s, float *d1, float *m1) {
+    int sc, mn;
+    if (s < 4) { /* scales[s] & 63, scales[s + 4] & 63 */
+        sc = (int)((head[1] >> (8 * s)) & 63u);
+        mn = (int)((head[2] >> (8 * s)) & 63u);
+    } else { /* low 4 bits from scales[s + 4], high 2 from the top of scales[s - 4] / scales[s] */
+        const int t = 8 * (s - 4);
+        const uint32_t lo = head[3] >> t;
+        sc = (int)((lo & 15u) | (((head[1] >> t) >> 6 & 3u) << 4));
+        mn = (int)(((lo >> 4) & 15u) | (((head[2] >> t) >> 6 & 3u) << 4));
+    }
+    *d1 = q_mul(q_half(head[0]), (float)sc);
+    *m1 = q_mul(q_half(head[0] >> 16), (float)mn);
+}
+
+// q4_K 144 B: d f16 @0, dmin f16 @2, scales @4, qs u8[128] @16. Chunk ci: sub-block s =
+// ci / 2, quants = nibble s % 2 of qs[32 (s / 2) + 16 (ci % 2) ..+16]; value = d1 * q - m1.
+template <> struct qfmt<ST_TYPE_Q4_K> {
+    static constexpr int QK = 256, BYTES = 144, A = 16, CHUNK = 16;
+    struct raw { uint32_t head[4], q[4]; };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+        raw r;
+        q_ldw<16, 4>(b, r.head);
+        q_ldw<16, 4>(b + 16 + 32 * (ci >> 2) + 16 * (ci & 1), r.q);
+        return r;
+    }
+    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+        const int s = ci >> 1;
+        float d1, m1;
+        q_k4_scale_min(r.head, s, &d1, &m1);
+        const int shift = 4 * (s & 1);
+#pragma unroll
+        for (int j = 0; j < 16; j++) out[j] = q_mul_sub(d1, (float)((q_byte(r.q, j) >> shift) & 15), m1);
+    }
+};
+
+// q5_K 176 B: as q4_K with qh u8[32] @16 (bit s of qh[16 (ci % 2) + j] is the fifth bit)
+// and qs @48.
+template <> struct qfmt<ST_TYPE_Q5_K> {
+    static constexpr int QK = 256, BYTES = 176, A = 16, CHUNK = 16;
+    struct raw { uint32_t head[4], qh[4], q[4]; };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+        raw r;
+        q_ldw<16, 4>(b, r.head);
+        q_ldw<16, 4>(b + 16 + 16 * (ci & 1), r.qh);
+        q_ldw<16, 4>(b + 48 + 32 * (ci >> 2) + 16 * (ci & 1), r.q);
+        return r;
+    }
+    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+        const int s = ci >> 1;
+        float d1, m1;
+        q_k4_scale_min(r.head, s, &d1, &m1);
+        const int shift = 4 * (s & 1);
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const int q = ((q_byte(r.q, j) >> shift) & 15) | (((q_byte(r.qh, j) >> s) & 1) << 4);
+            out[j] = q_mul_sub(d1, (float)q, m1);
+        }
+    }
+};
+
+// q6_K 210 B: ql u8[128] @0, qh u8[64] @128, scales int8[16] @192, d f16 @208. Chunk ci
+// (values 16 ci ..): h = ci / 8, t = (ci % 8) / 2, l0 = 16 (ci % 2); quant j = (nibble t / 2
+// of ql[64 h + 32 (t % 2) + l0 + j]) | ((qh[32 h + l0 + j] >> 2 t) & 3) << 4, minus 32;
+// value = (d * scales[ci]) * q.
+template <> struct qfmt<ST_TYPE_Q6_K> {
+    static constexpr int QK = 256, BYTES = 210, A = 2, CHUNK = 16;
+    struct raw { uint32_t d, sc, ql[4], qh[4]; };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+        raw r;
+        const int h = ci >> 3, t = (ci & 7) >> 1, l0 = 16 * (ci & 1);
+        r.d = q_ld16(b + 208);
+        r.sc = q_ld16(b + 192 + (ci & ~1));
+        q_ldw<2, 4>(b + 64 * h + 32 * (t & 1) + l0, r.ql);
+        q_ldw<2, 4>(b + 128 + 32 * h + l0, r.qh);
+        return r;
+    }
+    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+        const int t = (ci & 7) >> 1;
+        const float dl = q_mul(q_half(r.d), (float)(int8_t)((r.sc >> (8 * (ci & 1))) & 0xffu));
+        const int lo_shift = 4 * (t >> 1), hi_shift = 2 * t;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const int q = (((q_byte(r.ql, j) >> lo_shift) & 15) | (((q_byte(r.qh, j) >> hi_shift) & 3) << 4)) - 32;
+            out[j] = q_mul(dl, (float)q);
+        }
+    }
+};
+
+// q8_K 292 B: d f32 @0, qs int8[256] @4, bsums (unused). value i = d * qs[i].
+template <> struct qfmt<ST_TYPE_Q8_K> {
+    static constexpr int QK = 256, BYTES = 292, A = 4, CHUNK = 16;
+    struct raw { uint32_t d, q[4]; };
+    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+        raw r;
+        r.d = q_ld32<4>(b);
+        q_ldw<4, 4>(b + 4 + 16 * ci, r.q);
+        return r;
+    }
+    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+        const float d = __uint_as_float(r.d);
+#pragma unroll
+        for (int j = 0; j < 16; j++) out[j] = q_mul(d, (float)(int8_t)q_byte(r.q, j));
+    }
+};
+
+// Chunk c of a row: its block and its index in the block (CPB = QK / CHUNK chunks per
+// block, a power of two); it holds values [c * CHUNK, (c + 1) * CHUNK).
+template <st_type T> __device__ __forceinline__ const uint8_t *q_chunk_block(const uint8_t *row, int64_t c) {
+    constexpr int CPB = qfmt<T>::QK / qfmt<T>::CHUNK;
+    return row + (c / CPB) * qfmt<T>::BYTES;
+}
+template <st_type T> __device__ __forceinline__ int q_chunk_index(int64_t c) {
+    constexpr int CPB = qfmt<T>::QK / qfmt<T>::CHUNK;
+    return (int)(c % CPB);
+}
+
+// ---- the matrix-vector product ----------------------------------------------------------
+
+__device__ __forceinline__ float q_warp_sum(float v) {
+#pragma unroll
+    for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) v += __shfl_xor_sync(ST_GPU_WARP_MASK, v, off);
+    return v;
+}
+
+// acc[c] = dot(row, xs[c]) for c < n_cols, in every lane of the warp: n_chunks chunks of
+// the row (K / CHUNK). x_vec: every xs[c] is 16-byte aligned (CHUNK is a multiple of 4).
+// Lane l sums its chunks l, l + 32, ... in order, then a shuffle tree: the order depends
+// on K alone.
+template <st_type T>
+__device__ __forceinline__ void q_gemv_row(const uint8_t *__restrict__ row, int64_t n_chunks, const float *const *xs,
+                                           int n_cols, bool x_vec, float acc[QMM_MAX_COLS]) {
+    using F = qfmt<T>;
+    constexpr int W = ST_GPU_WARP_SIZE, CH = F::CHUNK;
+    const int lane = threadIdx.x % W;
+#pragma unroll
+    for (int c = 0; c < QMM_MAX_COLS; c++) acc[c] = 0.0f;
+    for (int64_t c0 = lane; c0 < n_chunks; c0 += (int64_t)W * QMM_UNROLL) {
+        typename F::raw r[QMM_UNROLL];
+#pragma unroll
+        for (int u = 0; u < QMM_UNROLL; u++) {
+            const int64_t ch = c0 + (int64_t)u * W;
+            if (ch < n_chunks) r[u] = F::load(q_chunk_block<T>(row, ch), q_chunk_index<T>(ch));
+        }
+#pragma unroll
+        for (int u = 0; u < QMM_UNROLL; u++) {
+            const int64_t ch = c0 + (int64_t)u * W;
+            if (ch >= n_chunks) break;
+            float wf[CH];
+            F::dequant(r[u], q_chunk_index<T>(ch), wf);
+            const int64_t k0 = ch * CH;
+#pragma unroll
+            for (int c = 0; c < QMM_MAX_COLS; c++) {
+                if (c >= n_cols) break;
+                float s = acc[c];
+                if (x_vec) {
+#pragma unroll
+                    for (int i = 0; i < CH; i += 4) {
+                        const float4 q = __ldg((const float4 *)(xs[c] + k0 + i));
+                        s = fmaf(wf[i], q.x, s);
+                        s = fmaf(wf[i + 1], q.y, s);
+                        s = fmaf(wf[i + 2], q.z, s);
+                        s = fmaf(wf[i + 3], q.w, s);
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < CH; i++) s = fmaf(wf[i], __ldg(xs[c] + k0 + i), s);
+                }
+                acc[c] = s;
+            }
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < QMM_MAX_COLS; c++) {
+        if (c >= n_cols) break;
+        acc[c] = q_warp_sum(acc[c]);
+    }
+}
+
+// Block: QMM_WARPS weight rows; grid y: groups of QMM_MAX_COLS columns.
+template <st_type T>
+__global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE)
+    q_gemv(const uint8_t *w, int64_t nb1, int64_t K, int64_t N, st_cuda_view x, st_cuda_view y, int64_t M,
+           bool x_vec) {
+    const int64_t n = (int64_t)blockIdx.x * QMM_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
+    if (n >= N) return;
+    const int lane = threadIdx.x % ST_GPU_WARP_SIZE;
+    const int64_t n_chunks = K / qfmt<T>::CHUNK;
+    for (int64_t m0 = (int64_t)blockIdx.y * QMM_MAX_COLS; m0 < M; m0 += (int64_t)gridDim.y * QMM_MAX_COLS) {
+        const int n_cols = (int)(M - m0 < QMM_MAX_COLS ? M - m0 : QMM_MAX_COLS);
+        const float *xs[QMM_MAX_COLS];
+#pragma unroll
+        for (int c = 0; c < QMM_MAX_COLS; c++) xs[c] = (const float *)cuda_row(x, m0 + (c < n_cols ? c : 0));
+        float acc[QMM_MAX_COLS];
+        q_gemv_row<T>(w + n * nb1, n_chunks, xs, n_cols, x_vec, acc);
+        if (lane == 0) {
+#pragma unroll
+            for (int c = 0; c < QMM_MAX_COLS; c++) {
+                if (c >= n_cols) break;
+                ((float *)cuda_row(y, m0 + c))[n] = acc[c];
+            }
+        }
+    }
+}
+
+// mul_mat_id: block (row group, slot): the slot's expert e, then row n of W + e * nb2.
+// x_mode: 0 [K, n_used, M] per slot, 1 [K, M] shared by a token's slots, 2 [K, 1, M].
+template <st_type T>
+__global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE)
+    q_gemv_id(const uint8_t *w, int64_t nb1, int64_t nb2, int64_t K, int64_t N, int64_t n_expert, st_cuda_view x,
+              int x_mode, bool x_vec, st_cuda_view y, const int32_t *ids, int64_t ids_nb1, st_cuda_op_error *op_err) {
+    const int64_t n_used = y.ne1, M = y.ne2, n_slots = n_used * M;
+    const int64_t n = (int64_t)blockIdx.x * QMM_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
+    const int lane = threadIdx.x % ST_GPU_WARP_SIZE;
+    for (int64_t s = blockIdx.y; s < n_slots; s += gridDim.y) {
+        const int64_t j = s % n_used, m = s / n_used;
+        const int32_t e = *(const int32_t *)((const char *)ids + m * ids_nb1 + j * (int64_t)sizeof(int32_t));
+        if (e < 0 || e >= n_expert) {
+            if (blockIdx.x == 0 && threadIdx.x == 0)
+                cuda_report_op_error(op_err, ST_CUDA_OP_ERROR_EXPERT_ID, e, m * n_used + j, n_expert);
+            continue;
+        }
+        if (n >= N) continue;
+        const char *xrow = x_mode == 0 ? x.data + j * x.nb1 + m * x.nb2 : x_mode == 1 ? x.data + m * x.nb1
+                                                                                     : x.data + m * x.nb2;
+        const float *xs[QMM_MAX_COLS];
+#pragma unroll
+        for (int c = 0; c < QMM_MAX_COLS; c++) xs[c] = (const float *)xrow;
+        float acc[QMM_MAX_COLS];
+        q_gemv_row<T>(w + (int64_t)e * nb2 + n * nb1, K / qfmt<T>::CHUNK, xs, 1, x_vec, acc);
+        if (lane == 0) ((float *)(y.data + j * y.nb1 + m * y.nb2))[n] = acc[0];
+    }
+}
+
+// ---- element-parallel kernels: get_rows, dequantize to F16 ------------------------------
+
+// dst[:, m] = src[:, ids[m]] as f32; a bad id is recorded and its row left alone.
+template <st_type T>
+__global__ void q_get_rows(st_cuda_view dst, const uint8_t *src, int64_t nb1, int64_t V, const int32_t *ids,
+                           st_cuda_op_error *op_err) {
+    constexpr int CH = qfmt<T>::CHUNK;
+    const int64_t n_chunks = dst.ne0 / CH;
+    for (int64_t m = blockIdx.y; m < dst.ne1; m += gridDim.y) {
+        const int32_t id = ids[m];
+        if (id < 0 || id >= V) {
+            if (blockIdx.x == 0 && threadIdx.x == 0) cuda_report_op_error(op_err, ST_CUDA_OP_ERROR_ROW_ID, id, m, V);
+            continue;
+        }
+        const uint8_t *row = src + (int64_t)id * nb1;
+        float *out = (float *)(dst.data + m * dst.nb1);
+        for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < n_chunks;
+             c += (int64_t)gridDim.x * blockDim.x) {
+            float v[CH];
+            qfmt<T>::dequant(qfmt<T>::load(q_chunk_block<T>(row, c), q_chunk_index<T>(c)), q_chunk_index<T>(c), v);
+#pragma unroll
+            for (int i = 0; i < CH; i++) out[c * CH + i] = v[i];
+        }
+    }
+}
+
+// out [K, rows] F16 packed (row r at out + r K) = rows of w at stride nb1, dequantized
+// and rounded to nearest even. K % CHUNK == 0 and K % 8 == 0, so every chunk's halves
+// start 16-byte aligned and go out in 16-byte stores.
+template <st_type T>
+__global__ void q_dequant_f16(uint4 *out, const uint8_t *w, int64_t nb1, int64_t K, int64_t rows) {
+    constexpr int CH = qfmt<T>::CHUNK;
+    const int64_t n_chunks = K / CH, total = n_chunks * rows;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / n_chunks, c = i % n_chunks;
+        const uint8_t *row = w + r * nb1;
+        float v[CH];
+        qfmt<T>::dequant(qfmt<T>::load(q_chunk_block<T>(row, c), q_chunk_index<T>(c)), q_chunk_index<T>(c), v);
+        uint4 *o = out + (r * K + c * CH) / 8;
+#pragma unroll
+        for (int p = 0; p < CH / 8; p++) {
+            uint32_t h[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                h[k] = (uint32_t)st_gpu_float_to_half_bits(v[8 * p + 2 * k]) |
+                       ((uint32_t)st_gpu_float_to_half_bits(v[8 * p + 2 * k + 1]) << 16);
+            o[p] = make_uint4(h[0], h[1], h[2], h[3]);
+        }
+    }
+}
+
+// out[m * K + k] = f16(x row m, element k): the GEMM's B operand, packed.
+__global__ void q_pack_x_f16(unsigned short *out, st_cuda_view x) {
+    const int64_t K = x.ne0, M = x.ne1 * x.ne2 * x.ne3;
+    for (int64_t m = blockIdx.y; m < M; m += gridDim.y) {
+        const float *row = (const float *)cuda_row(x, m);
+        for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < K; k += (int64_t)gridDim.x * blockDim.x)
+            out[m * K + k] = st_gpu_float_to_half_bits(row[k]);
+    }
+}
+
+// y row m = packed[m * N ..+ N): a GEMM result staged in scratch, to a strided y.
+__global__ void q_unpack_y(st_cuda_view y, const float *__restrict__ packed) {
+    const int64_t N = y.ne0, M = y.ne1 * y.ne2 * y.ne3;
+    for (int64_t m = blockIdx.y; m < M; m += gridDim.y) {
+        float *row = (float *)cuda_row(y, m);
+        for (int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; n < N; n += (int64_t)gridDim.x * blockDim.x)
+            row[n] = packed[m * N + n];
+    }
+}
+
+// ---- host side ------------------------------------------------------------------------------
+
+// The types these kernels read: every type st_quant_supported names.
+#define QMM_TYPES(X)                                                                                                \
+    X(ST_TYPE_Q8_0) X(ST_TYPE_Q4_0) X(ST_TYPE_Q4_1) X(ST_TYPE_Q5_0) X(ST_TYPE_Q5_1) X(ST_TYPE_Q2_K)                 \
+    X(ST_TYPE_Q3_K) X(ST_TYPE_Q4_K) X(ST_TYPE_Q5_K) X(ST_TYPE_Q6_K) X(ST_TYPE_Q8_K)
+
+// Calls F::run<T>(args...) with T = t when t is one of them; false otherwise.
+template <typename F, typename... Args> static bool q_dispatch(st_type t, Args &&...args) {
+    switch (t) {
+#define QMM_CASE(TY)                                                                                                \
+    case TY: F::template run<TY>(args...); return true;
+        QMM_TYPES(QMM_CASE)
+#undef QMM_CASE
+    default: return false;
+    }
+}
+
+// The block alignment A of a type.
+struct q_align_of {
+    template <st_type T> static void run(int *a) { *a = qfmt<T>::A; }
+};
+
+// Checks what every quantized entry point needs: a type these kernels read, a shape of
+// whole blocks with nb[0] = the block size, and rows (and expert slices) that start at
+// the type's block alignment (the loads assume it; a packed or model-loaded weight
+// always has it: buffers are 256-byte aligned and strides are whole blocks).
+static st_status q_check_weight(const st_tensor *w, const char *op, st_error *err) {
+    const st_type_traits *tr = st_type_get_traits((uint32_t)w->type);
+    int a = 0;
+    if (!tr || !q_dispatch<q_align_of>(w->type, &a))
+        return st_error_set(err, ST_ERROR_UNSUPPORTED,
+                            "%s: quantized weights of type %s do not run on the CUDA backend (it reads %s)", op,
+                            st_type_name((uint32_t)w->type), st_quant_supported_list());
+    ST_ASSERT(w->nb[0] == tr->block_bytes && w->ne[0] % tr->block_size == 0);
+    ST_ASSERT(w->nb[1] >= (size_t)(w->ne[0] / tr->block_size) * tr->block_bytes);
+    if ((uintptr_t)w->data % (uintptr_t)a != 0 || w->nb[1] % (size_t)a != 0 || (w->ne[2] > 1 && w->nb[2] % (size_t)a))
+        return st_error_set(err, ST_ERROR_UNSUPPORTED,
+                            "%s: rows of a %s weight must start at %d-byte boundaries on the CUDA backend (data %p, "
+                            "row stride %zu bytes)",
+                            op, tr->name, a, w->data, w->nb[1]);
+    return ST_OK;
+}
+
+// Every row of the view starts 16-byte aligned.
+static bool q_rows_aligned16(const st_tensor *t) {
+    return (uintptr_t)t->data % 16 == 0 && t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0 && t->nb[3] % 16 == 0;
+}
+
+// Row r of the view is at data + r * nb[1] for every flattened row r.
+static bool q_rows_uniform(const st_tensor *t) {
+    return (t->ne[2] == 1 || t->nb[2] == t->nb[1] * (size_t)t->ne[1]) &&
+           (t->ne[3] == 1 || t->nb[3] == t->nb[1] * (size_t)(t->ne[1] * t->ne[2]));
+}
+
+static dim3 q_rows_grid(int64_t n, int64_t rows) {
+    const unsigned int gx = cuda_blocks(n, QMM_THREADS);
+    return dim3(gx < 64 ? (gx ? gx : 1) : 64, cuda_grid_y(rows));
+}
+
+static bool q_fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+struct q_launch_gemv {
+    template <st_type T>
+    static void run(st_cuda_ctx *c, const st_tensor *dst, const st_tensor *w, const st_tensor *x, int64_t M) {
+        const int64_t K = w->ne[0], N = w->ne[1];
+        const int64_t groups = (M + QMM_MAX_COLS - 1) / QMM_MAX_COLS;
+        const dim3 grid(cuda_blocks(N, QMM_WARPS), cuda_grid_y(groups));
+        q_gemv<T><<<grid, QMM_WARPS * ST_GPU_WARP_SIZE, 0, c->stream>>>(
+            (const uint8_t *)w->data, (int64_t)w->nb[1], K, N, cuda_view(x), cuda_view(dst), M, q_rows_aligned16(x));
+    }
+};
+
+struct q_launch_dequant_f16 {
+    template <st_type T>
+    static void run(st_cuda_ctx *c, uint4 *out, const uint8_t *w, int64_t nb1, int64_t K, int64_t rows) {
+        const unsigned int blocks = cuda_blocks(K / qfmt<T>::CHUNK * rows, QMM_THREADS);
+        const unsigned int grid = blocks < (1u << 20) ? blocks : (1u << 20); /* the kernel strides over the rest */
+        q_dequant_f16<T><<<grid, QMM_THREADS, 0, c->stream>>>(out, w, nb1, K, rows);
+    }
+};
+
+// Prefill: y = W x with W dequantized to F16 a slab of rows at a time and x rounded to F16
+// once; cuBLAS accumulates in f32. Scratch: [x F16 K x M | W slab F16 | y staging].
+static st_status q_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x,
+                                st_error *err) {
+    const int64_t K = w->ne[0], N = w->ne[1], M = cuda_nrows(x);
+    const bool y_direct = q_rows_uniform(dst) && dst->nb[1] % 4 == 0 && (int64_t)(dst->nb[1] / 4) >= N &&
+                          (uintptr_t)dst->data % 4 == 0;
+    int64_t slab = (int64_t)(QMM_SLAB_BYTES / ((size_t)K * 2));
+    if (slab > 64) slab -= slab % 64; /* each slab's C rows start 256-byte aligned */
+    if (slab < 1) slab = 1;
+    if (slab > N) slab = N;
+    const size_t x_bytes = ((size_t)K * (size_t)M * 2 + 255) / 256 * 256;
+    const size_t w_bytes = ((size_t)slab * (size_t)K * 2 + 255) / 256 * 256;
+    const size_t y_bytes = y_direct ? 0 : (size_t)N * (size_t)M * sizeof(float);
+    char *scratch = NULL;
+    st_status s = st_cuda_scratch(c, x_bytes + w_bytes + y_bytes, (void **)&scratch, err);
+    if (s != ST_OK) return s;
+    unsigned short *xh = (unsigned short *)scratch;
+    uint4 *wh = (uint4 *)(scratch + x_bytes);
+    float *C = y_direct ? (float *)dst->data : (float *)(scratch + x_bytes + w_bytes);
+    const int ldc = y_direct ? (int)(dst->nb[1] / 4) : (int)N;
+
+    q_pack_x_f16<<<q_rows_grid(K, M), QMM_THREADS, 0, c->stream>>>(xh, cuda_view(x));
+    ST_GPU_CHECK_LAUNCH();
+    const float alpha = 1.0f, beta = 0.0f;
+    for (int64_t n0 = 0; n0 < N; n0 += slab) {
+        const int64_t rows = N - n0 < slab ? N - n0 : slab;
+        const uint8_t *wrows = (const uint8_t *)w->data + (size_t)n0 * w->nb[1];
+        q_dispatch<q_launch_dequant_f16>(w->type, c, wh, wrows, (int64_t)w->nb[1], K, rows);
+        ST_GPU_CHECK_LAUNCH();
+        // column-major: C[n0.., :] (rows x M) = Wslab^T (rows x K, lda K) X (K x M, ldb K)
+        ST_GPU_BLAS_CHECK(st_gpu_blas_gemm_ex(c->blas, st_gpu_blas_op_t, st_gpu_blas_op_n, (int)rows, (int)M, (int)K,
+                                              &alpha, wh, st_gpu_blas_r_16f, (int)K, xh, st_gpu_blas_r_16f, (int)K,
+                                              &beta, C + n0, st_gpu_blas_r_32f, ldc, st_gpu_blas_compute_32f,
+                                              st_gpu_blas_gemm_default));
+    }
+    if (!y_direct) {
+        q_unpack_y<<<q_rows_grid(N, M), QMM_THREADS, 0, c->stream>>>(cuda_view(dst), C);
+        ST_GPU_CHECK_LAUNCH();
+    }
+    return ST_OK;
+}
+
+st_status st_cuda_mul_mat_quant(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
+                                st_error *err) {
+    // w [K, N] quantized, any nb[1] (whole blocks); x F32 [K, M...]; dst F32 [N, M...]
+    st_cuda_ctx *c = cuda_ctx(b);
+    st_status s = q_check_weight(w, "mul_mat", err);
+    if (s != ST_OK) return s;
+    ST_ASSERT(w->ne[2] == 1 && w->ne[3] == 1);
+    ST_ASSERT(cuda_is_f32_rows(x) && cuda_is_f32_rows(dst));
+    ST_ASSERT(x->ne[0] == w->ne[0] && dst->ne[0] == w->ne[1]);
+    ST_ASSERT(dst->ne[1] == x->ne[1] && dst->ne[2] == x->ne[2] && dst->ne[3] == x->ne[3]);
+    const int64_t K = w->ne[0], N = w->ne[1], M = cuda_nrows(x);
+    if (N == 0 || M == 0) return ST_OK;
+    const bool gemm_ok =
+        K > 0 && q_fits_int(K) && q_fits_int(N) && q_fits_int(M) && q_fits_int((int64_t)(dst->nb[1] / 4));
+    if (M >= ST_CUDA_GEMM_MIN_M && gemm_ok) return q_mul_mat_gemm(c, dst, w, x, err);
+    q_dispatch<q_launch_gemv>(w->type, c, dst, w, x, M);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
+struct q_launch_get_rows {
+    template <st_type T>
+    static void run(st_cuda_ctx *c, const st_tensor *dst, const st_tensor *src, const st_tensor *ids) {
+        const int64_t n_chunks = dst->ne[0] / qfmt<T>::CHUNK;
+        const unsigned int gx = cuda_blocks(n_chunks, QMM_THREADS);
+        const dim3 grid(gx < 64 ? gx : 64, cuda_grid_y(dst->ne[1]));
+        q_get_rows<T><<<grid, QMM_THREADS, 0, c->stream>>>(cuda_view(dst), (const uint8_t *)src->data,
+                                                           (int64_t)src->nb[1], src->ne[1], (const int32_t *)ids->data,
+                                                           c->d_op_error);
+    }
+};
+
+st_status st_cuda_get_rows_quant(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *ids,
+                                 st_error *err) {
+    // dst F32 [K, M]; src [K, V] quantized; ids I32 [M]
+    st_cuda_ctx *c = cuda_ctx(b);
+    st_status s = q_check_weight(src, "get_rows", err);
+    if (s != ST_OK) return s;
+    ST_ASSERT(cuda_is_f32_rows(dst) && cuda_is_i32_index(ids));
+    ST_ASSERT(dst->ne[0] == src->ne[0] && dst->ne[2] == 1 && dst->ne[3] == 1);
+    ST_ASSERT(src->ne[2] == 1 && src->ne[3] == 1 && ids->ne[0] >= dst->ne[1]);
+    if (dst->ne[0] == 0 || dst->ne[1] == 0) return ST_OK;
+    q_dispatch<q_launch_get_rows>(src->type, c, dst, src, ids);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
+struct q_launch_gemv_id {
+    template <st_type T>
+    static void run(st_cuda_ctx *c, const st_tensor *dst, const st_tensor *w, const st_tensor *x, int x_mode,
+                    const st_tensor *ids) {
+        const int64_t N = w->ne[1], n_slots = dst->ne[1] * dst->ne[2];
+        const dim3 grid(cuda_blocks(N, QMM_WARPS), cuda_grid_y(n_slots));
+        q_gemv_id<T><<<grid, QMM_WARPS * ST_GPU_WARP_SIZE, 0, c->stream>>>(
+            (const uint8_t *)w->data, (int64_t)w->nb[1], (int64_t)w->nb[2], w->ne[0], N, w->ne[2], cuda_view(x),
+            x_mode, q_rows_aligned16(x), cuda_view(dst), (const int32_t *)ids->data, (int64_t)ids->nb[1],
+            c->d_op_error);
+    }
+};
+
+st_status st_cuda_mul_mat_id_quant(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
+                                   const st_tensor *ids, st_error *err) {
+    // w [K, N, E] quantized, any nb[1], nb[2]; dst F32 [N, n_used, M]; ids I32 [n_used, M];
+    // x F32 [K, M] or [K, 1, M] (shared by the slots of a token) or [K, n_used, M]
+    st_cuda_ctx *c = cuda_ctx(b);
+    st_status s = q_check_weight(w, "mul_mat_id", err);
+    if (s != ST_OK) return s;
+    const int64_t K = w->ne[0], N = w->ne[1];
+    ST_ASSERT(w->ne[3] == 1);
+    ST_ASSERT(cuda_is_f32_rows(dst) && dst->ne[0] == N && dst->ne[3] == 1);
+    const int64_t n_used = dst->ne[1], M = dst->ne[2];
+    ST_ASSERT(cuda_is_f32_rows(x) && x->ne[0] == K && x->ne[3] == 1);
+    ST_ASSERT(cuda_is_i32_index(ids) && ids->ne[0] == n_used && ids->ne[1] >= M);
+    const bool per_slot = x->ne[1] == n_used && x->ne[2] == M;
+    const bool shared_2d = x->ne[1] == M && x->ne[2] == 1;
+    const bool shared_3d = x->ne[1] == 1 && x->ne[2] == M;
+    ST_ASSERT(per_slot || shared_2d || shared_3d);
+    if (N == 0 || n_used * M == 0) return ST_OK;
+    q_dispatch<q_launch_gemv_id>(w->type, c, dst, w, x, per_slot ? 0 : shared_2d ? 1 : 2, ids);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
