@@ -113,7 +113,8 @@ typedef struct st_model_load_options {
                                  the file, and plan the layout with the converted type, so that the
                                  padding rule applies to them. 0 (zero-initialised options) or
                                  ST_TYPE_COUNT: keep every tensor as stored (quantized weights then run
-                                 on the CPU backend only). Anything else is ST_ERROR_INVALID. */
+                                 unpadded, on the CPU and CUDA backends). Anything else is
+                                 ST_ERROR_INVALID. */
 } st_model_load_options;
 
 /* Opens path, plans the layout for the backend's device, allocates one buffer and uploads
