@@ -1,7 +1,7 @@
 /*
- * Helpers of test_cuda_ops.c: buffers that exist in both backends with the same contents,
+ * Helpers of the GPU test programs (test_cuda_ops.c, test_cuda_quant.c): buffers that exist in both backends with the same contents,
  * strided tensor descriptors, a reproducible RNG, and the comparison of a CUDA result
- * with the CPU reference by normalised error.
+ * with the CPU reference by normalised error, the per-op bookkeeping and main().
  *
  * A "dual" buffer is allocated in the CPU backend and in the CUDA backend; inputs are
  * written to both with the backends' own write/upload_weight. Outputs are poisoned with
@@ -19,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cuda_backend.h"
 #include "stride/backend.h"
+#include "stride/device.h"
 #include "stride/types.h"
 
 /* The largest deviation, divided by the largest |reference|, may be this many times the
@@ -209,6 +211,108 @@ static inline cmp_result compare_bytes(const char *ref, const char *got, size_t 
 
 static inline bool cmp_pass(const cmp_result *r, double tol) {
     return r->bad == 0 && r->nerr <= tol && r->maxerr <= (tol > 0 ? TEST_MAX_ERR_FACTOR * tol : 0.0);
+}
+
+static inline const char *tname(st_type t) { return st_type_name(t); }
+
+/* I32 [n] in both backends. */
+static inline dual ids_new(const int32_t *ids, int64_t n) {
+    dual d = dual_new((size_t)n * 4);
+    memcpy(d.host, ids, (size_t)n * 4);
+    dual_upload(&d);
+    return d;
+}
+
+/* The activation layouts every product is tested with. */
+typedef enum x_layout {
+    X_PACKED = 0,  /* x [K, M], y [N, M] packed */
+    X_STRIDED = 1, /* rows padded by a few floats, bases not 16-byte aligned */
+    X_GAPPED = 2,  /* x [K, 1, M], y [N, 1, M] with gaps between tokens: not one stride */
+} x_layout;
+
+static const char *const x_layout_name[] = {"packed", "strided", "gapped"};
+
+static inline void mm_views(x_layout xl, int64_t K, int64_t N, int64_t M, view *vx, view *vy) {
+    if (xl == X_PACKED) {
+        *vx = mkpacked(ST_TYPE_F32, K, M, 1);
+        *vy = mkpacked(ST_TYPE_F32, N, M, 1);
+    } else if (xl == X_STRIDED) {
+        *vx = mkview(ST_TYPE_F32, K, M, 1, (size_t)(K + 5) * 4, (size_t)(K + 5) * 4 * (size_t)M, 4);
+        *vy = mkview(ST_TYPE_F32, N, M, 1, (size_t)(N + 3) * 4, (size_t)(N + 3) * 4 * (size_t)M, 8);
+    } else {
+        *vx = mkview(ST_TYPE_F32, K, 1, M, (size_t)K * 4, (size_t)K * 4 + 16, 0);
+        *vy = mkview(ST_TYPE_F32, N, 1, M, (size_t)N * 4, (size_t)N * 4 + 32, 0);
+    }
+}
+
+/* ---- bookkeeping: one line per case, a table per op ---------------------------------- */
+
+#define TEST_MAX_OPS 32
+
+typedef struct op_stats {
+    const char *op;
+    int cases, passed;
+    double worst;
+} op_stats;
+
+static op_stats g_stats[TEST_MAX_OPS];
+static int g_n_ops;
+
+static inline void record(const char *op, const char *desc, const cmp_result *r, double tol) {
+    op_stats *s = NULL;
+    for (int i = 0; i < g_n_ops; i++)
+        if (strcmp(g_stats[i].op, op) == 0) s = &g_stats[i];
+    if (!s) {
+        if (g_n_ops == TEST_MAX_OPS) test_die("too many ops", NULL);
+        s = &g_stats[g_n_ops++];
+        s->op = op;
+    }
+    const bool pass = cmp_pass(r, tol);
+    s->cases++;
+    s->passed += pass;
+    double e = r->bad ? INFINITY : r->nerr;
+    if (e > s->worst) s->worst = e;
+    printf("%-4s %-18s %-62s nerr %.2e max %.2e bad %lld (tol %.0e)\n", pass ? "ok" : "FAIL", op, desc, r->nerr,
+           r->maxerr, (long long)r->bad, tol);
+    fflush(stdout);
+}
+
+/* The whole program: seed, backends, run_all, the table, "N passed, M failed". Exit 0
+ * only when cases ran and all passed; 77 when built without CUDA; 1 without a device (a
+ * run that tests nothing is a failure). `extra` (may be NULL) prints more summary lines. */
+static inline int gpu_test_main(const char *name, void (*run_all)(void), void (*extra)(void)) {
+    st_error err = {0};
+    const char *seed = getenv("STRIDE_TEST_SEED");
+    if (seed) g_rng = strtoull(seed, NULL, 0);
+    printf("%s: seed 0x%llx, GEMM for M >= %d\n", name, (unsigned long long)g_rng, ST_CUDA_GEMM_MIN_M);
+    if (!st_cuda_compiled()) {
+        printf("built without CUDA: nothing to test\n");
+        return 77;
+    }
+    if (st_cuda_device_count() == 0) {
+        printf("no CUDA device: nothing ran (a failure: run this on the GPU machine)\n");
+        return 1;
+    }
+    if (st_backend_init(ST_BACKEND_CPU, 0, &g_cpu, &err) != ST_OK) test_die("CPU backend", &err);
+    if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu, &err) != ST_OK) test_die("CUDA backend", &err);
+    printf("device: %s (sm_%d%d), runtime %d, driver %d\n", g_gpu->device.name, g_gpu->device.compute_major,
+           g_gpu->device.compute_minor, g_gpu->device.runtime_version, g_gpu->device.driver_version);
+
+    run_all();
+
+    int total = 0, passed = 0;
+    printf("\n%-22s | %6s | %6s | %s\n", "op", "cases", "passed", "worst error");
+    printf("-----------------------+--------+--------+------------\n");
+    for (int i = 0; i < g_n_ops; i++) {
+        printf("%-22s | %6d | %6d | %.2e\n", g_stats[i].op, g_stats[i].cases, g_stats[i].passed, g_stats[i].worst);
+        total += g_stats[i].cases;
+        passed += g_stats[i].passed;
+    }
+    if (extra) extra();
+    st_backend_free(g_gpu);
+    st_backend_free(g_cpu);
+    printf("%d passed, %d failed\n", passed, total - passed);
+    return total > 0 && passed == total ? 0 : 1;
 }
 
 #endif /* STRIDE_GPU_TEST_UTIL_H */

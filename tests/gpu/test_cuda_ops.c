@@ -42,38 +42,6 @@
 st_backend *g_cpu, *g_gpu;
 uint64_t g_rng = 0x5eed5eedull;
 
-/* ---- bookkeeping ------------------------------------------------------------------- */
-
-#define MAX_OPS 32
-
-typedef struct op_stats {
-    const char *op;
-    int cases, passed;
-    double worst;
-} op_stats;
-
-static op_stats g_stats[MAX_OPS];
-static int g_n_ops;
-
-static void record(const char *op, const char *desc, const cmp_result *r, double tol) {
-    op_stats *s = NULL;
-    for (int i = 0; i < g_n_ops; i++)
-        if (strcmp(g_stats[i].op, op) == 0) s = &g_stats[i];
-    if (!s) {
-        if (g_n_ops == MAX_OPS) test_die("too many ops", NULL);
-        s = &g_stats[g_n_ops++];
-        s->op = op;
-    }
-    const bool pass = cmp_pass(r, tol);
-    s->cases++;
-    s->passed += pass;
-    double e = r->bad ? INFINITY : r->nerr;
-    if (e > s->worst) s->worst = e;
-    printf("%-4s %-14s %-58s nerr %.2e max %.2e bad %lld (tol %.0e)\n", pass ? "ok" : "FAIL", op, desc, r->nerr,
-           r->maxerr, (long long)r->bad, tol);
-}
-
-static const char *tname(st_type t) { return st_type_name(t); }
 
 /* Host f32 values converted to a weight type, packed. */
 static void to_type(st_type t, const float *src, char *dst, size_t n) {
@@ -125,13 +93,6 @@ static void weight_free(weight *w) {
     w->packed = NULL;
 }
 
-/* I32 [n] in both backends. */
-static dual ids_new(const int32_t *ids, int64_t n) {
-    dual d = dual_new((size_t)n * 4);
-    memcpy(d.host, ids, (size_t)n * 4);
-    dual_upload(&d);
-    return d;
-}
 
 static view ids_view(int64_t ne0, int64_t ne1) { return mkpacked(ST_TYPE_I32, ne0, ne1, 1); }
 
@@ -198,26 +159,6 @@ static void test_get_rows(st_type t, int64_t K, int64_t M, size_t pad) {
 
 /* ---- mul_mat ------------------------------------------------------------------------- */
 
-typedef enum x_layout {
-    X_PACKED = 0,  /* x [K, M], y [N, M] packed */
-    X_STRIDED = 1, /* rows padded by a few floats, bases not 16-byte aligned */
-    X_GAPPED = 2,  /* x [K, 1, M], y [N, 1, M] with gaps between tokens: not one stride */
-} x_layout;
-
-static const char *x_layout_name[] = {"packed", "strided", "gapped"};
-
-static void mm_views(x_layout xl, int64_t K, int64_t N, int64_t M, view *vx, view *vy) {
-    if (xl == X_PACKED) {
-        *vx = mkpacked(ST_TYPE_F32, K, M, 1);
-        *vy = mkpacked(ST_TYPE_F32, N, M, 1);
-    } else if (xl == X_STRIDED) {
-        *vx = mkview(ST_TYPE_F32, K, M, 1, (size_t)(K + 5) * 4, (size_t)(K + 5) * 4 * (size_t)M, 4);
-        *vy = mkview(ST_TYPE_F32, N, M, 1, (size_t)(N + 3) * 4, (size_t)(N + 3) * 4 * (size_t)M, 8);
-    } else {
-        *vx = mkview(ST_TYPE_F32, K, 1, M, (size_t)K * 4, (size_t)K * 4 + 16, 0);
-        *vy = mkview(ST_TYPE_F32, N, 1, M, (size_t)N * 4, (size_t)N * 4 + 32, 0);
-    }
-}
 
 static double mm_tol(st_type t, int64_t M) {
     if (M < ST_CUDA_GEMM_MIN_M || t == ST_TYPE_F32) return TOL_F32_SUM; /* own GEMV or SGEMM */
@@ -1172,37 +1113,8 @@ static void run_all(void) {
     test_errors();
 }
 
-int main(void) {
-    st_error err = {0};
-    const char *seed = getenv("STRIDE_TEST_SEED");
-    if (seed) g_rng = strtoull(seed, NULL, 0);
-    printf("test_cuda_ops: seed 0x%llx, GEMM for M >= %d\n", (unsigned long long)g_rng, ST_CUDA_GEMM_MIN_M);
-    if (!st_cuda_compiled()) {
-        printf("built without CUDA: nothing to test\n");
-        return 77;
-    }
-    if (st_cuda_device_count() == 0) {
-        printf("no CUDA device: nothing ran (a failure: run this on the GPU machine)\n");
-        return 1;
-    }
-    if (st_backend_init(ST_BACKEND_CPU, 0, &g_cpu, &err) != ST_OK) test_die("CPU backend", &err);
-    if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu, &err) != ST_OK) test_die("CUDA backend", &err);
-    printf("device: %s (sm_%d%d), runtime %d, driver %d\n", g_gpu->device.name, g_gpu->device.compute_major,
-           g_gpu->device.compute_minor, g_gpu->device.runtime_version, g_gpu->device.driver_version);
-
-    run_all();
-
-    int total = 0, passed = 0;
-    printf("\n%-22s | %6s | %6s | %s\n", "op", "cases", "passed", "worst error");
-    printf("-----------------------+--------+--------+------------\n");
-    for (int i = 0; i < g_n_ops; i++) {
-        printf("%-22s | %6d | %6d | %.2e\n", g_stats[i].op, g_stats[i].cases, g_stats[i].passed, g_stats[i].worst);
-        total += g_stats[i].cases;
-        passed += g_stats[i].passed;
-    }
+static void print_pad_summary(void) {
     printf("padded vs packed weights on CUDA: %d of %d products bitwise equal\n", g_pad_bitwise, g_pad_cases);
-    st_backend_free(g_gpu);
-    st_backend_free(g_cpu);
-    printf("%d passed, %d failed\n", passed, total - passed);
-    return total > 0 && passed == total ? 0 : 1;
 }
+
+int main(void) { return gpu_test_main("test_cuda_ops", run_all, print_pad_summary); }
