@@ -70,9 +70,10 @@ typedef struct auto_entry {
 
 static const auto_entry auto_table[ST_DEVICE_KIND_COUNT] = {
     [ST_DEVICE_KIND_CPU] = {false,
-        "cpu: off, measured in bench/cpu-pad-gemv.md: an F16 GEMV and an M=8 batch over "
-        "weights 3x the LLC gain nothing from padded rows (paired medians -8%..+11% on a "
-        "shared 2-core Xeon VM, -8%..+1% on an idle 16-core Xeon, both within run-to-run noise)"},
+        "cpu: off without a calibration: on a 2-core Xeon VM padded rows made stride's decode "
+        "+8% faster and its prefill 5% slower (bench/cpu-pad-auto.md; a SIMD GEMV alone was "
+        "neutral, bench/cpu-pad-gemv.md), so `stride calibrate` decides per shape and this "
+        "fallback keeps the packed layout"},
     [ST_DEVICE_KIND_NVIDIA_HOPPER] = {false,
         "nvidia-hopper: off, measured on an H200 (SPEC.md section 1): GEMV within "
         "-2%..+1% and cuBLAS GEMM mostly within +-2% with shape-specific swings of -6%..+11%"},

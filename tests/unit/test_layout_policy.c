@@ -264,7 +264,7 @@ static void test_auto_builtin(void **state) {
         bool on;
         const char *evidence; /* must appear in `why` */
     } cases[] = {
-        {ST_DEVICE_KIND_CPU, false, "bench/cpu-pad-gemv.md"},
+        {ST_DEVICE_KIND_CPU, false, "bench/cpu-pad-auto.md"},
         {ST_DEVICE_KIND_NVIDIA_HOPPER, false, "H200"},
         {ST_DEVICE_KIND_NVIDIA_OTHER, false, "not measured"},
         {ST_DEVICE_KIND_AMD_RDNA35, true, "8060S"},
