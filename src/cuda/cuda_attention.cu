@@ -27,14 +27,7 @@
 
 // ---- kv_store ---------------------------------------------------------------------------------
 
-// cache[:, :, positions[m]] = x[:, :, m] converted (F16: round to nearest even).
-template <st_type T> __device__ __forceinline__ void cache_store(char *row, int64_t d, float v);
-template <> __device__ __forceinline__ void cache_store<ST_TYPE_F32>(char *row, int64_t d, float v) {
-    ((float *)row)[d] = v;
-}
-template <> __device__ __forceinline__ void cache_store<ST_TYPE_F16>(char *row, int64_t d, float v) {
-    ((unsigned short *)row)[d] = st_gpu_float_to_half_bits(v);
-}
+// cache[:, :, positions[m]] = x[:, :, m] converted (cuda_cache_store).
 
 template <st_type T>
 __device__ void kv_store_impl(st_cuda_view cache, st_cuda_view x, const int32_t *__restrict__ positions,
@@ -51,7 +44,7 @@ __device__ void kv_store_impl(st_cuda_view cache, st_cuda_view x, const int32_t 
         for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
             const int64_t d = i % head_dim, h = i / head_dim;
             const float v = ((const float *)(x.data + h * x.nb1 + m * x.nb2))[d];
-            cache_store<T>(cache.data + h * cache.nb1 + (int64_t)pos * cache.nb2, d, v);
+            cuda_cache_store<T>(cache.data + h * cache.nb1 + (int64_t)pos * cache.nb2, d, v);
         }
     }
 }
@@ -130,8 +123,7 @@ __device__ void attention_impl(st_cuda_view dst, st_cuda_view q, st_cuda_view kc
                 const char *krow = k_head + (t0 + j) * kc.nb2;
                 float s = 0.0f;
                 for (int64_t d = lane; d < head_dim; d += ST_GPU_WARP_SIZE) s = fmaf(q_s[d], cuda_load_f32<T>(krow, d), s);
-#pragma unroll
-                for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) s += __shfl_xor_sync(ST_GPU_WARP_MASK, s, off);
+                s = cuda_warp_sum(s);
                 s *= scale;
                 if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
                 if (lane == 0) p_s[j] = s;

@@ -211,8 +211,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
         for (int r = warp; r < R; r += DEC_WARPS) {
             float mx = -INFINITY;
             for (int j = lane; j < nk; j += ST_GPU_WARP_SIZE) mx = fmaxf(mx, Ps[r * C + j]);
-#pragma unroll
-            for (int o = ST_GPU_WARP_SIZE / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(ST_GPU_WARP_MASK, mx, o));
+            mx = cuda_warp_max(mx);
             const float m_old = m_s[r], m_new = fmaxf(m_old, mx);
             const float m_use = m_new == -INFINITY ? 0.0f : m_new; // nothing seen yet: exp2(-inf) = 0
             float sum = 0.0f;
@@ -221,8 +220,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
                 Ps[r * C + j] = w;
                 sum += w;
             }
-#pragma unroll
-            for (int o = ST_GPU_WARP_SIZE / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(ST_GPU_WARP_MASK, sum, o);
+            sum = cuda_warp_sum(sum);
             if (lane == 0) {
                 const float alpha = exp2f(m_old - m_use);
                 a_s[r] = alpha;
@@ -286,8 +284,7 @@ __global__ void __launch_bounds__(DEC_COMBINE_THREADS)
         const int lane = threadIdx.x;
         float mx = -INFINITY;
         for (int s = lane; s < pl.n_eff; s += ST_GPU_WARP_SIZE) mx = fmaxf(mx, part_ml[base + s].x);
-#pragma unroll
-        for (int o = ST_GPU_WARP_SIZE / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(ST_GPU_WARP_MASK, mx, o));
+        mx = cuda_warp_max(mx);
         float l = 0.0f;
         for (int s = lane; s < pl.n_eff; s += ST_GPU_WARP_SIZE) {
             const float2 ml = part_ml[base + s];
@@ -295,8 +292,7 @@ __global__ void __launch_bounds__(DEC_COMBINE_THREADS)
             w_s[s] = w;
             l = fmaf(w, ml.y, l);
         }
-#pragma unroll
-        for (int o = ST_GPU_WARP_SIZE / 2; o > 0; o >>= 1) l += __shfl_xor_sync(ST_GPU_WARP_MASK, l, o);
+        l = cuda_warp_sum(l);
         if (lane == 0) l_sum = l;
     }
     __syncthreads();
@@ -334,22 +330,10 @@ bool st_cuda_attn_decode_supported(st_backend *b, const st_tensor *q, const st_t
 // only outside a graph recording; its size does not depend on n_kv, so a decode step that
 // ran once before the recording never grows in it.
 static st_status dec_partials(st_cuda_ctx *c, size_t bytes, void **out, st_error *err) {
-    if (bytes > c->attn_partials_bytes) {
-        if (c->capturing)
-            return st_error_set(err, ST_ERROR_DEVICE,
-                                "attention: the split-KV partials would grow from %zu to %zu bytes while recording "
-                                "a CUDA graph (run the step once before recording it)",
-                                c->attn_partials_bytes, bytes);
-        ST_GPU_CHECK(st_gpu_stream_synchronize(c->stream));
-        if (c->attn_partials) ST_GPU_CHECK(st_gpu_free(c->attn_partials));
-        c->attn_partials = NULL;
-        c->attn_partials_bytes = 0;
-        const size_t rounded = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
-        ST_GPU_CHECK(st_gpu_malloc(&c->attn_partials, rounded));
-        c->attn_partials_bytes = rounded;
-    }
+    st_status s = st_cuda_grow(c, &c->attn_partials, &c->attn_partials_bytes, bytes,
+                               "attention: the split-KV partials", err);
     *out = c->attn_partials;
-    return ST_OK;
+    return s;
 }
 
 template <st_type T, int D, int NR>

@@ -289,8 +289,12 @@ template <int D>
 static st_status flash_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                               const st_tensor *v_cache, const int32_t *pos, const st_attn_params *p, st_error *err) {
     const size_t smem = flash_cfg<D>::smem;
-    if (smem > 48 * 1024)
+    // more than 48 KiB of dynamic shared memory needs an opt-in, once per kernel and context
+    const unsigned int opted = 1u << (D / 64); // D = 64, 128, 256: distinct bits
+    if (smem > 48 * 1024 && !(c->flash_smem_opted & opted)) {
         ST_GPU_CHECK(st_gpu_func_set_attribute(attn_flash_f16_kernel<D>, st_gpu_func_attr_max_dynamic_smem, (int)smem));
+        c->flash_smem_opted |= opted;
+    }
     const int64_t rows = q->ne[2] * (q->ne[1] / k_cache->ne[1]); // M * group per kv head
     const dim3 grid((unsigned int)((rows + FLASH_BM - 1) / FLASH_BM), (unsigned int)k_cache->ne[1]);
     attn_flash_f16_kernel<D><<<grid, FLASH_THREADS, smem, c->stream>>>(cuda_view(dst), cuda_view(q),

@@ -67,24 +67,30 @@ static st_status cuda_sync_and_check(st_cuda_ctx *c, st_error *err) {
 
 // ---- memory ----------------------------------------------------------------------------
 
-st_status st_cuda_scratch(st_cuda_ctx *c, size_t nbytes, void **out, st_error *err) {
-    if (nbytes > c->scratch_bytes) {
+st_status st_cuda_grow(st_cuda_ctx *c, void **buf, size_t *cap, size_t nbytes, const char *what, st_error *err) {
+    if (nbytes > *cap) {
         if (c->capturing)
             return st_error_set(err, ST_ERROR_DEVICE,
-                                "GEMM scratch would grow from %zu to %zu bytes while recording a CUDA graph",
-                                c->scratch_bytes, nbytes);
-        // Queued kernels may still read the old scratch: wait for them. Growth happens only
+                                "%s would grow from %zu to %zu bytes while recording a CUDA graph (run the step "
+                                "once before recording it)",
+                                what, *cap, nbytes);
+        // Queued kernels may still read the old buffer: wait for them. Growth happens only
         // while the shapes seen so far grow.
         ST_GPU_CHECK(st_gpu_stream_synchronize(c->stream));
-        if (c->scratch) ST_GPU_CHECK(st_gpu_free(c->scratch));
-        c->scratch = NULL;
-        c->scratch_bytes = 0;
+        if (*buf) ST_GPU_CHECK(st_gpu_free(*buf));
+        *buf = NULL;
+        *cap = 0;
         size_t rounded = (nbytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
-        ST_GPU_CHECK(st_gpu_malloc(&c->scratch, rounded));
-        c->scratch_bytes = rounded;
+        ST_GPU_CHECK(st_gpu_malloc(buf, rounded));
+        *cap = rounded;
     }
-    *out = c->scratch;
     return ST_OK;
+}
+
+st_status st_cuda_scratch(st_cuda_ctx *c, size_t nbytes, void **out, st_error *err) {
+    st_status s = st_cuda_grow(c, &c->scratch, &c->scratch_bytes, nbytes, "GEMM scratch", err);
+    *out = c->scratch;
+    return s;
 }
 
 static st_status cuda_alloc(st_backend *b, size_t nbytes, void **out, st_error *err) {

@@ -15,6 +15,7 @@
 #ifndef STRIDE_CUDA_COMMON_CUH
 #define STRIDE_CUDA_COMMON_CUH
 
+#include <limits.h>
 #include <stdint.h>
 
 #include "cuda/gpu_runtime.h"
@@ -58,11 +59,16 @@ typedef struct st_cuda_ctx {
     bool capturing;                      /* graph_begin .. graph_end: nothing may allocate or wait */
     void *attn_partials;                 /* split-KV attention: per-split (max, sum, acc[head_dim]) */
     size_t attn_partials_bytes;
+    unsigned int flash_smem_opted;       /* flash attention kernels given their shared memory (bits) */
     int sm_count;                        /* multiprocessors of the device */
 } st_cuda_ctx;
 
 static inline st_cuda_ctx *cuda_ctx(st_backend *b) { return (st_cuda_ctx *)b->ctx; }
 
+/* *buf of at least nbytes on the device: grows (1 MiB steps) after a synchronisation, as
+ * queued kernels may read the old buffer; growing while recording a graph is an error
+ * naming `what`. */
+st_status st_cuda_grow(st_cuda_ctx *c, void **buf, size_t *cap, size_t nbytes, const char *what, st_error *err);
 /* Scratch of at least nbytes on the device (grows; growing synchronises the device). */
 st_status st_cuda_scratch(st_cuda_ctx *c, size_t nbytes, void **out, st_error *err);
 
@@ -138,6 +144,25 @@ template <> __device__ __forceinline__ float cuda_load_f32<ST_TYPE_BF16>(const c
     return st_gpu_bf16_as_float(((const unsigned short *)row)[i]);
 }
 
+/* A KV-cache element from f32 (F16: round to nearest even). */
+template <st_type T> __device__ __forceinline__ void cuda_cache_store(char *row, int64_t d, float v);
+template <> __device__ __forceinline__ void cuda_cache_store<ST_TYPE_F32>(char *row, int64_t d, float v) {
+    ((float *)row)[d] = v;
+}
+template <> __device__ __forceinline__ void cuda_cache_store<ST_TYPE_F16>(char *row, int64_t d, float v) {
+    ((unsigned short *)row)[d] = st_gpu_float_to_half_bits(v);
+}
+
+/* The activations of the gated units, with explicit roundings in the CPU's order (no
+ * fused multiply-add), so that they differ from the CPU only by the ulps of expf/tanhf. */
+__device__ __forceinline__ float cuda_silu_f32(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+__device__ __forceinline__ float cuda_gelu_tanh_f32(float x) {
+    const float sqrt_2_over_pi = 0.79788456080286535588f;
+    const float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x);
+    const float t = tanhf(__fmul_rn(sqrt_2_over_pi, __fadd_rn(x, cube)));
+    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
+}
+
 /* Records a data error (first one wins); the kernel then skips the bad row. */
 __device__ __forceinline__ void cuda_report_op_error(st_cuda_op_error *e, int code, int value, long long index,
                                                      long long limit) {
@@ -157,9 +182,53 @@ static inline unsigned int cuda_grid_y(int64_t rows) {
 
 static inline unsigned int cuda_blocks(int64_t n, int threads) { return (unsigned int)((n + threads - 1) / threads); }
 
+/* ---- host-side view checks and the row-kernel launch shape ---------------------------- */
+
+static inline bool cuda_aligned16(const void *p) { return ((uintptr_t)p % 16) == 0; }
+
+/* Every row of the view starts 16-byte aligned. */
+static inline bool cuda_rows_aligned16(const st_tensor *t) {
+    return cuda_aligned16(t->data) && t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0 && t->nb[3] % 16 == 0;
+}
+
+/* Row r of the view is at data + r * nb[1] for every flattened row r. */
+static inline bool cuda_rows_uniform(const st_tensor *t) {
+    return (t->ne[2] == 1 || t->nb[2] == t->nb[1] * (size_t)t->ne[1]) &&
+           (t->ne[3] == 1 || t->nb[3] == t->nb[1] * (size_t)(t->ne[1] * t->ne[2]));
+}
+
+/* A dimension cuBLAS takes as int. */
+static inline bool cuda_fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+/* Row kernels (grid x over a row's elements, capped; grid y over rows) run this many threads. */
+#define ST_CUDA_ROWS_THREADS 256
+static inline dim3 cuda_rows_grid(int64_t ne0, int64_t rows) {
+    unsigned int gx = cuda_blocks(ne0, ST_CUDA_ROWS_THREADS);
+    return dim3(gx < 64 ? (gx ? gx : 1) : 64, cuda_grid_y(rows));
+}
+
+/* The sum over a warp, in every lane (a fixed xor tree). */
+__device__ __forceinline__ float cuda_warp_sum(float v) {
+#pragma unroll
+    for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) v += __shfl_xor_sync(ST_GPU_WARP_MASK, v, off);
+    return v;
+}
+
+/* The maximum over a warp, in every lane. */
+__device__ __forceinline__ float cuda_warp_max(float v) {
+#pragma unroll
+    for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(ST_GPU_WARP_MASK, v, off));
+    return v;
+}
+
 /* ---- the op families (one .cu file each) -------------------------------------------- */
 
 /* cuda_matmul.cu */
+/* A GEMM's operands, launched with cuda_rows_grid and ST_CUDA_ROWS_THREADS: x rows packed
+ * as F16 (round to nearest even), out[m * K + k]; a result staged packed [N][M] back to a
+ * strided y. */
+__global__ void pack_rows_f16(char *out, st_cuda_view x);
+__global__ void unpack_rows_f32(st_cuda_view y, const float *__restrict__ packed);
 st_status st_cuda_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *ids,
                            st_error *err);
 st_status st_cuda_mul_mat(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err);

@@ -18,15 +18,6 @@ static dim3 ew_grid(int64_t ne0, int64_t rows) {
     return dim3(gx < EW_MAX_GRID_X ? gx : EW_MAX_GRID_X, cuda_grid_y(rows));
 }
 
-__device__ __forceinline__ float silu_f32(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
-
-__device__ __forceinline__ float gelu_tanh_f32(float x) {
-    const float sqrt_2_over_pi = 0.79788456080286535588f;
-    const float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x);
-    const float t = tanhf(__fmul_rn(sqrt_2_over_pi, __fadd_rn(x, cube)));
-    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
-}
-
 // ---- gated units ----------------------------------------------------------------------------
 
 // y[i] = act(gate[i]) * up[i]; gate/up rows start gate_off/up_off bytes into their rows
@@ -39,7 +30,7 @@ __device__ void glu_impl(st_cuda_view dst, st_cuda_view gate, int64_t gate_off, 
         const float *u = (const float *)(cuda_row(up, r) + up_off);
         float *y = (float *)cuda_row(dst, r);
         for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-            const float a = GELU ? gelu_tanh_f32(g[i]) : silu_f32(g[i]);
+            const float a = GELU ? cuda_gelu_tanh_f32(g[i]) : cuda_silu_f32(g[i]);
             y[i] = __fmul_rn(a, u[i]);
         }
     }

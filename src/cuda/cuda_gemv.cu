@@ -50,16 +50,6 @@ typedef struct gemv_args {
     st_cuda_view out;   // ADD: out += W x; GLU: out = act(gate) * up
 } gemv_args;
 
-__device__ __forceinline__ float gemv_silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
-
-// As cuda_elementwise.cu's GeGLU: explicit roundings in the CPU's order.
-__device__ __forceinline__ float gemv_gelu_tanh(float x) {
-    const float sqrt_2_over_pi = 0.79788456080286535588f;
-    const float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x);
-    const float t = tanhf(__fmul_rn(sqrt_2_over_pi, __fadd_rn(x, cube)));
-    return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
-}
-
 // h[c][k] = (x[c][k] * s_c) * norm_w[k] with s_c = 1 / sqrt(mean(x[c]^2) + eps), in
 // shared memory. The sum of squares: per-thread strided partial sums, then a warp and a
 // block tree (f32; the CPU sums in f64, hence the tolerance of the tests).
@@ -120,7 +110,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) gemv_kernel(const gemv_args a) {
             float *o = (float *)cuda_row(a.out, a.m0 + c) + n;
             *o = __fadd_rn(*o, acc[c]);
         } else {
-            const float g = EPI == GEMV_GEGLU ? gemv_gelu_tanh(acc[c]) : gemv_silu(acc[c]);
+            const float g = EPI == GEMV_GEGLU ? cuda_gelu_tanh_f32(acc[c]) : cuda_silu_f32(acc[c]);
             ((float *)cuda_row(a.out, a.m0 + c))[n] = __fmul_rn(g, up[c]);
         }
     }
@@ -156,11 +146,6 @@ static st_status gemv_launch_epi(st_cuda_ctx *c, const gemv_args &a, int epi, un
     }
 }
 
-// Every row of the view starts 16-byte aligned.
-static bool rows_aligned16(const st_tensor *t) {
-    return cuda_aligned16(t->data) && t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0 && t->nb[3] % 16 == 0;
-}
-
 static bool weight_rows_aligned16(const st_tensor *w) { return cuda_aligned16(w->data) && w->nb[1] % 16 == 0; }
 
 // One launch over n_parts weights of one type sharing x (and, for GLU, w_up).
@@ -187,7 +172,7 @@ static gemv_args gemv_args_for(const st_tensor *x) {
     a.K = x->ne[0];
     a.M = cuda_nrows(x);
     a.x = cuda_view(x);
-    a.x_vec = rows_aligned16(x);
+    a.x_vec = cuda_rows_aligned16(x);
     return a;
 }
 

@@ -53,11 +53,6 @@ template <> __device__ __forceinline__ void cuda_unpack16<ST_TYPE_BF16>(const ui
     }
 }
 
-__device__ __forceinline__ float cuda_warp_sum(float v) {
-#pragma unroll
-    for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) v += __shfl_xor_sync(ST_GPU_WARP_MASK, v, off);
-    return v;
-}
 
 /* Loads of the input columns: from shared memory (a block staged them there) or through
  * the read-only cache (every warp of the SM reads the same x, so it stays in L1). */
@@ -152,7 +147,5 @@ __device__ __forceinline__ void cuda_gemv_row(const char *__restrict__ wrow, int
         acc[c] = cuda_warp_sum(acc[c]);
     }
 }
-
-static inline bool cuda_aligned16(const void *p) { return ((uintptr_t)p % 16) == 0; }
 
 #endif /* STRIDE_CUDA_GEMV_CUH */

@@ -14,7 +14,6 @@
 
 #include "cuda/cuda_gemv.cuh"
 
-#define CUDA_ROWS_THREADS 256
 
 // ---- get_rows -----------------------------------------------------------------------------
 
@@ -60,15 +59,15 @@ st_status st_cuda_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, 
     ST_ASSERT(src->ne[2] == 1 && src->ne[3] == 1 && ids->ne[0] >= dst->ne[1]);
     const int64_t K = dst->ne[0], M = dst->ne[1];
     if (K == 0 || M == 0) return ST_OK;
-    const dim3 grid(cuda_blocks(K, CUDA_ROWS_THREADS) < 64 ? cuda_blocks(K, CUDA_ROWS_THREADS) : 64, cuda_grid_y(M));
+    const dim3 grid(cuda_blocks(K, ST_CUDA_ROWS_THREADS) < 64 ? cuda_blocks(K, ST_CUDA_ROWS_THREADS) : 64, cuda_grid_y(M));
     const st_cuda_view d = cuda_view(dst);
     const char *s = (const char *)src->data;
     const int64_t nb1 = (int64_t)src->nb[1], V = src->ne[1];
     const int32_t *id = (const int32_t *)ids->data;
     switch (src->type) {
-    case ST_TYPE_F32: get_rows_f32<<<grid, CUDA_ROWS_THREADS, 0, c->stream>>>(d, s, nb1, V, id, c->d_op_error); break;
-    case ST_TYPE_F16: get_rows_f16<<<grid, CUDA_ROWS_THREADS, 0, c->stream>>>(d, s, nb1, V, id, c->d_op_error); break;
-    default: get_rows_bf16<<<grid, CUDA_ROWS_THREADS, 0, c->stream>>>(d, s, nb1, V, id, c->d_op_error); break;
+    case ST_TYPE_F32: get_rows_f32<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(d, s, nb1, V, id, c->d_op_error); break;
+    case ST_TYPE_F16: get_rows_f16<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(d, s, nb1, V, id, c->d_op_error); break;
+    default: get_rows_bf16<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(d, s, nb1, V, id, c->d_op_error); break;
     }
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
@@ -111,17 +110,6 @@ __global__ void unpack_rows_f32(st_cuda_view y, const float *__restrict__ packed
     }
 }
 
-// Row r of the view is at data + r * nb[1] for every flattened row r.
-static bool cuda_rows_uniform(const st_tensor *t) {
-    return (t->ne[2] == 1 || t->nb[2] == t->nb[1] * (size_t)t->ne[1]) &&
-           (t->ne[3] == 1 || t->nb[3] == t->nb[1] * (size_t)(t->ne[1] * t->ne[2]));
-}
-
-static dim3 cuda_rows_grid(int64_t ne0, int64_t rows) {
-    unsigned int gx = cuda_blocks(ne0, CUDA_ROWS_THREADS);
-    return dim3(gx < 64 ? (gx ? gx : 1) : 64, cuda_grid_y(rows));
-}
-
 static st_gpu_blas_data_t blas_type(st_type t) {
     switch (t) {
     case ST_TYPE_F32: return st_gpu_blas_r_32f;
@@ -130,15 +118,13 @@ static st_gpu_blas_data_t blas_type(st_type t) {
     }
 }
 
-static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
-
 // False when cuBLAS cannot take the shape (int dimensions); the caller falls back.
 static bool gemm_supported(const st_tensor *dst, const st_tensor *w, const st_tensor *x) {
     const size_t ts = w->nb[0];
     const int64_t K = w->ne[0], N = w->ne[1], M = cuda_nrows(x);
-    return w->nb[1] % ts == 0 && (uintptr_t)w->data % ts == 0 && fits_int(K) && fits_int(N) && fits_int(M) &&
-           fits_int((int64_t)(w->nb[1] / ts)) && fits_int((int64_t)(x->nb[1] / 4)) &&
-           fits_int((int64_t)(dst->nb[1] / 4)) && K > 0;
+    return w->nb[1] % ts == 0 && (uintptr_t)w->data % ts == 0 && cuda_fits_int(K) && cuda_fits_int(N) && cuda_fits_int(M) &&
+           cuda_fits_int((int64_t)(w->nb[1] / ts)) && cuda_fits_int((int64_t)(x->nb[1] / 4)) &&
+           cuda_fits_int((int64_t)(dst->nb[1] / 4)) && K > 0;
 }
 
 static st_status mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err) {
@@ -165,9 +151,9 @@ static st_status mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w
         const dim3 grid = cuda_rows_grid(K, M);
         const st_cuda_view xv = cuda_view(x);
         switch (w->type) {
-        case ST_TYPE_F32: pack_rows_f32<<<grid, CUDA_ROWS_THREADS, 0, c->stream>>>(scratch, xv); break;
-        case ST_TYPE_F16: pack_rows_f16<<<grid, CUDA_ROWS_THREADS, 0, c->stream>>>(scratch, xv); break;
-        default: pack_rows_bf16<<<grid, CUDA_ROWS_THREADS, 0, c->stream>>>(scratch, xv); break;
+        case ST_TYPE_F32: pack_rows_f32<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(scratch, xv); break;
+        case ST_TYPE_F16: pack_rows_f16<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(scratch, xv); break;
+        default: pack_rows_bf16<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(scratch, xv); break;
         }
         ST_GPU_CHECK_LAUNCH();
         B = scratch;
@@ -182,7 +168,7 @@ static st_status mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w
                                           w->data, t, (int)(w->nb[1] / ts), B, t, ldb, &beta, C, st_gpu_blas_r_32f,
                                           ldc, st_gpu_blas_compute_32f, st_gpu_blas_gemm_default));
     if (!y_direct) {
-        unpack_rows_f32<<<cuda_rows_grid(N, M), CUDA_ROWS_THREADS, 0, c->stream>>>(cuda_view(dst), C);
+        unpack_rows_f32<<<cuda_rows_grid(N, M), ST_CUDA_ROWS_THREADS, 0, c->stream>>>(cuda_view(dst), C);
         ST_GPU_CHECK_LAUNCH();
     }
     return ST_OK;

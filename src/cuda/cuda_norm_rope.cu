@@ -12,8 +12,7 @@
 
 // Sum over the block; every thread gets the total. `shared` holds one float per warp.
 __device__ __forceinline__ float block_sum_f32(float v, float *shared) {
-#pragma unroll
-    for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) v += __shfl_xor_sync(ST_GPU_WARP_MASK, v, off);
+    v = cuda_warp_sum(v);
     const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
     const int n_warps = (blockDim.x + ST_GPU_WARP_SIZE - 1) / ST_GPU_WARP_SIZE;
     __syncthreads(); // shared may still be read by a previous call
@@ -132,14 +131,6 @@ st_status st_cuda_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const 
 
 // ---- rope_store: per-head norms, RoPE and the cache store in one launch ------------------------
 
-template <st_type C> __device__ __forceinline__ void cache_put(char *row, int64_t d, float v);
-template <> __device__ __forceinline__ void cache_put<ST_TYPE_F32>(char *row, int64_t d, float v) {
-    ((float *)row)[d] = v;
-}
-template <> __device__ __forceinline__ void cache_put<ST_TYPE_F16>(char *row, int64_t d, float v) {
-    ((unsigned short *)row)[d] = st_gpu_float_to_half_bits(v);
-}
-
 // Block (r, m): r < n_head: q head r; r < n_head + n_head_kv: k head; else v head. The
 // same arithmetic as st_cuda_rms_norm (launched with norm_threads(head_dim), so the same
 // partial sums and tree), st_cuda_rope and st_cuda_kv_store, in one kernel: the q/k row
@@ -162,7 +153,7 @@ __global__ void rope_store_kernel(st_cuda_view q, st_cuda_view k, st_cuda_view v
         if (!store_ok) return;
         const float *vr = (const float *)(v.data + h * v.nb1 + m * v.nb2);
         char *out = vc.data + h * vc.nb1 + (int64_t)p * vc.nb2;
-        for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) cache_put<C>(out, d, vr[d]);
+        for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) cuda_cache_store<C>(out, d, vr[d]);
         return;
     }
     const bool is_q = r < n_head;
@@ -186,7 +177,7 @@ __global__ void rope_store_kernel(st_cuda_view q, st_cuda_view k, st_cuda_view v
     if (is_q || !store_ok) return;
     __syncthreads(); // the roped row is complete (written by other threads)
     char *out = kc.data + h * kc.nb1 + (int64_t)p * kc.nb2;
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) cache_put<C>(out, d, xr[d]);
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) cuda_cache_store<C>(out, d, xr[d]);
 }
 
 st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_error *err) {

@@ -383,12 +383,6 @@ template <st_type T> __device__ __forceinline__ int q_chunk_index(int64_t c) {
 
 // ---- the matrix-vector product ----------------------------------------------------------
 
-__device__ __forceinline__ float q_warp_sum(float v) {
-#pragma unroll
-    for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) v += __shfl_xor_sync(ST_GPU_WARP_MASK, v, off);
-    return v;
-}
-
 // acc[c] = dot(row, xs[c]) for c < n_cols, in every lane of the warp: n_chunks chunks of
 // the row (K / CHUNK). x_vec: every xs[c] is 16-byte aligned (CHUNK is a multiple of 4).
 // Lane l sums its chunks l, l + 32, ... in order, then a shuffle tree: the order depends
@@ -439,7 +433,7 @@ __device__ __forceinline__ void q_gemv_row(const uint8_t *__restrict__ row, int6
 #pragma unroll
     for (int c = 0; c < QMM_MAX_COLS; c++) {
         if (c >= n_cols) break;
-        acc[c] = q_warp_sum(acc[c]);
+        acc[c] = cuda_warp_sum(acc[c]);
     }
 }
 
@@ -549,26 +543,6 @@ __global__ void q_dequant_f16(uint4 *out, const uint8_t *w, int64_t nb1, int64_t
     }
 }
 
-// out[m * K + k] = f16(x row m, element k): the GEMM's B operand, packed.
-__global__ void q_pack_x_f16(unsigned short *out, st_cuda_view x) {
-    const int64_t K = x.ne0, M = x.ne1 * x.ne2 * x.ne3;
-    for (int64_t m = blockIdx.y; m < M; m += gridDim.y) {
-        const float *row = (const float *)cuda_row(x, m);
-        for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < K; k += (int64_t)gridDim.x * blockDim.x)
-            out[m * K + k] = st_gpu_float_to_half_bits(row[k]);
-    }
-}
-
-// y row m = packed[m * N ..+ N): a GEMM result staged in scratch, to a strided y.
-__global__ void q_unpack_y(st_cuda_view y, const float *__restrict__ packed) {
-    const int64_t N = y.ne0, M = y.ne1 * y.ne2 * y.ne3;
-    for (int64_t m = blockIdx.y; m < M; m += gridDim.y) {
-        float *row = (float *)cuda_row(y, m);
-        for (int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; n < N; n += (int64_t)gridDim.x * blockDim.x)
-            row[n] = packed[m * N + n];
-    }
-}
-
 // ---- host side ------------------------------------------------------------------------------
 
 // The types these kernels read: every type st_quant_supported names.
@@ -613,24 +587,6 @@ static st_status q_check_weight(const st_tensor *w, const char *op, st_error *er
     return ST_OK;
 }
 
-// Every row of the view starts 16-byte aligned.
-static bool q_rows_aligned16(const st_tensor *t) {
-    return (uintptr_t)t->data % 16 == 0 && t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0 && t->nb[3] % 16 == 0;
-}
-
-// Row r of the view is at data + r * nb[1] for every flattened row r.
-static bool q_rows_uniform(const st_tensor *t) {
-    return (t->ne[2] == 1 || t->nb[2] == t->nb[1] * (size_t)t->ne[1]) &&
-           (t->ne[3] == 1 || t->nb[3] == t->nb[1] * (size_t)(t->ne[1] * t->ne[2]));
-}
-
-static dim3 q_rows_grid(int64_t n, int64_t rows) {
-    const unsigned int gx = cuda_blocks(n, QMM_THREADS);
-    return dim3(gx < 64 ? (gx ? gx : 1) : 64, cuda_grid_y(rows));
-}
-
-static bool q_fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
-
 struct q_launch_gemv {
     template <st_type T>
     static void run(st_cuda_ctx *c, const st_tensor *dst, const st_tensor *w, const st_tensor *x, int64_t M) {
@@ -638,7 +594,7 @@ struct q_launch_gemv {
         const int64_t groups = (M + QMM_MAX_COLS - 1) / QMM_MAX_COLS;
         const dim3 grid(cuda_blocks(N, QMM_WARPS), cuda_grid_y(groups));
         q_gemv<T><<<grid, QMM_WARPS * ST_GPU_WARP_SIZE, 0, c->stream>>>(
-            (const uint8_t *)w->data, (int64_t)w->nb[1], K, N, cuda_view(x), cuda_view(dst), M, q_rows_aligned16(x));
+            (const uint8_t *)w->data, (int64_t)w->nb[1], K, N, cuda_view(x), cuda_view(dst), M, cuda_rows_aligned16(x));
     }
 };
 
@@ -656,7 +612,7 @@ struct q_launch_dequant_f16 {
 static st_status q_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x,
                                 st_error *err) {
     const int64_t K = w->ne[0], N = w->ne[1], M = cuda_nrows(x);
-    const bool y_direct = q_rows_uniform(dst) && dst->nb[1] % 4 == 0 && (int64_t)(dst->nb[1] / 4) >= N &&
+    const bool y_direct = cuda_rows_uniform(dst) && dst->nb[1] % 4 == 0 && (int64_t)(dst->nb[1] / 4) >= N &&
                           (uintptr_t)dst->data % 4 == 0;
     int64_t slab = (int64_t)(QMM_SLAB_BYTES / ((size_t)K * 2));
     if (slab > 64) slab -= slab % 64; /* each slab's C rows start 256-byte aligned */
@@ -673,7 +629,7 @@ static st_status q_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor 
     float *C = y_direct ? (float *)dst->data : (float *)(scratch + x_bytes + w_bytes);
     const int ldc = y_direct ? (int)(dst->nb[1] / 4) : (int)N;
 
-    q_pack_x_f16<<<q_rows_grid(K, M), QMM_THREADS, 0, c->stream>>>(xh, cuda_view(x));
+    pack_rows_f16<<<cuda_rows_grid(K, M), ST_CUDA_ROWS_THREADS, 0, c->stream>>>((char *)xh, cuda_view(x));
     ST_GPU_CHECK_LAUNCH();
     const float alpha = 1.0f, beta = 0.0f;
     for (int64_t n0 = 0; n0 < N; n0 += slab) {
@@ -688,7 +644,7 @@ static st_status q_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor 
                                               st_gpu_blas_gemm_default));
     }
     if (!y_direct) {
-        q_unpack_y<<<q_rows_grid(N, M), QMM_THREADS, 0, c->stream>>>(cuda_view(dst), C);
+        unpack_rows_f32<<<cuda_rows_grid(N, M), ST_CUDA_ROWS_THREADS, 0, c->stream>>>(cuda_view(dst), C);
         ST_GPU_CHECK_LAUNCH();
     }
     return ST_OK;
@@ -707,7 +663,7 @@ st_status st_cuda_mul_mat_quant(st_backend *b, st_tensor *dst, const st_tensor *
     const int64_t K = w->ne[0], N = w->ne[1], M = cuda_nrows(x);
     if (N == 0 || M == 0) return ST_OK;
     const bool gemm_ok =
-        K > 0 && q_fits_int(K) && q_fits_int(N) && q_fits_int(M) && q_fits_int((int64_t)(dst->nb[1] / 4));
+        K > 0 && cuda_fits_int(K) && cuda_fits_int(N) && cuda_fits_int(M) && cuda_fits_int((int64_t)(dst->nb[1] / 4));
     if (M >= ST_CUDA_GEMM_MIN_M && gemm_ok) return q_mul_mat_gemm(c, dst, w, x, err);
     q_dispatch<q_launch_gemv>(w->type, c, dst, w, x, M);
     ST_GPU_CHECK_LAUNCH();
@@ -749,7 +705,7 @@ struct q_launch_gemv_id {
         const dim3 grid(cuda_blocks(N, QMM_WARPS), cuda_grid_y(n_slots));
         q_gemv_id<T><<<grid, QMM_WARPS * ST_GPU_WARP_SIZE, 0, c->stream>>>(
             (const uint8_t *)w->data, (int64_t)w->nb[1], (int64_t)w->nb[2], w->ne[0], N, w->ne[2], cuda_view(x),
-            x_mode, q_rows_aligned16(x), cuda_view(dst), (const int32_t *)ids->data, (int64_t)ids->nb[1],
+            x_mode, cuda_rows_aligned16(x), cuda_view(dst), (const int32_t *)ids->data, (int64_t)ids->nb[1],
             c->d_op_error);
     }
 };

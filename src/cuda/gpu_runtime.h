@@ -67,12 +67,9 @@ typedef cudaEvent_t st_gpu_event_t;
 /* ---- graphs (stream capture) ---- */
 typedef cudaGraph_t st_gpu_graph_t;
 typedef cudaGraphExec_t st_gpu_graph_exec_t;
-typedef cudaStreamCaptureStatus st_gpu_capture_status_t;
 #define st_gpu_stream_begin_capture cudaStreamBeginCapture
 #define st_gpu_stream_capture_mode_global cudaStreamCaptureModeGlobal
 #define st_gpu_stream_end_capture cudaStreamEndCapture
-#define st_gpu_stream_is_capturing cudaStreamIsCapturing
-#define st_gpu_capture_status_none cudaStreamCaptureStatusNone
 #define st_gpu_graph_instantiate(exec, graph) cudaGraphInstantiate(exec, graph, 0)
 #define st_gpu_graph_launch cudaGraphLaunch
 #define st_gpu_graph_destroy cudaGraphDestroy
