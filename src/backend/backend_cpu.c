@@ -4,8 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
+#include "stride/clock.h"
 #include "stride/cpu_ops.h"
 
 #define CPU_ALIGNMENT 256
@@ -150,11 +149,7 @@ static st_status cpu_synchronize(st_backend *b, st_error *err) {
 }
 
 /* The ops are synchronous: the host's monotonic clock times them. */
-static double cpu_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
+static double cpu_now_ms(void) { return st_clock_seconds() * 1e3; }
 
 static st_status cpu_timer_start(st_backend *b, st_error *err) {
     (void)err;

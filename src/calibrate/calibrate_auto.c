@@ -8,7 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "stride/clock.h"
 
 #include "synth/synth_internal.h"
 
@@ -189,12 +190,10 @@ st_status st_calibrate_for_load(st_backend *b, const st_gguf_file *f, const st_l
     }
     st_calib_result *res = calloc(todo.n, sizeof(*res));
     st_calib_options opt = {.budget_s = LOAD_BUDGET_S};
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = st_clock_seconds();
     st_status s = res ? st_calibrate_shapes(b, policy->alias, policy->pad, todo.v, todo.n, &opt, res, &err)
                       : st_error_set(&err, ST_ERROR_NOMEM, "out of memory");
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    const double secs = st_clock_seconds() - t0;
     if (s != ST_OK) {
         snprintf(notice, notice_size, "auto: calibration failed (%s): the built-in table (%s) decides %zu shape(s)",
                  err.message, builtin_on ? "on" : "off", todo.n);

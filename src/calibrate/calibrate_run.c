@@ -18,7 +18,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "stride/clock.h"
 
 #define ALIGN 256
 #define DEFAULT_LLC_BYTES ((size_t)64 << 20)  /* when the device does not say */
@@ -53,11 +54,7 @@ int64_t st_calibrate_default_prefill_m(st_backend_kind backend) {
     return backend == ST_BACKEND_CPU ? 32 : 512;
 }
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
+static double now_us(void) { return st_clock_seconds() * 1e6; }
 
 static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 

@@ -67,7 +67,7 @@ static st_status run_once(st_backend *b, bench_slot *slot, const bench_test *t, 
     if ((s = b->iface->synchronize(b, err)) != ST_OK) return s;
     const bool timer = t->kind != BENCH_KIND_TTFT;
     if (timer && (s = b->iface->timer_start(b, err)) != ST_OK) return s;
-    const double t0 = cli_now_seconds();
+    const double t0 = st_clock_seconds();
     if (t->kind == BENCH_KIND_TG) {
         for (int64_t i = 0; i < t->n && s == ST_OK; i++)
             s = st_session_eval(slot->session, &in->tokens[i], 1, false, in->logits, err);
@@ -76,7 +76,7 @@ static st_status run_once(st_backend *b, bench_slot *slot, const bench_test *t, 
          * holds the logits when the clock stops */
         s = eval_prompt(slot->session, in->tokens, t->n, n_batch, in->logits, err);
     }
-    *wall = cli_now_seconds() - t0;
+    *wall = st_clock_seconds() - t0;
     double ms = 0.0;
     if (timer) {
         st_error ignored = {0};

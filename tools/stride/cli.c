@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 int cli_fail(const char *cmd, const st_error *err) {
@@ -51,12 +50,6 @@ bool cli_parse_u64(const char *s, uint64_t *out) {
     return true;
 }
 
-double cli_now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 void cli_format_bytes(uint64_t bytes, char *buf, int size) {
     const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = (double)bytes;
@@ -74,14 +67,14 @@ void cli_format_bytes(uint64_t bytes, char *buf, int size) {
 void cli_progress_begin(cli_progress *p, const char *label) {
     p->label = label;
     p->enabled = isatty(STDERR_FILENO) == 1;
-    p->start = cli_now_seconds();
+    p->start = st_clock_seconds();
     p->last_draw = 0.0;
 }
 
 void cli_progress_update(void *ctx, uint64_t done, uint64_t total) {
     cli_progress *p = ctx;
     if (!p->enabled) return;
-    double now = cli_now_seconds();
+    double now = st_clock_seconds();
     if (done < total && now - p->last_draw < 0.1) return;
     p->last_draw = now;
     char a[32], b[32];

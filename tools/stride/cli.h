@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stddef.h>
 
+#include "stride/clock.h"
 #include "stride/status.h"
 
 #define ST_EXIT_OK 0
@@ -44,8 +45,6 @@ void cli_progress_begin(cli_progress *p, const char *label);
 /* Suits st_synth_options.progress and similar callbacks (ctx is the cli_progress). */
 void cli_progress_update(void *ctx, uint64_t done, uint64_t total);
 void cli_progress_end(cli_progress *p);
-
-double cli_now_seconds(void);
 
 /* "1.50 GiB", "12.0 MiB", "640 B" */
 void cli_format_bytes(uint64_t bytes, char *buf, int size);

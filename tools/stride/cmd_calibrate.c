@@ -96,10 +96,10 @@ static void show_progress(void *ctx, uint64_t done, uint64_t total) {
     if (done < total) {
         const st_calib_shape *s = &p->shapes[done];
         fprintf(stderr, "\rcalibrating: shape %" PRIu64 "/%" PRIu64 " (%s %lld x %lld), %.1f s   ", done + 1, total,
-                st_type_name((uint32_t)s->type), (long long)s->n, (long long)s->k, cli_now_seconds() - p->t0);
+                st_type_name((uint32_t)s->type), (long long)s->n, (long long)s->k, st_clock_seconds() - p->t0);
     } else {
         fprintf(stderr, "\rcalibrating: %" PRIu64 " shapes in %.1f s                              \n", total,
-                cli_now_seconds() - p->t0);
+                st_clock_seconds() - p->t0);
     }
     fflush(stderr);
 }
@@ -292,7 +292,7 @@ int st_cmd_calibrate(int argc, char **argv) {
         rc = cli_fail(CMD, &err);
         goto done;
     }
-    progress_ctx prog = {.tty = isatty(STDERR_FILENO) == 1, .shapes = shapes.v, .t0 = cli_now_seconds()};
+    progress_ctx prog = {.tty = isatty(STDERR_FILENO) == 1, .shapes = shapes.v, .t0 = st_clock_seconds()};
     opt.progress = show_progress;
     opt.progress_ctx = &prog;
     show_progress(&prog, 0, shapes.n);

@@ -45,7 +45,7 @@ typedef struct chunk_printer {
 static void on_chunk(void *ctx, int64_t chunk, int64_t total, const st_perplexity_result *r) {
     chunk_printer *p = ctx;
     if (!p->eta_shown) {
-        double per = cli_now_seconds() - p->start;
+        double per = st_clock_seconds() - p->start;
         fprintf(stderr, "stride perplexity: %.2f s per chunk, ETA %.1f min\n", per, per * (double)(total - 1) / 60.0);
         p->eta_shown = true;
     }
@@ -131,7 +131,7 @@ int st_cmd_perplexity(int argc, char **argv) {
      * before the weights load. */
     if (cli_read_file(text_path ? text_path : ids_path, &text, &text_len, &err) != ST_OK) goto done;
     if (st_gguf_open(model_path, &gf, &err) != ST_OK) goto done;
-    double t0 = cli_now_seconds();
+    double t0 = st_clock_seconds();
     if (text_path) {
         if (st_tokenizer_from_gguf(gf, &tok, &err) != ST_OK) goto done;
         if (st_tokenizer_encode(tok, text, text_len, true, false, &tokens, &n_tokens, &err) != ST_OK) {
@@ -139,7 +139,7 @@ int st_cmd_perplexity(int argc, char **argv) {
             goto done;
         }
         fprintf(stderr, "stride perplexity: %s: %zu bytes, %lld tokens (%.2f s to tokenize)\n", text_path, text_len,
-                (long long)n_tokens, cli_now_seconds() - t0);
+                (long long)n_tokens, st_clock_seconds() - t0);
     } else {
         if (cli_parse_token_ids(text, &tokens, &n_tokens, &err) != ST_OK) {
             st_error_wrap(&err, "%s", ids_path);
@@ -176,7 +176,7 @@ int st_cmd_perplexity(int argc, char **argv) {
             (long long)n_chunks, (unsigned long long)n_ctx, (unsigned long long)(n_ctx - 1 - n_ctx / 2),
             bos >= 0 ? "yes" : "no");
 
-    chunk_printer printer = {.start = cli_now_seconds()};
+    chunk_printer printer = {.start = st_clock_seconds()};
     st_perplexity_options po = {.n_ctx = (int64_t)n_ctx,
                                 .bos = bos,
                                 .n_batch = (int64_t)n_batch,
@@ -187,7 +187,7 @@ int st_cmd_perplexity(int argc, char **argv) {
     st_status st = st_perplexity_eval(session, tokens, n_tokens, &po, &r, &err);
     printf("\n");
     if (st != ST_OK) goto done;
-    double t_eval = cli_now_seconds() - printer.start;
+    double t_eval = st_clock_seconds() - printer.start;
     printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
     fprintf(stderr, "stride perplexity: %lld tokens scored in %.2f s (%.1f tokens evaluated per second)\n",
             (long long)r.n_scored, t_eval, t_eval > 0 ? (double)(r.n_chunks * (int64_t)(n_ctx - 1)) / t_eval : 0.0);

@@ -309,9 +309,9 @@ int st_cmd_run(int argc, char **argv) {
         fflush(stdout);
     }
 
-    double t1 = cli_now_seconds();
+    double t1 = st_clock_seconds();
     if (st_session_eval(session, prompt, n_prompt, keep_all, logits, &err) != ST_OK) goto done;
-    double t_prompt = cli_now_seconds() - t1;
+    double t_prompt = st_clock_seconds() - t1;
     for (int64_t i = 0; i < n_forced; i++) {
         float *row = logits + (keep_all ? (n_prompt + i) * V : 0);
         if (st_session_eval(session, &forced[i], 1, false, row, &err) != ST_OK) goto done;
@@ -325,7 +325,7 @@ int st_cmd_run(int argc, char **argv) {
     const float *last = logits + (keep_all ? (n_fed - 1) * V : 0);
     const char *stop = NULL;
     int64_t n_decoded = 0; /* one-token forward passes: what the generation rate counts */
-    double t2 = cli_now_seconds();
+    double t2 = st_clock_seconds();
     for (int64_t i = 0; i < n_predict; i++) {
         int32_t next;
         if (st_sampler_sample(sampler, last, &next, &err) != ST_OK) goto done;
@@ -343,7 +343,7 @@ int st_cmd_run(int argc, char **argv) {
         last = row;
     }
     emit_end(&out);
-    double t_gen = cli_now_seconds() - t2;
+    double t_gen = st_clock_seconds() - t2;
     if (!stop && (n_predict_req < 0 || out.n < n_predict_req)) stop = "context full: raise -c";
     if (keep_all && st_npy_write_f32(logits_path, logits, n_rows, V, &err) != ST_OK) goto done;
     fprintf(stderr, "stride run: load       %8.2f s  (%s, %s)\n", t_load, backend->device.name,

@@ -114,6 +114,6 @@ int st_cmd_synth(int argc, char **argv) {
     uint64_t n_tensors = 0, n_bytes = 0;
     st_synth_preset_size(p, type, &n_tensors, &n_bytes);
     printf("wrote %s: %llu tensors, %.2f GiB in %.1f s\n", out, (unsigned long long)n_tensors,
-           (double)n_bytes / (1024.0 * 1024.0 * 1024.0), cli_now_seconds() - prog.start);
+           (double)n_bytes / (1024.0 * 1024.0 * 1024.0), st_clock_seconds() - prog.start);
     return ST_EXIT_OK;
 }

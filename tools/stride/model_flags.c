@@ -41,7 +41,7 @@ st_status cli_model_open(const char *path, cli_model_setup *setup, st_backend **
                          double *seconds, st_error *err) {
     *backend = NULL;
     *model = NULL;
-    double t0 = cli_now_seconds();
+    double t0 = st_clock_seconds();
     cli_progress progress;
     cli_progress_begin(&progress, "loading");
     setup->load.progress = cli_progress_update;
@@ -56,6 +56,6 @@ st_status cli_model_open(const char *path, cli_model_setup *setup, st_backend **
         st_backend_free(*backend);
         *backend = NULL;
     }
-    *seconds = cli_now_seconds() - t0;
+    *seconds = st_clock_seconds() - t0;
     return s;
 }
