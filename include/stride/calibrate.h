@@ -93,8 +93,8 @@ typedef struct st_calib_verdict {
 void st_calibrate_decide(double dec_ratio, double dec_noise, double pre_ratio, double pre_noise,
                          st_calib_verdict *out);
 
-/* Median and noise (standard error of the median, robust) of n paired ratios. Sorts a
- * copy; n >= 1. */
+/* Median and noise (standard error of the median, robust) of n paired ratios (noise may
+ * be NULL: the median only). Sorts a copy; n >= 1. */
 void st_calibrate_ratio_stats(const double *ratios, int n, double *median, double *noise);
 
 /* One calibrated shape. Times are microseconds per product (medians). */
@@ -232,10 +232,10 @@ st_layout_auto_source st_calibrate_auto_source(const st_calib_table *t, const ch
 st_status st_calibrate_for_load(st_backend *b, const st_gguf_file *f, const st_layout_policy *policy,
                            st_type quantized_as, st_calib_table *table, char *notice, size_t notice_size);
 
-/* For planning without a backend (inspect): the device's cache if it is valid (*found),
- * and a notice line when it is missing, stale or corrupt. */
+/* For planning without a backend (inspect): the device's cache if it is valid (in
+ * *table), and a notice line when it is missing, stale or corrupt. */
 void st_calibrate_for_inspect(const st_device_info *dev, const st_layout_policy *policy, st_calib_table *table,
-                              bool *found, char *notice, size_t notice_size);
+                              char *notice, size_t notice_size);
 
 #ifdef __cplusplus
 }

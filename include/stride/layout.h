@@ -68,6 +68,8 @@ const char *st_device_kind_name(st_device_kind kind); /* "cpu", "nvidia-hopper",
 bool st_device_kind_from_name(const char *s, st_device_kind *out);
 
 typedef const char *(*st_getenv_fn)(const char *name, void *ctx);
+/* The st_getenv_fn of the process environment (getenv; ctx unused). */
+const char *st_getenv_process(const char *name, void *ctx);
 
 typedef struct st_layout_policy {
     st_pad_mode mode;           /* after flag > STRIDE_PAD_WEIGHTS > default */
@@ -164,6 +166,10 @@ typedef struct st_layout_plan {
     size_t total_planned_bytes;
     size_t total_extra_bytes;
 } st_layout_plan;
+
+/* A table role only fits a tensor of the matching rank: 2-D for dense products, 3-D for
+ * expert stacks. Anything else is malformed for its name: ST_ROLE_UNKNOWN (left packed). */
+st_tensor_role st_layout_role_for_rank(st_tensor_role role, uint32_t n_dims);
 
 /* Decides one tensor. `pad_enabled` is the resolved policy for the device (see
  * st_layout_plan_gguf); `disabled_reason` is the reason recorded when it is false. */

@@ -66,10 +66,8 @@ st_status st_calibrate_shapes_of_preset(const st_synth_preset *p, st_type weight
     st_status s = st_synth_build_tensors(p, weight_type, &t, &n, err);
     if (s != ST_OK) return s;
     for (uint64_t i = 0; i < n && s == ST_OK; i++) {
-        st_tensor_role role = st_arch_tensor_role(p->arch, t[i].name, strlen(t[i].name));
-        /* the planner's rank check: dense products are 2-D, expert stacks 3-D */
-        if ((role == ST_ROLE_GEMM || role == ST_ROLE_ROUTER) && t[i].n_dims != 2) role = ST_ROLE_UNKNOWN;
-        if (role == ST_ROLE_GEMM_EXPERTS && t[i].n_dims != 3) role = ST_ROLE_UNKNOWN;
+        const st_tensor_role role =
+            st_layout_role_for_rank(st_arch_tensor_role(p->arch, t[i].name, strlen(t[i].name)), t[i].n_dims);
         int64_t ne[ST_MAX_DIMS] = {1, 1, 1, 1};
         for (uint32_t d = 0; d < t[i].n_dims && d < 3; d++) ne[d] = t[i].ne[d];
         st_layout_entry e;
@@ -94,13 +92,8 @@ st_layout_auto_source st_calibrate_auto_source(const st_calib_table *t, const ch
     return (st_layout_auto_source){.lookup = table_lookup, .ctx = (void *)t, .what = what};
 }
 
-static const char *process_getenv(const char *name, void *ctx) {
-    (void)ctx;
-    return getenv(name);
-}
-
 st_status st_calibrate_env_allowed(st_getenv_fn getenv_fn, void *getenv_ctx, bool *allowed, st_error *err) {
-    if (!getenv_fn) getenv_fn = process_getenv;
+    if (!getenv_fn) getenv_fn = st_getenv_process;
     const char *v = getenv_fn("STRIDE_CALIBRATE", getenv_ctx);
     static const char *const yes[] = {"1", "on", "yes", "true", ""};
     static const char *const no[] = {"0", "off", "no", "false"};
@@ -218,16 +211,15 @@ st_status st_calibrate_for_load(st_backend *b, const st_gguf_file *f, const st_l
 }
 
 void st_calibrate_for_inspect(const st_device_info *dev, const st_layout_policy *policy, st_calib_table *table,
-                              bool *found, char *notice, size_t notice_size) {
-    ST_ASSERT(dev != NULL && policy != NULL && table != NULL && found != NULL && notice != NULL && notice_size > 0);
+                              char *notice, size_t notice_size) {
+    ST_ASSERT(dev != NULL && policy != NULL && table != NULL && notice != NULL && notice_size > 0);
     notice[0] = '\0';
     st_calib_key key;
     st_calibrate_key_init(&key, dev, policy->alias, policy->pad);
     char path[1100], problem[700];
     bool have_path;
     load_cache(&key, table, path, sizeof(path), &have_path, problem, sizeof(problem));
-    *found = table->n > 0;
-    if (*found) return;
+    if (table->n > 0) return;
     if (problem[0])
         snprintf(notice, notice_size, "auto: calibration cache not used (%s); inspect does not measure: built-in table",
                  problem);

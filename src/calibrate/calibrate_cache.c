@@ -117,14 +117,9 @@ void st_calibrate_table_free(st_calib_table *t) {
 
 /* ---- path --------------------------------------------------------------------------- */
 
-static const char *process_getenv(const char *name, void *ctx) {
-    (void)ctx;
-    return getenv(name);
-}
-
 st_status st_calibrate_cache_path(const st_calib_key *key, st_getenv_fn getenv_fn, void *getenv_ctx, char *buf,
                                   size_t size, st_error *err) {
-    if (!getenv_fn) getenv_fn = process_getenv;
+    if (!getenv_fn) getenv_fn = st_getenv_process;
     char dir[1024];
     const char *xdg = getenv_fn("XDG_CACHE_HOME", getenv_ctx);
     const char *home = getenv_fn("HOME", getenv_ctx);

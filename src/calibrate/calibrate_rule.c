@@ -26,12 +26,13 @@ void st_calibrate_ratio_stats(const double *ratios, int n, double *median, doubl
     memcpy(v, ratios, (size_t)n * sizeof(*v));
     qsort(v, (size_t)n, sizeof(*v), cmp_double);
     double med = median_sorted(v, n);
-    for (int i = 0; i < n; i++) dev[i] = fabs(v[i] - med);
-    qsort(dev, (size_t)n, sizeof(*dev), cmp_double);
+    *median = med;
+    if (!noise) return;
     /* 1.4826 x MAD estimates sigma for normal noise; the median's standard error is
      * sqrt(pi/2) = 1.2533 times the mean's, sigma / sqrt(n). */
+    for (int i = 0; i < n; i++) dev[i] = fabs(v[i] - med);
+    qsort(dev, (size_t)n, sizeof(*dev), cmp_double);
     double sigma = 1.4826 * median_sorted(dev, n);
-    *median = med;
     *noise = 1.2533 * sigma / sqrt((double)n);
 }
 

@@ -184,9 +184,9 @@ static int clamp_int(double v, int lo, int hi) {
     return (int)v;
 }
 
-static double median_of(double *v, int n) {
-    double med, noise;
-    st_calibrate_ratio_stats(v, n, &med, &noise);
+static double median_of(const double *v, int n) {
+    double med;
+    st_calibrate_ratio_stats(v, n, &med, NULL);
     return med;
 }
 
@@ -313,7 +313,10 @@ static st_status time_lead(run_ctx *c, st_error *err) {
         if (s == ST_OK) s = c->b->iface->timer_stop(c->b, &ms, err);
         t[i] = ms * 1000.0;
     }
-    if (s == ST_OK) c->lead_us = median_of(t, 5) > 1.0 ? median_of(t, 5) : 1.0;
+    if (s == ST_OK) {
+        const double lead = median_of(t, 5);
+        c->lead_us = lead > 1.0 ? lead : 1.0;
+    }
     return s;
 }
 

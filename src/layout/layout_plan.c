@@ -110,9 +110,7 @@ static bool resolve_enabled(const st_layout_policy *policy, st_device_kind devic
     return st_layout_auto_builtin(device, why);
 }
 
-/* A table role only fits a tensor of the matching rank: 2-D for dense products, 3-D for
- * expert stacks. Anything else is malformed for its name and left packed as unknown. */
-static st_tensor_role role_for_shape(st_tensor_role role, uint32_t n_dims) {
+st_tensor_role st_layout_role_for_rank(st_tensor_role role, uint32_t n_dims) {
     if ((role == ST_ROLE_GEMM || role == ST_ROLE_ROUTER) && n_dims != 2) return ST_ROLE_UNKNOWN;
     if (role == ST_ROLE_GEMM_EXPERTS && n_dims != 3) return ST_ROLE_UNKNOWN;
     return role;
@@ -230,7 +228,7 @@ st_status st_layout_plan_gguf_auto(const st_gguf_file *f, const st_layout_policy
         int64_t ne[ST_MAX_DIMS] = {1, 1, 1, 1};
         for (uint32_t d = 0; d < ti->n_dims && d < ST_MAX_DIMS; d++) ne[d] = ti->ne[d];
         st_tensor_role role = st_arch_tensor_role(arch, ti->name.data, (size_t)ti->name.len);
-        role = role_for_shape(role, ti->n_dims);
+        role = st_layout_role_for_rank(role, ti->n_dims);
 
         st_type type = ti->type;
         if (quantized_as != ST_TYPE_COUNT && st_type_get_traits((uint32_t)type)->is_quantized) type = quantized_as;

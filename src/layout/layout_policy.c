@@ -156,7 +156,7 @@ static st_status parse_pad(const char *v, size_t alias, const char *alias_source
     return ST_OK;
 }
 
-static const char *process_getenv(const char *name, void *ctx) {
+const char *st_getenv_process(const char *name, void *ctx) {
     (void)ctx;
     return getenv(name);
 }
@@ -164,7 +164,7 @@ static const char *process_getenv(const char *name, void *ctx) {
 st_status st_layout_policy_resolve(st_layout_policy *out, const char *flag_value,
                                    st_getenv_fn getenv_fn, void *getenv_ctx, st_error *err) {
     ST_ASSERT(out != NULL);
-    if (!getenv_fn) getenv_fn = process_getenv;
+    if (!getenv_fn) getenv_fn = st_getenv_process;
     st_layout_policy p = {
         .mode = ST_PAD_MODE_AUTO,
         .mode_source = "default",

@@ -83,8 +83,7 @@ static st_status bind_tensor(st_model *m, st_tensor *t, const char *name, int64_
  * CPU dequantizes a block of rows at a time, CUDA in its kernels (cuda_quant.cu reads every
  * type st_quant_supported names). The plan already holds the converted types when a
  * conversion was asked for (st_layout_plan_gguf_as). */
-static st_status check_quantized(const st_model *m, bool keep, st_error *err) {
-    (void)keep; /* kept or converted, a type stride cannot dequantize is refused */
+static st_status check_quantized(const st_model *m, st_error *err) { /* kept or converted alike */
     for (uint64_t i = 0; i < st_gguf_n_tensors(m->file); i++) {
         const st_gguf_tensor_info *info = st_gguf_get_tensor(m->file, i);
         const st_type_traits *tr = st_type_get_traits((uint32_t)info->type);
@@ -254,7 +253,7 @@ st_status st_model_load(const char *path, st_backend *backend, const st_model_lo
         s = st_error_set(err, ST_ERROR_NOMEM, "out of memory");
         goto fail;
     }
-    if ((s = check_quantized(m, keep, err)) != ST_OK) goto fail_wrap;
+    if ((s = check_quantized(m, err)) != ST_OK) goto fail_wrap;
     size_t total = 0;
     for (uint64_t i = 0; i < m->n_tensors; i++) total += align_up(st_tensor_nbytes(&m->plan.entries[i].tensor));
     if ((s = backend->iface->alloc(backend, total, &m->weights_buffer, err)) != ST_OK) {

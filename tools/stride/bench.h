@@ -137,7 +137,10 @@ const char *bench_kind_name(bench_kind k); /* "pp", "tg", "ttft" */
 void bench_row_name(const bench_results *r, int it, int ib, int iu, char *buf, size_t size);
 
 /* True when the reports show -b/-ub per row: more than one value, or not the defaults. */
-bool bench_shows_batches(const bench_results *r);
+/* A CSV field, quoted, with its quotes doubled. */
+void bench_csv_field(FILE *out, const char *s);
+/* [x0 * scale, x1 * scale, ...] with fmt per number. */
+void bench_json_numbers(FILE *out, const double *x, int n, const char *fmt, double scale);
 
 /* Mean and sample standard deviation (0 for a single value). */
 void bench_stats(const double *x, int n, double *mean, double *sd);
@@ -150,8 +153,6 @@ int bench_policy_index(const bench_results *r, const char *policy);
 
 /* The commit the build was configured at, or NULL. */
 const char *bench_commit(void);
-
-const char *bench_base_name(const char *path);
 
 void bench_report_md(FILE *out, const bench_results *r);
 void bench_report_csv(FILE *out, const bench_results *r);
@@ -166,9 +167,6 @@ typedef struct bench_cell {
     int ip_a, ip_b;   /* policies compared */
     double mean, sd;  /* percent */
 } bench_cell;
-
-/* Per-repetition percentages of policy ip_a over ip_b; pct has reps entries. */
-void bench_compare_pct(const bench_results *r, int im, int it, int ib, int iu, int ip_a, int ip_b, double *pct);
 
 /* on vs off (false when either is not swept, or the test was skipped for the model). */
 bool bench_cell_on_off(const bench_results *r, int im, int it, int ib, int iu, bench_cell *c, double *pct);

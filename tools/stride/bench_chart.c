@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "cli.h"
 
 /* Tableau 10: distinguishable, and the usual default of plotting tools */
 static const char *const PALETTE[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
@@ -93,7 +94,7 @@ bool bench_chart_svg(const char *path, const bench_results *r) {
     const int plot_w = n_rows * group_w > MIN_PLOT_W ? n_rows * group_w : MIN_PLOT_W;
     int legend_rows = 1;
     for (int im = 0, x = 0; im < r->n_models; im++) {
-        const int w = legend_w(bench_base_name(r->models[im]));
+        const int w = legend_w(cli_base_name(r->models[im]));
         if (x > 0 && x + w > plot_w) {
             legend_rows++;
             x = 0;
@@ -120,7 +121,7 @@ bool bench_chart_svg(const char *path, const bench_results *r) {
             MARGIN_L, r->reps, MARGIN_L);
     /* legend */
     for (int im = 0, x = 0, y = TITLE_H; im < r->n_models; im++) {
-        const char *name = bench_base_name(r->models[im]);
+        const char *name = cli_base_name(r->models[im]);
         if (x > 0 && x + legend_w(name) > plot_w) {
             x = 0;
             y += LEGEND_ROW_H;
@@ -166,11 +167,11 @@ bool bench_chart_svg(const char *path, const bench_results *r) {
             fprintf(out, "<rect class=\"bar\" data-shape=\"");
             xml_text(out, shape);
             fprintf(out, "\" data-model=\"");
-            xml_text(out, bench_base_name(r->models[im]));
+            xml_text(out, cli_base_name(r->models[im]));
             fprintf(out, "\" data-value=\"%.4f\" data-sd=\"%.4f\" x=\"%.1f\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" "
                          "fill=\"%s\"><title>",
                     c->mean, c->sd, x + 1, top, BAR_W - 2, h, PALETTE[im % N_PALETTE]);
-            xml_text(out, bench_base_name(r->models[im]));
+            xml_text(out, cli_base_name(r->models[im]));
             fprintf(out, " ");
             xml_text(out, shape);
             fprintf(out, ": %+.1f%% \xc2\xb1 %.1f</title></rect>\n", c->mean, c->sd);

@@ -26,7 +26,8 @@ bool bench_can_compare_auto(const bench_results *r) {
     return bench_can_compare(r) && bench_policy_index(r, "auto") >= 0;
 }
 
-void bench_compare_pct(const bench_results *r, int im, int it, int ib, int iu, int ip_a, int ip_b, double *pct) {
+/* Per-repetition percentages of policy ip_a over ip_b; pct has reps entries. */
+static void compare_pct(const bench_results *r, int im, int it, int ib, int iu, int ip_a, int ip_b, double *pct) {
     const double *a = bench_seconds_at(r, im, bench_setting(r, ip_a, ib, iu), it);
     const double *b = bench_seconds_at(r, im, bench_setting(r, ip_b, ib, iu), it);
     for (int k = 0; k < r->reps; k++) pct[k] = a[k] > 0 ? (b[k] / a[k] - 1.0) * 100.0 : 0.0;
@@ -36,7 +37,7 @@ static void fill_cell(const bench_results *r, int im, int it, int ib, int iu, in
                       double *pct) {
     c->ip_a = ip_a;
     c->ip_b = ip_b;
-    bench_compare_pct(r, im, it, ib, iu, ip_a, ip_b, pct);
+    compare_pct(r, im, it, ib, iu, ip_a, ip_b, pct);
     bench_stats(pct, r->reps, &c->mean, &c->sd);
 }
 
@@ -60,7 +61,7 @@ typedef bool (*cell_fn)(const bench_results *r, int im, int it, int ib, int iu, 
 
 static void md_table(FILE *out, const bench_results *r, cell_fn cell, bool name_b, double *pct) {
     fprintf(out, "| shape |");
-    for (int im = 0; im < r->n_models; im++) fprintf(out, " %s |", bench_base_name(r->models[im]));
+    for (int im = 0; im < r->n_models; im++) fprintf(out, " %s |", cli_base_name(r->models[im]));
     fprintf(out, "\n| --- |");
     for (int im = 0; im < r->n_models; im++) fprintf(out, " ---: |");
     fprintf(out, "\n");
@@ -100,7 +101,7 @@ static void md_auto_verdict(FILE *out, const bench_results *r, double *pct) {
                         char row[96];
                         bench_row_name(r, it, ib, iu, row, sizeof(row));
                         worst = c.mean;
-                        snprintf(where, sizeof(where), "%s, %s", row, bench_base_name(r->models[im]));
+                        snprintf(where, sizeof(where), "%s, %s", row, cli_base_name(r->models[im]));
                     }
                 }
     if (isinf(worst)) return; /* every cell skipped */
@@ -164,12 +165,9 @@ static void csv_cell(FILE *out, const bench_results *r, const char *comparison, 
     char row[96], test[64];
     bench_row_name(r, it, ib, iu, row, sizeof(row));
     bench_test_name(t, test, sizeof(test));
-    fprintf(out, "%s,%s,%s,\"", comparison, r->policies[c->ip_a], r->policies[c->ip_b]);
-    for (const char *s = r->models[im]; *s; s++) {
-        if (*s == '"') fputc('"', out);
-        fputc(*s, out);
-    }
-    fprintf(out, "\",%s,%s,%s,%lld,%lld,%lld,%lld,%.6f,%.6f,%d,\"", row, test, bench_kind_name(t->kind),
+    fprintf(out, "%s,%s,%s,", comparison, r->policies[c->ip_a], r->policies[c->ip_b]);
+    bench_csv_field(out, r->models[im]);
+    fprintf(out, ",%s,%s,%s,%lld,%lld,%lld,%lld,%.6f,%.6f,%d,\"", row, test, bench_kind_name(t->kind),
             (long long)t->n, (long long)t->depth, (long long)r->batches[ib], (long long)r->ubatches[iu], c->mean,
             c->sd, r->reps);
     for (int k = 0; k < r->reps; k++) fprintf(out, "%s%.6f", k ? ";" : "", pct[k]);
@@ -193,10 +191,10 @@ static void json_cell(FILE *out, const bench_results *r, const char *comparison,
     cli_json_string(out, r->models[im], strlen(r->models[im]));
     fprintf(out,
             ", \"row\": \"%s\", \"test\": \"%s\", \"kind\": \"%s\", \"n_batch\": %lld, \"n_ubatch\": %lld, "
-            "\"pct\": %.6f, \"sd_pct\": %.6f, \"per_rep_pct\": [",
+            "\"pct\": %.6f, \"sd_pct\": %.6f, \"per_rep_pct\": ",
             row, test, bench_kind_name(t->kind), (long long)r->batches[ib], (long long)r->ubatches[iu], c->mean, c->sd);
-    for (int k = 0; k < r->reps; k++) fprintf(out, "%s%.6f", k ? ", " : "", pct[k]);
-    fprintf(out, "]}");
+    bench_json_numbers(out, pct, r->reps, "%.6f", 1.0);
+    fputc('}', out);
 }
 
 void bench_compare_json(FILE *out, const bench_results *r) {

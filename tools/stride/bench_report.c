@@ -44,7 +44,7 @@ void bench_row_name(const bench_results *r, int it, int ib, int iu, char *buf, s
         snprintf(buf, size, "%s", test);
 }
 
-bool bench_shows_batches(const bench_results *r) {
+static bool bench_shows_batches(const bench_results *r) {
     return r->n_batches * r->n_ubatches > 1 || r->batches[0] != BENCH_DEFAULT_BATCH ||
            r->ubatches[0] != BENCH_DEFAULT_UBATCH;
 }
@@ -67,11 +67,6 @@ int bench_policy_index(const bench_results *r, const char *policy) {
     for (int i = 0; i < r->n_policies; i++)
         if (strcmp(r->policies[i], policy) == 0) return i;
     return -1;
-}
-
-const char *bench_base_name(const char *path) {
-    const char *s = strrchr(path, '/');
-    return s ? s + 1 : path;
 }
 
 static void format_count(uint64_t n, char *buf, size_t size) {
@@ -126,7 +121,7 @@ static void md_rates(FILE *out, const bench_results *r, double *v) {
                 double mean, sd;
                 bench_rates(r, im, is, it, v);
                 bench_stats(v, r->reps, &mean, &sd);
-                fprintf(out, "| %s | %s | %s | %s | %s |%s %s | %.2f ± %.2f |\n", bench_base_name(r->models[im]),
+                fprintf(out, "| %s | %s | %s | %s | %s |%s %s | %.2f ± %.2f |\n", cli_base_name(r->models[im]),
                         size, params, backend, pad, bub, test, mean, sd);
             }
         }
@@ -139,7 +134,7 @@ static void md_ttft(FILE *out, const bench_results *r, double *v) {
     fprintf(out, "time to first token, ms (mean ± sd over %d repetitions; host wall time from handing over the "
                  "prompt until its last logits are on the host, after DEPTH tokens in the cache):\n\n", r->reps);
     fprintf(out, "| test | pad |%s", batches ? " n_batch | n_ubatch |" : "");
-    for (int im = 0; im < r->n_models; im++) fprintf(out, " %s |", bench_base_name(r->models[im]));
+    for (int im = 0; im < r->n_models; im++) fprintf(out, " %s |", cli_base_name(r->models[im]));
     fprintf(out, "\n| --- | --- |%s", batches ? " ---: | ---: |" : "");
     for (int im = 0; im < r->n_models; im++) fprintf(out, " ---: |");
     fprintf(out, "\n");
@@ -179,7 +174,7 @@ static void md_skipped(FILE *out, const bench_results *r) {
             bench_test_name(&r->tests[it], test, sizeof(test));
             if (n++ == 0)
                 fprintf(out, "%sn/a for %s (longer than its context_length): %s", blank ? "" : "\n",
-                        bench_base_name(r->models[im]), test);
+                        cli_base_name(r->models[im]), test);
             else
                 fprintf(out, ", %s", test);
         }
@@ -214,7 +209,7 @@ void bench_report_md(FILE *out, const bench_results *r) {
     free(v);
 }
 
-static void csv_field(FILE *out, const char *s) {
+void bench_csv_field(FILE *out, const char *s) {
     fputc('"', out);
     for (; *s; s++) {
         if (*s == '"') fputc('"', out);
@@ -247,14 +242,14 @@ void bench_report_csv(FILE *out, const bench_results *r) {
                 bench_stats(v, r->reps, &mean, &sd);
                 const double *sec = bench_seconds_at(r, im, is, it), *wall = bench_wall_at(r, im, is, it);
                 for (int k = 0; k < r->reps; k++) {
-                    csv_field(out, STRIDE_VERSION_STRING);
+                    bench_csv_field(out, STRIDE_VERSION_STRING);
                     fputc(',', out);
-                    csv_field(out, commit ? commit : "");
+                    bench_csv_field(out, commit ? commit : "");
                     fprintf(out, ",%s,", r->date);
-                    csv_field(out, r->device.name);
+                    bench_csv_field(out, r->device.name);
                     fprintf(out, ",%s,%d,%d,%d,", r->backend, r->device.driver_version, r->device.runtime_version,
                             r->threads);
-                    csv_field(out, r->models[im]);
+                    bench_csv_field(out, r->models[im]);
                     fprintf(out,
                             ",%s,%" PRIu64 ",%" PRIu64 ",%s,%s,%" PRIu64 ",%s,%s,%lld,%lld,%lld,%lld,%lld,%s,%s,%" PRIu64
                             ",%d,%.9f,%.9f,%.6f,%.6f,%.6f,",
@@ -274,7 +269,7 @@ void bench_report_csv(FILE *out, const bench_results *r) {
 
 static void json_str(FILE *out, const char *s) { cli_json_string(out, s, strlen(s)); }
 
-static void json_numbers(FILE *out, const double *x, int n, const char *fmt, double scale) {
+void bench_json_numbers(FILE *out, const double *x, int n, const char *fmt, double scale) {
     fputc('[', out);
     for (int i = 0; i < n; i++) {
         if (i) fputs(", ", out);
@@ -370,15 +365,15 @@ void bench_report_json(FILE *out, const bench_results *r) {
                 if (t->kind == BENCH_KIND_TTFT) {
                     bench_stats(sec, r->reps, &mean, &sd);
                     fprintf(out, "\"avg_ms\": %.6f, \"stddev_ms\": %.6f, \"ms\": ", mean * 1e3, sd * 1e3);
-                    json_numbers(out, sec, r->reps, "%.6f", 1e3);
+                    bench_json_numbers(out, sec, r->reps, "%.6f", 1e3);
                     fprintf(out, ", ");
                 }
                 fprintf(out, "\"seconds\": ");
-                json_numbers(out, sec, r->reps, "%.12g", 1.0);
+                bench_json_numbers(out, sec, r->reps, "%.12g", 1.0);
                 fprintf(out, ", \"wall_seconds\": ");
-                json_numbers(out, bench_wall_at(r, im, is, it), r->reps, "%.12g", 1.0);
+                bench_json_numbers(out, bench_wall_at(r, im, is, it), r->reps, "%.12g", 1.0);
                 fprintf(out, ", \"t_s\": ");
-                json_numbers(out, v, r->reps, "%.6f", 1.0);
+                bench_json_numbers(out, v, r->reps, "%.6f", 1.0);
                 fprintf(out, ", \"run_order\": ");
                 json_ints(out, bench_order_at(r, im, is, it), r->reps);
                 fputc('}', out);

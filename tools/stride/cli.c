@@ -50,6 +50,11 @@ bool cli_parse_u64(const char *s, uint64_t *out) {
     return true;
 }
 
+const char *cli_base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
 void cli_format_bytes(uint64_t bytes, char *buf, int size) {
     const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = (double)bytes;

@@ -46,6 +46,9 @@ void cli_progress_begin(cli_progress *p, const char *label);
 void cli_progress_update(void *ctx, uint64_t done, uint64_t total);
 void cli_progress_end(cli_progress *p);
 
+/* The file name of a path (what follows its last '/'). */
+const char *cli_base_name(const char *path);
+
 /* "1.50 GiB", "12.0 MiB", "640 B" */
 void cli_format_bytes(uint64_t bytes, char *buf, int size);
 

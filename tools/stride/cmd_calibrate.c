@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "model_flags.h"
 #include "commands.h"
 #include "stride/calibrate.h"
 #include "stride/cpu_ops.h"
@@ -146,8 +147,8 @@ static void print_table(const st_backend *b, const st_calib_key *key, const st_c
 int st_cmd_calibrate(int argc, char **argv) {
     const char *models[MAX_SOURCES], *presets[MAX_SOURCES];
     int n_models = 0, n_presets = 0;
-    const char *backend_name = NULL, *threads = NULL, *type_name = NULL, *weights = NULL, *prefill = NULL,
-               *reps_s = NULL, *budget_s = NULL, *llc_s = NULL;
+    cli_model_flags mf = {0}; /* --backend, -t, --weights (the layout and KV flags do not apply) */
+    const char *type_name = NULL, *prefill = NULL, *reps_s = NULL, *budget_s = NULL, *llc_s = NULL;
     bool all_presets = false, save = true;
     for (int i = 1; i < argc; i++) {
         bool missing = false;
@@ -168,11 +169,9 @@ int st_cmd_calibrate(int argc, char **argv) {
             if (missing) return cli_usage_error(CMD, "%s needs a value", a);
             if (n_presets == MAX_SOURCES) return cli_usage_error(CMD, "at most %d presets", MAX_SOURCES);
             presets[n_presets++] = v;
-        } else if (cli_take_value(argc, argv, &i, "--backend", &backend_name, &missing) ||
-                   cli_take_value(argc, argv, &i, "-t", &threads, &missing) ||
-                   cli_take_value(argc, argv, &i, "--threads", &threads, &missing) ||
+        } else if ((strcmp(a, "--pad-weights") != 0 && strcmp(a, "--kv-type") != 0 &&
+                    cli_take_model_flag(argc, argv, &i, &mf, &missing)) ||
                    cli_take_value(argc, argv, &i, "--type", &type_name, &missing) ||
-                   cli_take_value(argc, argv, &i, "--weights", &weights, &missing) ||
                    cli_take_value(argc, argv, &i, "--prefill-batch", &prefill, &missing) ||
                    cli_take_value(argc, argv, &i, "-r", &reps_s, &missing) ||
                    cli_take_value(argc, argv, &i, "--reps", &reps_s, &missing) ||
@@ -188,11 +187,6 @@ int st_cmd_calibrate(int argc, char **argv) {
     /* values */
     uint64_t u = 0;
     st_calib_options opt = {0};
-    if (threads) {
-        if (!cli_parse_u64(threads, &u) || u == 0 || u > 4096)
-            return cli_usage_error(CMD, "-t: '%s' is not a thread count", threads);
-        st_cpu_set_threads((int)u);
-    }
     if (prefill) {
         if (!cli_parse_u64(prefill, &u) || u < 2 || u > 65536)
             return cli_usage_error(CMD, "--prefill-batch: '%s' is not a batch of 2..65536", prefill);
@@ -219,16 +213,13 @@ int st_cmd_calibrate(int argc, char **argv) {
     if (type_name && (!st_type_from_name(type_name, &preset_type) ||
                       (preset_type != ST_TYPE_F16 && preset_type != ST_TYPE_BF16 && preset_type != ST_TYPE_F32)))
         return cli_usage_error(CMD, "--type: '%s' is not f16, bf16 or f32", type_name);
-    st_type quantized_as = ST_TYPE_COUNT;
-    if (weights && (!st_type_from_name(weights, &quantized_as) ||
-                    (quantized_as != ST_TYPE_F16 && quantized_as != ST_TYPE_BF16)))
-        return cli_usage_error(CMD, "--weights: '%s' is not f16 or bf16", weights);
+    cli_model_setup setup;
+    int src = cli_model_setup_resolve(CMD, &mf, &setup);
+    if (src != ST_EXIT_OK) return src;
+    const st_type quantized_as = setup.load.weights_type;
+    const st_backend_kind bk = setup.backend;
+    const st_layout_policy policy = setup.load.policy;
     st_error err = {0};
-    st_backend_kind bk = st_backend_default();
-    st_layout_policy policy;
-    if ((backend_name && st_backend_parse(backend_name, &bk, &err) != ST_OK) ||
-        st_layout_policy_resolve(&policy, NULL, NULL, NULL, &err) != ST_OK)
-        return cli_usage_error(CMD, "%s", err.message);
     for (int i = 0; i < n_presets; i++)
         if (!st_synth_find_preset(presets[i]))
             return cli_usage_error(CMD, "--preset: unknown preset '%s' (`stride synth --list`)", presets[i]);
@@ -247,11 +238,10 @@ int st_cmd_calibrate(int argc, char **argv) {
             rc = cli_fail(CMD, &err);
             goto done;
         }
-        const char *base = strrchr(models[i], '/');
         st_calib_shape_list mine = {0};
         st_status s = st_calibrate_shapes_of_gguf(f, policy.alias, policy.pad, quantized_as, &mine, &err);
         st_gguf_close(f);
-        if (s == ST_OK) s = merge_source(base ? base + 1 : models[i], &mine, &shapes, &users, &err);
+        if (s == ST_OK) s = merge_source(cli_base_name(models[i]), &mine, &shapes, &users, &err);
         st_calibrate_shapes_free(&mine);
         if (s != ST_OK) {
             rc = cli_fail(CMD, &err);

@@ -300,8 +300,7 @@ int st_cmd_inspect(int argc, char **argv) {
         const st_layout_auto_source *src = NULL;
         char notice[1600] = "";
         if (have_device && st_layout_policy_is_auto(&policy)) {
-            bool found = false;
-            st_calibrate_for_inspect(&info, &policy, &calib, &found, notice, sizeof(notice));
+            st_calibrate_for_inspect(&info, &policy, &calib, notice, sizeof(notice));
             source = st_calibrate_auto_source(&calib, "from the cache");
             src = &source;
         }
