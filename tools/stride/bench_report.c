@@ -218,53 +218,77 @@ void bench_csv_field(FILE *out, const char *s) {
     fputc('"', out);
 }
 
+/* One (model, setting, test) result as the report writers see it. */
+typedef struct bench_result_view {
+    int im, is, it;
+    const bench_load *l;
+    const bench_test *t;
+    char test[64];     /* its name */
+    const double *v;   /* [reps] t/s */
+    double mean, sd;   /* of v */
+    const double *sec; /* [reps] seconds */
+    bool first;        /* the first result visited */
+} bench_result_view;
+
+typedef void (*bench_result_fn)(FILE *out, const bench_results *r, const bench_result_view *x);
+
+/* Calls fn for every result that ran (models, then settings, then tests, in order). */
+static void for_each_result(FILE *out, const bench_results *r, bench_result_fn fn) {
+    double *v = calloc((size_t)r->reps, sizeof(double));
+    if (!v) return;
+    bench_result_view x = {.v = v, .first = true};
+    for (x.im = 0; x.im < r->n_models; x.im++)
+        for (x.is = 0; x.is < bench_n_settings(r); x.is++) {
+            x.l = bench_load_at(r, x.im, bench_setting_policy(r, x.is));
+            for (x.it = 0; x.it < r->n_tests; x.it++) {
+                x.t = &r->tests[x.it];
+                if (!bench_fits(r, x.im, x.it)) continue;
+                bench_test_name(x.t, x.test, sizeof(x.test));
+                bench_rates(r, x.im, x.is, x.it, v);
+                bench_stats(v, r->reps, &x.mean, &x.sd);
+                x.sec = bench_seconds_at(r, x.im, x.is, x.it);
+                fn(out, r, &x);
+                x.first = false;
+            }
+        }
+    free(v);
+}
+
+static void csv_result(FILE *out, const bench_results *r, const bench_result_view *x) {
+    const char *commit = bench_commit();
+    const bench_load *l = x->l;
+    const bench_test *t = x->t;
+    const double *wall = bench_wall_at(r, x->im, x->is, x->it);
+    for (int k = 0; k < r->reps; k++) {
+        bench_csv_field(out, STRIDE_VERSION_STRING);
+        fputc(',', out);
+        bench_csv_field(out, commit ? commit : "");
+        fprintf(out, ",%s,", r->date);
+        bench_csv_field(out, r->device.name);
+        fprintf(out, ",%s,%d,%d,%d,", r->backend, r->device.driver_version, r->device.runtime_version, r->threads);
+        bench_csv_field(out, r->models[x->im]);
+        fprintf(out,
+                ",%s,%" PRIu64 ",%" PRIu64 ",%s,%s,%" PRIu64 ",%s,%s,%lld,%lld,%lld,%lld,%lld,%s,%s,%" PRIu64
+                ",%d,%.9f,%.9f,%.6f,%.6f,%.6f,",
+                l->arch, l->weights_bytes, l->n_params, l->policy, l->pad_enabled ? "true" : "false", l->n_padded,
+                x->test, bench_kind_name(t->kind), (long long)t->n, (long long)t->depth,
+                (long long)r->batches[bench_setting_batch(r, x->is)],
+                (long long)r->ubatches[bench_setting_ubatch(r, x->is)], (long long)r->n_ctx, r->kv_type, r->weights,
+                r->seed, k, x->sec[k], wall[k], x->v[k], x->mean, x->sd);
+        if (t->kind == BENCH_KIND_TTFT) fprintf(out, "%.6f", x->sec[k] * 1e3);
+        fputc('\n', out);
+    }
+}
+
 void bench_report_csv(FILE *out, const bench_results *r) {
     if (r->compare) {
         bench_compare_csv(out, r);
         return;
     }
-    const char *commit = bench_commit();
-    double *v = calloc((size_t)r->reps, sizeof(double));
-    if (!v) return;
     fprintf(out, "stride_version,commit,date,device,backend,driver_version,runtime_version,threads,model_file,arch,"
                  "model_size,model_params,pad_weights,pad_enabled,n_padded,test,kind,n_tokens,depth,n_batch,n_ubatch,"
                  "n_ctx,kv_type,weights,seed,rep,seconds,wall_seconds,t_s,avg_ts,stddev_ts,ttft_ms\n");
-    for (int im = 0; im < r->n_models; im++) {
-        for (int is = 0; is < bench_n_settings(r); is++) {
-            const bench_load *l = bench_load_at(r, im, bench_setting_policy(r, is));
-            for (int it = 0; it < r->n_tests; it++) {
-                const bench_test *t = &r->tests[it];
-                if (!bench_fits(r, im, it)) continue;
-                char test[64];
-                bench_test_name(t, test, sizeof(test));
-                double mean, sd;
-                bench_rates(r, im, is, it, v);
-                bench_stats(v, r->reps, &mean, &sd);
-                const double *sec = bench_seconds_at(r, im, is, it), *wall = bench_wall_at(r, im, is, it);
-                for (int k = 0; k < r->reps; k++) {
-                    bench_csv_field(out, STRIDE_VERSION_STRING);
-                    fputc(',', out);
-                    bench_csv_field(out, commit ? commit : "");
-                    fprintf(out, ",%s,", r->date);
-                    bench_csv_field(out, r->device.name);
-                    fprintf(out, ",%s,%d,%d,%d,", r->backend, r->device.driver_version, r->device.runtime_version,
-                            r->threads);
-                    bench_csv_field(out, r->models[im]);
-                    fprintf(out,
-                            ",%s,%" PRIu64 ",%" PRIu64 ",%s,%s,%" PRIu64 ",%s,%s,%lld,%lld,%lld,%lld,%lld,%s,%s,%" PRIu64
-                            ",%d,%.9f,%.9f,%.6f,%.6f,%.6f,",
-                            l->arch, l->weights_bytes, l->n_params, l->policy, l->pad_enabled ? "true" : "false",
-                            l->n_padded, test, bench_kind_name(t->kind), (long long)t->n, (long long)t->depth,
-                            (long long)r->batches[bench_setting_batch(r, is)],
-                            (long long)r->ubatches[bench_setting_ubatch(r, is)], (long long)r->n_ctx, r->kv_type,
-                            r->weights, r->seed, k, sec[k], wall[k], v[k], mean, sd);
-                    if (t->kind == BENCH_KIND_TTFT) fprintf(out, "%.6f", sec[k] * 1e3);
-                    fputc('\n', out);
-                }
-            }
-        }
-    }
-    free(v);
+    for_each_result(out, r, csv_result);
 }
 
 static void json_str(FILE *out, const char *s) { cli_json_string(out, s, strlen(s)); }
@@ -332,56 +356,43 @@ static void json_header(FILE *out, const bench_results *r) {
             d->backend == ST_BACKEND_CUDA ? "backend timer (CUDA events)" : "backend timer (host clock)");
 }
 
+static void json_result(FILE *out, const bench_results *r, const bench_result_view *x) {
+    const bench_load *l = x->l;
+    const bench_test *t = x->t;
+    fprintf(out, "%s\n    {\"model_file\": ", x->first ? "" : ",");
+    json_str(out, r->models[x->im]);
+    fprintf(out,
+            ", \"arch\": \"%s\", \"model_size\": %" PRIu64 ", \"model_params\": %" PRIu64
+            ", \"pad_weights\": \"%s\", \"pad_enabled\": %s, \"n_padded\": %" PRIu64
+            ", \"n_batch\": %lld, \"n_ubatch\": %lld, \"test\": \"%s\", \"kind\": \"%s\", "
+            "\"n_tokens\": %lld, \"depth\": %lld, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, ",
+            l->arch, l->weights_bytes, l->n_params, l->policy, l->pad_enabled ? "true" : "false", l->n_padded,
+            (long long)r->batches[bench_setting_batch(r, x->is)], (long long)r->ubatches[bench_setting_ubatch(r, x->is)],
+            x->test, bench_kind_name(t->kind), (long long)t->n, (long long)t->depth, x->mean, x->sd);
+    if (t->kind == BENCH_KIND_TTFT) {
+        double mean, sd;
+        bench_stats(x->sec, r->reps, &mean, &sd);
+        fprintf(out, "\"avg_ms\": %.6f, \"stddev_ms\": %.6f, \"ms\": ", mean * 1e3, sd * 1e3);
+        bench_json_numbers(out, x->sec, r->reps, "%.6f", 1e3);
+        fprintf(out, ", ");
+    }
+    fprintf(out, "\"seconds\": ");
+    bench_json_numbers(out, x->sec, r->reps, "%.12g", 1.0);
+    fprintf(out, ", \"wall_seconds\": ");
+    bench_json_numbers(out, bench_wall_at(r, x->im, x->is, x->it), r->reps, "%.12g", 1.0);
+    fprintf(out, ", \"t_s\": ");
+    bench_json_numbers(out, x->v, r->reps, "%.6f", 1.0);
+    fprintf(out, ", \"run_order\": ");
+    json_ints(out, bench_order_at(r, x->im, x->is, x->it), r->reps);
+    fputc('}', out);
+}
+
 void bench_report_json(FILE *out, const bench_results *r) {
-    double *v = calloc((size_t)r->reps, sizeof(double));
-    if (!v) return;
     json_header(out, r);
     fprintf(out, "  \"results\": [");
-    bool first = true;
-    for (int im = 0; im < r->n_models; im++) {
-        for (int is = 0; is < bench_n_settings(r); is++) {
-            const bench_load *l = bench_load_at(r, im, bench_setting_policy(r, is));
-            for (int it = 0; it < r->n_tests; it++) {
-                const bench_test *t = &r->tests[it];
-                if (!bench_fits(r, im, it)) continue;
-                char test[64];
-                bench_test_name(t, test, sizeof(test));
-                double mean, sd;
-                bench_rates(r, im, is, it, v);
-                bench_stats(v, r->reps, &mean, &sd);
-                fprintf(out, "%s\n    {\"model_file\": ", first ? "" : ",");
-                first = false;
-                json_str(out, r->models[im]);
-                fprintf(out,
-                        ", \"arch\": \"%s\", \"model_size\": %" PRIu64 ", \"model_params\": %" PRIu64
-                        ", \"pad_weights\": \"%s\", \"pad_enabled\": %s, \"n_padded\": %" PRIu64
-                        ", \"n_batch\": %lld, \"n_ubatch\": %lld, \"test\": \"%s\", \"kind\": \"%s\", "
-                        "\"n_tokens\": %lld, \"depth\": %lld, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, ",
-                        l->arch, l->weights_bytes, l->n_params, l->policy, l->pad_enabled ? "true" : "false",
-                        l->n_padded, (long long)r->batches[bench_setting_batch(r, is)],
-                        (long long)r->ubatches[bench_setting_ubatch(r, is)], test, bench_kind_name(t->kind),
-                        (long long)t->n, (long long)t->depth, mean, sd);
-                const double *sec = bench_seconds_at(r, im, is, it);
-                if (t->kind == BENCH_KIND_TTFT) {
-                    bench_stats(sec, r->reps, &mean, &sd);
-                    fprintf(out, "\"avg_ms\": %.6f, \"stddev_ms\": %.6f, \"ms\": ", mean * 1e3, sd * 1e3);
-                    bench_json_numbers(out, sec, r->reps, "%.6f", 1e3);
-                    fprintf(out, ", ");
-                }
-                fprintf(out, "\"seconds\": ");
-                bench_json_numbers(out, sec, r->reps, "%.12g", 1.0);
-                fprintf(out, ", \"wall_seconds\": ");
-                bench_json_numbers(out, bench_wall_at(r, im, is, it), r->reps, "%.12g", 1.0);
-                fprintf(out, ", \"t_s\": ");
-                bench_json_numbers(out, v, r->reps, "%.6f", 1.0);
-                fprintf(out, ", \"run_order\": ");
-                json_ints(out, bench_order_at(r, im, is, it), r->reps);
-                fputc('}', out);
-            }
-        }
-    }
+    for_each_result(out, r, json_result);
     fprintf(out, "\n  ],\n  \"skipped\": [");
-    first = true;
+    bool first = true;
     for (int im = 0; im < r->n_models; im++)
         for (int it = 0; it < r->n_tests; it++) {
             if (bench_fits(r, im, it)) continue;
@@ -395,5 +406,4 @@ void bench_report_json(FILE *out, const bench_results *r) {
     fprintf(out, "],\n  \"compare\": ");
     bench_compare_json(out, r);
     fprintf(out, "\n}\n");
-    free(v);
 }
