@@ -161,12 +161,12 @@ static st_status decode_step(st_session *s, st_error *err) {
         }
         st_status st = b->iface->graph_begin(b, err);
         if (st != ST_OK) return st;
-        st_error rec_err = {0};
-        st_status fs = st_forward(s, 1, n_ctx, 1, &rec_err);
-        st_status es = b->iface->graph_end(b, &s->decode_graph, fs == ST_OK ? &rec_err : &(st_error){0});
+        st_error fwd_err = {0}, end_err = {0};
+        st_status fs = st_forward(s, 1, n_ctx, 1, &fwd_err);
+        st_status es = b->iface->graph_end(b, &s->decode_graph, &end_err); /* always ends the recording */
         if (fs != ST_OK || es != ST_OK) {
             /* Not recordable here: run plainly from now on (correct, only slower). */
-            fprintf(stderr, "stride: decode graphs disabled: %s\n", rec_err.message);
+            fprintf(stderr, "stride: decode graphs disabled: %s\n", fs != ST_OK ? fwd_err.message : end_err.message);
             s->graphs_enabled = false;
             drop_decode_graph(s);
             return st_forward(s, 1, n_ctx, 1, err);
