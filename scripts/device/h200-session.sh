@@ -1,36 +1,93 @@
 #!/usr/bin/env bash
-# One device session (the `run` tool's machine; run from the repository root there):
-# the GPU test script, the issue-5 figures (pp512/tg128 on vs off), 64 greedy tokens on vs
-# off on seed-shape models, and the seed-form on/off/auto table with TTFT. Writes under
-# $OUT as it goes, so a time-out still returns what finished. This is the script behind
-# bench/cuda-bench-h200.md and bench/pad-seed-table-h200.md.
+# The device sessions behind bench/ and tests/gpu/RESULTS.md, as stages (run from the
+# repository root on the `run` tool's machine, in one call or over several warm calls):
+#
+#   scripts/device/h200-session.sh STAGE [STAGE ...]
+#
+#   build        configure + build build-gpu (tests/gpu/run_gpu_tests.sh's build stage)
+#   synth        synthesize $MODELS (preset names; phi-4-mini as BF16, the rest F16) into
+#                models/, in parallel
+#   tests        the GPU test script's ops, quant, models and memcheck stages
+#   issue5       tg128/pp512 padding on vs off, -r 3, interleaved ($MODELS)
+#   greedy       64 greedy tokens with padding on vs off ($MODELS)
+#   seed         the seed-form table: pp128..pp8192, tg128, TTFT512 at depth 0/4096/8192,
+#                on/off/auto, -r 2, with JSON and the SVG chart ($MODELS)
+#   real         the real model (gemma-3-270m Q4_K_M, reassembled from .xfer/part.* when
+#                it is not in models/) converted to F16/BF16 at load: perplexity over
+#                data/kjv-excerpt.txt and 64 greedy tokens, padding on vs off vs auto, and
+#                with the alias forced to 256 B so that every converted row pads
+#
+# Each stage writes one log (and the seed stage its JSON and SVG) under $OUT: the tool
+# returns at most 8 files a call.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 O=${OUT:-/tmp/out}; mkdir -p "$O" models
-export PATH=/usr/local/cuda/bin:$PATH PYTHONPATH=$PWD/.whl XDG_CACHE_HOME=$O/cache
-t0=$(date +%s)
+export PATH=/usr/local/cuda/bin:$PATH PYTHONPATH=$PWD/.whl XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/stride-xdg}
+MODELS=${MODELS:-llama-3.2-1b qwen3-1.7b qwen3-8b}
 S=build-gpu/stride
-STAGES="build" OUT=$O/gputest-build tests/gpu/run_gpu_tests.sh 2>&1 | grep -E "^build"
-# the models in the background while the tests run
-( for m in llama-3.2-1b qwen3-1.7b qwen3-8b; do $S synth $m -o models/$m.gguf --type f16 >/dev/null 2>&1 & done; wait
-  echo "synth $(( $(date +%s) - t0 )) s" >"$O/synth.txt" ) &
-SYN=$!
-STAGES="ops quant models memcheck" OUT=$O/gputest tests/gpu/run_gpu_tests.sh >"$O/gputest.log" 2>&1
-echo "gpu tests $(( $(date +%s) - t0 )) s"; tail -n 80 "$O/gputest/summary.txt" | grep -E "FAIL|WARN|ALL|SOME|memcheck|test_cuda"
-wait $SYN; cat "$O/synth.txt"
-M3=models/llama-3.2-1b.gguf,models/qwen3-1.7b.gguf,models/qwen3-8b.gguf
-$S bench --backend cuda -m $M3 -p 512 -n 128 -r 3 --pad-weights on,off -o md -oe json >"$O/bench-issue5.md" 2>"$O/bench-issue5.json"
-grep -E "^\| .*(pp|tg)" "$O/bench-issue5.md"; echo "bench $(( $(date +%s) - t0 )) s"
-for m in llama-3.2-1b qwen3-1.7b qwen3-8b; do
-  for pad in on off; do
-    $S run --backend cuda -m models/$m.gguf -p "The quick brown fox" -n 64 --temp 0 --pad-weights $pad \
-       >"$O/greedy-$m-$pad.txt" 2>"$O/greedy-$m-$pad.err"
-  done
-  if cmp -s "$O/greedy-$m-on.txt" "$O/greedy-$m-off.txt"; then echo "$m greedy64 on=off: identical"; else echo "$m greedy64 on=off: DIFFER"; fi
-  grep -h "padded\|layout" "$O/greedy-$m-on.err" | head -2
-done
-echo "greedy $(( $(date +%s) - t0 )) s"
-$S bench --backend cuda -m $M3 -p 128,512,2048,8192 -n 128 --ttft 512 --ttft-depth 0,4096,8192 -r 2 \
-   --pad-weights on,off,auto --chart "$O/seed-table.svg" -o md -oe json >"$O/seed-table.md" 2>"$O/seed-table.json"
-sed -n '/shape/,$p' "$O/seed-table.md" | head -40
-echo "total $(( $(date +%s) - t0 )) s"
+t0=$(date +%s)
+elapsed() { echo "$1 $(( $(date +%s) - t0 )) s"; }
+model_type() { [ "$1" = phi-4-mini ] && echo bf16 || echo f16; }
+model_list() { local m l=""; for m in $MODELS; do l="$l${l:+,}models/$m.gguf"; done; echo "$l"; }
+
+stage_build() {
+    STAGES=build OUT=/tmp/gpu-build tests/gpu/run_gpu_tests.sh >"$O/build.log" 2>&1 || { tail -40 "$O/build.log"; exit 1; }
+    elapsed build
+}
+stage_synth() {
+    local m
+    for m in $MODELS; do
+        [ -s models/$m.gguf ] || $S synth $m -o models/$m.gguf --type "$(model_type $m)" >/dev/null 2>&1 &
+    done
+    wait; ls -l models; elapsed synth
+}
+stage_tests() {
+    STAGES="ops quant models memcheck" OUT=/tmp/gpu-tests tests/gpu/run_gpu_tests.sh >/dev/null 2>&1
+    cp /tmp/gpu-tests/summary.txt "$O/gpu-tests-summary.txt"
+    grep -E "FAIL|WARN|ALL|SOME|memcheck|test_cuda" "$O/gpu-tests-summary.txt"; elapsed tests
+}
+stage_issue5() {
+    $S bench --backend cuda -m "$(model_list)" -p 512 -n 128 -r 3 --pad-weights on,off -o md >"$O/issue5.md" 2>&1
+    grep -E "^\| .*(pp|tg)" "$O/issue5.md"; elapsed issue5
+}
+stage_greedy() {
+    local m pad
+    for m in $MODELS; do
+        for pad in on off; do
+            $S run --backend cuda -m models/$m.gguf -p "The quick brown fox" -n 64 --temp 0 --pad-weights $pad \
+                >/tmp/greedy-$m-$pad.txt 2>/tmp/greedy-$m-$pad.err
+            echo "== $m $pad: $(grep -h "padded\|layout" /tmp/greedy-$m-$pad.err | head -2 | tr '\n' ' ')"
+            cat /tmp/greedy-$m-$pad.txt; echo
+        done
+        if cmp -s /tmp/greedy-$m-on.txt /tmp/greedy-$m-off.txt; then echo "$m greedy64 on=off: identical"
+        else echo "$m greedy64 on=off: DIFFER"; fi
+    done >"$O/greedy.log" 2>&1
+    grep "greedy64" "$O/greedy.log"; elapsed greedy
+}
+stage_seed() {
+    $S bench --backend cuda -m "$(model_list)" -p 128,512,2048,8192 -n 128 --ttft 512 --ttft-depth 0,4096,8192 \
+        -r 2 --pad-weights on,off,auto --chart "$O/seed-table.svg" -o md -oe json >"$O/seed-table.md" \
+        2>"$O/seed-table.json"
+    sed -n '/shape/,$p' "$O/seed-table.md" | head -40; elapsed seed
+}
+stage_real() {
+    local rm=models/gemma-3-270m-q4_k_m.gguf w pad env_alias log=$O/real-model.log
+    if [ ! -s $rm ]; then cat .xfer/part.* >$rm || exit 1; fi
+    sha256sum $rm | tee "$log"
+    for w in f16 bf16; do
+        for env_alias in "" "STRIDE_ROW_ALIAS=256 STRIDE_ROW_PAD=128"; do
+            for pad in on off auto; do
+                echo "== perplexity --weights $w --pad-weights $pad ${env_alias:-(device alias)}" >>"$log"
+                env $env_alias $S perplexity --backend cuda -m $rm --weights $w --pad-weights $pad \
+                    -f data/kjv-excerpt.txt -c 512 >>"$log" 2>&1
+                env $env_alias $S run --backend cuda -m $rm --weights $w --pad-weights $pad \
+                    -p "The capital of France is" -n 64 --temp 0 >/tmp/real-$w-$pad.txt 2>/tmp/real-$w-$pad.err
+                grep -h "padded\|layout" /tmp/real-$w-$pad.err | head -2 >>"$log"
+                echo "greedy: $(tr '\n' ' ' </tmp/real-$w-$pad.txt)" >>"$log"
+            done
+        done
+    done
+    grep -E "^==|Final|final|estimate|greedy" "$log" | cut -c1-160; elapsed real
+}
+
+for stage in "$@"; do "stage_$stage"; done

@@ -42,7 +42,7 @@ want() { [[ " $STAGES " == *" $1 "* ]]; }
 secs() { date +%s; }
 T0=$(secs)
 
-echo "== stride GPU tests: $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $(hostname), $(date -u +%FT%TZ)"
+echo "== stride GPU tests: ${STRIDE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")} on $(hostname), $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "(no nvidia-smi)"
 
 # ---- 1. build ------------------------------------------------------------------------------
@@ -310,7 +310,7 @@ fi
 
 # ---- 6. the table ------------------------------------------------------------------------------
 {
-    echo "stride GPU tests | commit $(git rev-parse --short HEAD 2>/dev/null || echo '?') | $(date -u +%F) | $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n1) | $(($(secs) - T0)) s"
+    echo "stride GPU tests | commit ${STRIDE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo "?")} | $(date -u +%F) | $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n1) | $(($(secs) - T0)) s"
     printf '%-40s | %-5s | %s\n' stage result detail
     printf -- '-----------------------------------------+-------+-------\n'
     for r in "${ROWS[@]}"; do echo "$r"; done
