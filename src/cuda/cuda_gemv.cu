@@ -19,6 +19,9 @@
 
 #define GEMV_THREADS (CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE)
 #define GEMV_MAX_PARTS 3
+// Blocks per multiprocessor the one-column kernels are compiled for: 8 x 256 threads, the
+// most an SM holds, at <= 32 registers a thread (with CUDA_GEMV_UNROLL 2: no spills).
+#define GEMV_DECODE_MIN_BLOCKS 8
 // A norm stages [M][K] floats: without an opt-in, dynamic shared memory stops at 48 KiB.
 #define GEMV_MAX_STAGED_BYTES (48 * 1024)
 
@@ -75,7 +78,7 @@ __device__ void gemv_stage_norm(float *h, const gemv_args &a) {
 
 // One warp per weight row (of a gate and up pair for GLU), CUDA_GEMV_WARPS rows per block.
 template <st_type T, int EPI, bool NORM, int NC>
-__global__ void __launch_bounds__(GEMV_THREADS) gemv_kernel(const gemv_args a) {
+__global__ void __launch_bounds__(GEMV_THREADS, NC == 1 ? GEMV_DECODE_MIN_BLOCKS : 1) gemv_kernel(const gemv_args a) {
     extern __shared__ float4 gemv_staged[]; // NORM: h [M][K]
     const float *xs[NC];
     if (NORM) {

@@ -105,7 +105,7 @@ __device__ __forceinline__ void cuda_gemv_piece(const uint4 &wq, int64_t k0, con
  * Measured on the H200 (bench/cuda-decode.md): splitting a row's K over several warps,
  * guarding the last round instead of finishing it piece by piece, and folding an RMSNorm
  * into the loop (x * norm_w per element) were each slower in whole-model decode. */
-#define CUDA_GEMV_UNROLL 8
+#define CUDA_GEMV_UNROLL 2
 template <st_type T, bool X_SHARED = false, int NC = CUDA_GEMV_MAX_COLS>
 __device__ __forceinline__ void cuda_gemv_row(const char *__restrict__ wrow, int64_t K, bool w_vec,
                                               const float *const *xs, int n_cols, bool x_vec, float *acc) {
