@@ -97,14 +97,20 @@ __device__ __forceinline__ void cuda_gemv_piece(const uint4 &wq, int64_t k0, con
  *   X_SHARED: xs point into shared memory; NC: the most columns (a compile-time bound, so
  *   that a one-column product keeps one accumulator in registers, not seven).
  * Bytes in flight: each lane issues CUDA_GEMV_UNROLL 16-byte weight loads before it uses
- * any of them (a warp: 32 x 16 x CUDA_GEMV_UNROLL = 4 KiB), which is what keeps HBM busy
- * on rows of 2-8 KiB; the weights are streamed past the caches (read once per token) so
- * that x stays in L1. The summation order is fixed by K alone: lane l owns the pieces
- * l, l + 32, ... in order, then a shuffle tree.
+ * any of them (a warp: 32 x 16 x CUDA_GEMV_UNROLL = 1 KiB); HBM is kept busy by many warps
+ * rather than deep unrolling: the one-column kernels are compiled for 8 blocks of 8 warps
+ * per SM (GEMV_DECODE_MIN_BLOCKS, <= 32 registers), 64 KiB in flight per SM. The weights
+ * are streamed past the caches (read once per token) so that x stays in L1. The summation
+ * order is fixed by K alone: lane l owns the pieces l, l + 32, ... in order, then a
+ * shuffle tree, whatever CUDA_GEMV_UNROLL is.
  *
- * Measured on the H200 (bench/cuda-decode.md): splitting a row's K over several warps,
- * guarding the last round instead of finishing it piece by piece, and folding an RMSNorm
- * into the loop (x * norm_w per element) were each slower in whole-model decode. */
+ * Measured on the H200 (bench/cuda-decode.md), whole-model tg128: 2 loads a lane at 64
+ * warps an SM beat 8 loads at 32 warps (the earlier choice) by 11-24%, 4 at 48 and 4 at
+ * 64 (with spills) by less; 4 warps a block, splitting a row's K over several warps,
+ * guarding the last round instead of finishing it piece by piece, folding an RMSNorm into
+ * the loop (x * norm_w per element), loading a row's first round before waiting on the
+ * previous kernel (programmatic dependent launch) and staging x in shared memory for the
+ * products without a norm were each slower or no faster. */
 #define CUDA_GEMV_UNROLL 2
 template <st_type T, bool X_SHARED = false, int NC = CUDA_GEMV_MAX_COLS>
 __device__ __forceinline__ void cuda_gemv_row(const char *__restrict__ wrow, int64_t K, bool w_vec,
