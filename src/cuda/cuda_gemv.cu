@@ -20,8 +20,12 @@
 #define GEMV_THREADS (CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE)
 #define GEMV_MAX_PARTS 3
 // Blocks per multiprocessor the one-column kernels are compiled for: 8 x 256 threads, the
-// most an SM holds, at <= 32 registers a thread (with CUDA_GEMV_UNROLL 2: no spills).
+// most an SM holds, at <= 32 registers a thread (with CUDA_GEMV_UNROLL 2, ptxas: no spills
+// for F16; 8-12 bytes for BF16 and 8-40 for F32, whose decode was not re-measured).
+// Overridable with -D for tuning builds, as CUDA_GEMV_UNROLL.
+#ifndef GEMV_DECODE_MIN_BLOCKS
 #define GEMV_DECODE_MIN_BLOCKS 8
+#endif
 // A norm stages [M][K] floats: without an opt-in, dynamic shared memory stops at 48 KiB.
 #define GEMV_MAX_STAGED_BYTES (48 * 1024)
 

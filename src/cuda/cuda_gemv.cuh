@@ -111,7 +111,10 @@ __device__ __forceinline__ void cuda_gemv_piece(const uint4 &wq, int64_t k0, con
  * the loop (x * norm_w per element), loading a row's first round before waiting on the
  * previous kernel (programmatic dependent launch) and staging x in shared memory for the
  * products without a norm were each slower or no faster. */
+/* (Overridable with -D for tuning builds: bench/kernels/decode_step_bench.cu.) */
+#ifndef CUDA_GEMV_UNROLL
 #define CUDA_GEMV_UNROLL 2
+#endif
 template <st_type T, bool X_SHARED = false, int NC = CUDA_GEMV_MAX_COLS>
 __device__ __forceinline__ void cuda_gemv_row(const char *__restrict__ wrow, int64_t K, bool w_vec,
                                               const float *const *xs, int n_cols, bool x_vec, float *acc) {
