@@ -12,6 +12,10 @@
 #   greedy       64 greedy tokens with padding on vs off ($MODELS)
 #   seed         the seed-form table: pp128..pp8192, tg128, TTFT512 at depth 0/4096/8192,
 #                on/off/auto, -r 2, with JSON and the SVG chart ($MODELS)
+#   kernels      bench/kernels/decode_step_bench.cu against build-gpu: each decode kernel's
+#                time per layer, alone and back to back, packed and padded
+#   sweep        the same bench against builds of other GEMV tunings ($GEMV_VARIANTS:
+#                "UNROLL:MIN_BLOCKS ..."; default "2:8 4:6 1:8")
 #   real         the real model (gemma-3-270m Q4_K_M; when it is not in models/, reassembled
 #                from the pieces earlier warm calls carried as .xfer/part.* and kept in
 #                /tmp/xfer: the tree a call takes is limited to 64 MiB) converted to F16/BF16 at load: perplexity over
@@ -70,6 +74,31 @@ stage_seed() {
         -r 2 --pad-weights on,off,auto --chart "$O/seed-table.svg" -o md -oe json >"$O/seed-table.md" \
         2>"$O/seed-table.json"
     sed -n '/shape/,$p' "$O/seed-table.md" | head -40; elapsed seed
+}
+decode_bench() { # decode_bench BUILD_DIR: the bench linked against that build's library
+    nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Isrc -DSTRIDE_HAVE_CUDA=1 bench/kernels/decode_step_bench.cu \
+        "$1/libstride.a" -lcublas -lcublasLt -Xcompiler -fopenmp -lm -o "$1/decode_step_bench"
+}
+stage_kernels() {
+    decode_bench build-gpu || exit 1
+    { build-gpu/decode_step_bench; build-gpu/decode_step_bench --pad; } >"$O/decode-step.md" 2>&1
+    cat "$O/decode-step.md"; elapsed kernels
+}
+stage_sweep() {
+    local v u b
+    for v in ${GEMV_VARIANTS:-2:8 4:6 1:8}; do
+        u=${v%%:*} b=${v##*:}
+        ( cmake -S . -B build-sweep-$u-$b -DCMAKE_BUILD_TYPE=Release -DSTRIDE_CUDA=ON -DSTRIDE_CUDA_ARCH=90 \
+              -DSTRIDE_TESTS=OFF "-DCMAKE_CUDA_FLAGS=-DCUDA_GEMV_UNROLL=$u -DGEMV_DECODE_MIN_BLOCKS=$b" >/dev/null &&
+          cmake --build build-sweep-$u-$b -j8 --target stride_lib >/dev/null && decode_bench build-sweep-$u-$b ) &
+    done
+    wait
+    for v in ${GEMV_VARIANTS:-2:8 4:6 1:8}; do
+        u=${v%%:*} b=${v##*:}
+        echo "== CUDA_GEMV_UNROLL=$u GEMV_DECODE_MIN_BLOCKS=$b"
+        build-sweep-$u-$b/decode_step_bench
+    done >"$O/gemv-sweep.md" 2>&1
+    grep -E "^==|^[a-z].*layers|products back|whole layer" "$O/gemv-sweep.md"; elapsed sweep
 }
 stage_real() {
     local rm=models/gemma-3-270m-q4_k_m.gguf w pad env_alias log=$O/real-model.log
