@@ -320,6 +320,22 @@ static st_status time_lead(run_ctx *c, st_error *err) {
     return s;
 }
 
+size_t st_calibrate_pool_bytes(const st_backend *b, size_t pad, const st_calib_shape *shapes, size_t n,
+                               const st_calib_options *opt, size_t *llc, const char **llc_source) {
+    const size_t cache = opt && opt->llc_bytes ? opt->llc_bytes : b->device.l2_bytes ? b->device.l2_bytes : DEFAULT_LLC_BYTES;
+    if (llc) *llc = cache;
+    if (llc_source) *llc_source = opt && opt->llc_bytes ? "--llc" : b->device.l2_bytes ? "device" : "assumed";
+    size_t pool = (size_t)(POOL_LLC_FACTOR * (double)cache);
+    if (pool > POOL_MAX_BYTES) pool = POOL_MAX_BYTES;
+    for (size_t i = 0; i < n; i++) {
+        size_t row = 0;
+        if (!st_type_row_bytes(shapes[i].type, shapes[i].k, &row) || shapes[i].n <= 0) continue;
+        const size_t copy = align_up((row + pad) * (size_t)shapes[i].n);
+        if (copy > pool) pool = copy;
+    }
+    return pool;
+}
+
 st_status st_calibrate_shapes(st_backend *b, size_t alias, size_t pad, const st_calib_shape *shapes, size_t n,
                               const st_calib_options *opt, st_calib_result *results, st_error *err) {
     ST_ASSERT(b != NULL && (n == 0 || (shapes != NULL && results != NULL)));
@@ -335,9 +351,6 @@ st_status st_calibrate_shapes(st_backend *b, size_t alias, size_t pad, const st_
     if (reps_max > MAX_REPS) reps_max = MAX_REPS;
     if (reps_max < ST_CALIBRATE_MIN_REPS && opt->budget_s > 0) reps_max = ST_CALIBRATE_MIN_REPS;
 
-    size_t llc = opt->llc_bytes ? opt->llc_bytes : (b->device.l2_bytes ? b->device.l2_bytes : DEFAULT_LLC_BYTES);
-    size_t pool = (size_t)(POOL_LLC_FACTOR * (double)llc);
-    if (pool > POOL_MAX_BYTES) pool = POOL_MAX_BYTES;
     size_t max_x = 0, max_y = 0;
     for (size_t i = 0; i < n; i++) {
         const st_calib_shape *sh = &shapes[i];
@@ -350,12 +363,11 @@ st_status st_calibrate_shapes(st_backend *b, size_t alias, size_t pad, const st_
                                 "multiple of the %zu B alias period)",
                                 tr ? st_type_name((uint32_t)sh->type) : "?", (long long)sh->n, (long long)sh->k,
                                 alias);
-        size_t copy = align_up((row + pad) * (size_t)sh->n);
-        if (copy > pool) pool = copy;
         size_t xb = (size_t)sh->k * (size_t)c.m * sizeof(float), yb = (size_t)sh->n * (size_t)c.m * sizeof(float);
         if (xb > max_x) max_x = xb;
         if (yb > max_y) max_y = yb;
     }
+    const size_t pool = st_calibrate_pool_bytes(b, pad, shapes, n, opt, NULL, NULL);
     c.pool_bytes = pool;
 
     st_status s = ST_OK;

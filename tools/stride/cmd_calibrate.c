@@ -111,16 +111,18 @@ static void fmt_speedup(double ratio, char *buf, size_t size) {
 }
 
 static void print_table(const st_backend *b, const st_calib_key *key, const st_calib_result *r, const shape_users *u,
-                        size_t n, int64_t m, size_t llc_flag) {
+                        size_t n, int64_t m, const st_calib_shape *shapes, const st_calib_options *opt) {
     const st_device_info *d = &b->device;
-    char llc[32];
-    size_t llc_bytes = llc_flag ? llc_flag : d->l2_bytes ? d->l2_bytes : ((size_t)64 << 20);
+    size_t llc_bytes = 0;
+    const char *llc_source = NULL;
+    const size_t pool = st_calibrate_pool_bytes(b, key->pad, shapes, n, opt, &llc_bytes, &llc_source);
+    char llc[32], pool_str[32];
     cli_format_bytes(llc_bytes, llc, sizeof(llc));
+    cli_format_bytes(pool, pool_str, sizeof(pool_str));
     printf("device: %s (%s", d->name, st_backend_name(d->backend));
     if (d->driver_version || d->runtime_version) printf(", driver %d, runtime %d", d->driver_version, d->runtime_version);
     if (d->backend == ST_BACKEND_CPU) printf(", %d thread(s)", st_cpu_get_threads());
-    printf("), last-level cache %s%s; weight pools 1.25x that\n", llc,
-           llc_flag ? " (--llc)" : d->l2_bytes ? "" : " (assumed)");
+    printf("), last-level cache %s (%s); two weight pools of %s each\n", llc, llc_source, pool_str);
     printf("stride %s; alias %zu B, pad %zu B; decode M = 1, prefill M = %lld; times are per product (median)\n\n",
            key->stride_version, key->alias, key->pad, (long long)m);
     printf("| shape (N x K) | type | pairs | decode packed us | decode padded us | decode | prefill packed us | "
@@ -294,7 +296,7 @@ int st_cmd_calibrate(int argc, char **argv) {
     st_calib_key key;
     st_calibrate_key_init(&key, &b->device, policy.alias, policy.pad);
     int64_t m = opt.prefill_m > 0 ? opt.prefill_m : st_calibrate_default_prefill_m(b->device.backend);
-    print_table(b, &key, res, users, shapes.n, m, opt.llc_bytes);
+    print_table(b, &key, res, users, shapes.n, m, shapes.v, &opt);
 
     /* the cache: what a valid one holds, updated with these shapes */
     if (save) {
