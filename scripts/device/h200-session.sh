@@ -16,6 +16,10 @@
 #                time per layer, alone and back to back, packed and padded
 #   sweep        the same bench against builds of other GEMV tunings ($GEMV_VARIANTS:
 #                "UNROLL:MIN_BLOCKS ..."; default "2:8 4:6 1:8")
+#   branches     every tree under .wt/ (scripts/device/export-branches.sh): built, its GPU
+#                test script's ops and models stages run, then tg128 of $MODELS against
+#                this checkout's build (decode-ab.sh) and, when olmoe-1b-7b is in models/,
+#                its pp512
 #   real         the real model (gemma-3-270m Q4_K_M; when it is not in models/, reassembled
 #                from the pieces earlier warm calls carried as .xfer/part.* and kept in
 #                /tmp/xfer: the tree a call takes is limited to 64 MiB) converted to F16/BF16 at load: perplexity over
@@ -99,6 +103,29 @@ stage_sweep() {
         build-sweep-$u-$b/decode_step_bench
     done >"$O/gemv-sweep.md" 2>&1
     grep -E "^==|^[a-z].*layers|products back|whole layer" "$O/gemv-sweep.md"; elapsed sweep
+}
+stage_branches() {
+    local d settings=("") m
+    for d in .wt/*/; do
+        d=${d%/}
+        ( cd "$d" && STAGES=build OUT=/tmp/wt-$(basename "$d")-build tests/gpu/run_gpu_tests.sh >/dev/null 2>&1 ) &
+    done
+    wait
+    for d in .wt/*/; do
+        d=${d%/}
+        echo "== $d: $(tail -n +1 /tmp/wt-$(basename "$d")-build/summary.txt | grep -E '^build' | cut -c1-80)"
+        ( cd "$d" && STAGES="ops models" OUT=/tmp/wt-$(basename "$d") PYTHONPATH=$OLDPWD/.whl \
+            tests/gpu/run_gpu_tests.sh >/dev/null 2>&1 )
+        grep -E "FAIL|ALL|SOME|test_cuda" /tmp/wt-$(basename "$d")/summary.txt
+        settings+=("STRIDE=$d/build-gpu/stride")
+    done >"$O/branches.md" 2>&1
+    scripts/device/decode-ab.sh "${settings[@]}" >>"$O/branches.md" 2>&1
+    if [ -s models/olmoe-1b-7b.gguf ]; then
+        for m in build-gpu/stride .wt/*/build-gpu/stride; do
+            echo "== $m"; $m bench --backend cuda -m models/olmoe-1b-7b.gguf -p 512 -n 0 -r 3 --pad-weights off -o md 2>/dev/null | grep -E "pp512"
+        done >>"$O/branches.md" 2>&1
+    fi
+    cat "$O/branches.md"; elapsed branches
 }
 stage_real() {
     local rm=models/gemma-3-270m-q4_k_m.gguf w pad env_alias log=$O/real-model.log
