@@ -277,7 +277,8 @@ int main(int argc, char **argv) {
             for (size_t j = 0; j < sizeof(SHAPES) / sizeof(SHAPES[0]); j++)
                 if (!strcmp(argv[i], SHAPES[j].name)) found = &SHAPES[j];
             if (!found || n_models == 3) {
-                fprintf(stderr, "usage: decode_step_bench [--pad] [--depth N] [--reps N] [llama-3.2-1b|qwen3-1.7b|qwen3-8b]...\n");
+                fprintf(stderr, "usage: decode_step_bench [--pad] [--depth N] [--reps N] "
+                                "[llama-3.2-1b|qwen3-1.7b|qwen3-8b]...\n");
                 return 2;
             }
             models[n_models++] = found;

@@ -16,6 +16,9 @@
 #                time per layer, alone and back to back, packed and padded
 #   sweep        the same bench against builds of other GEMV tunings ($GEMV_VARIANTS:
 #                "UNROLL:MIN_BLOCKS ..."; default "2:8 4:6 1:8")
+#   persistent   bench/kernels/persistent_gemv_bench.cu: a layer's four products as separate
+#                kernels in a graph vs one persistent cooperative kernel (llama-3.2-1b,
+#                qwen3-1.7b and qwen3-8b shapes)
 #   branches     every tree under .wt/ (scripts/device/export-branches.sh): built, its GPU
 #                test script's ops and models stages run, then tg128 of $MODELS against
 #                this checkout's build (decode-ab.sh) and, when olmoe-1b-7b is in models/,
@@ -103,6 +106,12 @@ stage_sweep() {
         build-sweep-$u-$b/decode_step_bench
     done >"$O/gemv-sweep.md" 2>&1
     grep -E "^==|^[a-z].*layers|products back|whole layer" "$O/gemv-sweep.md"; elapsed sweep
+}
+stage_persistent() {
+    nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/persistent_gemv_bench.cu -o /tmp/persistent_gemv_bench || exit 1
+    { /tmp/persistent_gemv_bench; /tmp/persistent_gemv_bench 2048 2048 1024 6144 28;
+      /tmp/persistent_gemv_bench 4096 4096 1024 12288 36; } >"$O/persistent.md" 2>&1
+    cat "$O/persistent.md"; elapsed persistent
 }
 stage_branches() {
     local d settings=("") m

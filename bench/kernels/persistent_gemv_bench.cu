@@ -1,0 +1,260 @@
+// Is the decode GEMVs' fixed cost per kernel the kernel boundary? A standalone experiment
+// (no stride library code) for issue 5: the four products of a dense layer,
+//
+//   qkv = Wqkv x;  x += Wo qkv[0:Q];  g = silu(Wg x) * (Wu x);  x += Wd g
+//
+// for L layers with weights of their own (F16, row-major [N][K], streamed from HBM), run
+//   separate:    one kernel per product, one warp per row, recorded in a CUDA graph (the
+//                shape of stride's decode step today, without norms and attention);
+//   persistent:  one cooperative kernel for all layers, the warps of the whole grid taking
+//                the rows of a product in turn, grid.sync() between products;
+//   prefetch:    persistent, and before each grid.sync() every warp asks L2 for the first
+//                2 KiB of its first row of the next product (prefetch.global.L2).
+// Printed: microseconds per layer, weight bytes over that time against a device copy, and
+// whether each variant's x after one step is bitwise the separate one's (same row loop,
+// same summation order: it must be).
+//
+// Build: nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/persistent_gemv_bench.cu -o persistent_gemv_bench
+// Run:   persistent_gemv_bench [E Q KV F L]   (default llama-3.2-1b: 2048 2048 512 8192 16)
+#include <cooperative_groups.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+namespace cg = cooperative_groups;
+
+#define THREADS 256
+#define UNROLL 2
+#define COPY_GBS 4260.0 // H200 device copy (SPEC.md)
+#define REPS 20
+
+#define CHECK(call)                                                                                 \
+    do {                                                                                            \
+        cudaError_t rc_ = (call);                                                                   \
+        if (rc_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(rc_), __FILE__, __LINE__); \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+struct layer {
+    const __half *qkv, *o, *gate, *up, *down; // [QKV][E], [E][Q], [F][E], [F][E], [E][F]
+};
+struct dims {
+    int E, Q, QKV, F, L;
+};
+
+// dot(w[0..K), x[0..K)) in every lane: lane l owns 16-byte pieces l, l + 32, ... (K % 8 == 0)
+__device__ __forceinline__ float row_dot(const __half *__restrict__ w, const float *__restrict__ x, int K) {
+    const int lane = threadIdx.x % 32, n_vec = K / 8;
+    const uint4 *wv = (const uint4 *)w;
+    float acc = 0.0f;
+    for (int v = lane; v < n_vec; v += 32 * UNROLL) {
+        uint4 q[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++)
+            if (v + u * 32 < n_vec) q[u] = __ldcs(wv + v + u * 32);
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            if (v + u * 32 >= n_vec) break;
+            const __half2 *h = (const __half2 *)&q[u];
+            const float4 *xv = (const float4 *)(x + (v + u * 32) * 8);
+            const float4 a = xv[0], b = xv[1];
+            const float2 h0 = __half22float2(h[0]), h1 = __half22float2(h[1]), h2 = __half22float2(h[2]),
+                         h3 = __half22float2(h[3]);
+            acc = fmaf(h0.x, a.x, acc), acc = fmaf(h0.y, a.y, acc), acc = fmaf(h1.x, a.z, acc);
+            acc = fmaf(h1.y, a.w, acc), acc = fmaf(h2.x, b.x, acc), acc = fmaf(h2.y, b.y, acc);
+            acc = fmaf(h3.x, b.z, acc), acc = fmaf(h3.y, b.w, acc);
+        }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    return acc;
+}
+
+__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+
+enum { EPI_STORE, EPI_ADD, EPI_GLU };
+
+// separate: one warp per row of W [N][K]
+template <int EPI>
+__global__ void __launch_bounds__(THREADS) gemv(const __half *w, const __half *w2, const float *x, float *y, int N,
+                                                int K) {
+    const int r = (blockIdx.x * THREADS + threadIdx.x) / 32;
+    if (r >= N) return;
+    const float a = row_dot(w + (size_t)r * K, x, K);
+    if (EPI == EPI_GLU) {
+        const float b = row_dot(w2 + (size_t)r * K, x, K);
+        if (threadIdx.x % 32 == 0) y[r] = silu(a) * b;
+    } else if (threadIdx.x % 32 == 0) {
+        y[r] = EPI == EPI_ADD ? y[r] + a : a;
+    }
+}
+
+__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// The first 2 KiB of row `first_row` of W [N][K] (if the warp has one), into L2.
+__device__ __forceinline__ void prefetch_row(const __half *w, int first_row, int N, int K) {
+    if (first_row >= N) return;
+    const char *row = (const char *)(w + (size_t)first_row * K);
+    const int lane = threadIdx.x % 32, bytes = K * 2 < 2048 ? K * 2 : 2048;
+    for (int off = lane * 128; off < bytes; off += 32 * 128) prefetch_l2(row + off);
+}
+
+template <bool PREFETCH>
+__global__ void __launch_bounds__(THREADS, 5)
+    layers_persistent(const layer *ls, dims d, float *x, float *qkv, float *g) {
+    cg::grid_group grid = cg::this_grid();
+    const int gw = (blockIdx.x * THREADS + threadIdx.x) / 32, nw = gridDim.x * THREADS / 32;
+    const bool lead = threadIdx.x % 32 == 0;
+    for (int l = 0; l < d.L; l++) {
+        const layer w = ls[l];
+        for (int r = gw; r < d.QKV; r += nw) {
+            const float v = row_dot(w.qkv + (size_t)r * d.E, x, d.E);
+            if (lead) qkv[r] = v;
+        }
+        if (PREFETCH) prefetch_row(w.o, gw, d.E, d.Q);
+        grid.sync();
+        for (int r = gw; r < d.E; r += nw) {
+            const float v = row_dot(w.o + (size_t)r * d.Q, qkv, d.Q);
+            if (lead) x[r] += v;
+        }
+        if (PREFETCH) prefetch_row(w.gate, gw, d.F, d.E), prefetch_row(w.up, gw, d.F, d.E);
+        grid.sync();
+        for (int r = gw; r < d.F; r += nw) {
+            const float a = row_dot(w.gate + (size_t)r * d.E, x, d.E);
+            const float b = row_dot(w.up + (size_t)r * d.E, x, d.E);
+            if (lead) g[r] = silu(a) * b;
+        }
+        if (PREFETCH) prefetch_row(w.down, gw, d.E, d.F);
+        grid.sync();
+        for (int r = gw; r < d.E; r += nw) {
+            const float v = row_dot(w.down + (size_t)r * d.F, g, d.F);
+            if (lead) x[r] += v;
+        }
+        if (PREFETCH && l + 1 < d.L) prefetch_row(ls[l + 1].qkv, gw, d.QKV, d.E);
+        grid.sync();
+    }
+}
+
+static unsigned blocks_for(int rows) { return (unsigned)((rows * 32 + THREADS - 1) / THREADS); }
+
+static void step_separate(cudaStream_t s, const layer *hl, const dims &d, float *x, float *qkv, float *g) {
+    for (int l = 0; l < d.L; l++) {
+        gemv<EPI_STORE><<<blocks_for(d.QKV), THREADS, 0, s>>>(hl[l].qkv, NULL, x, qkv, d.QKV, d.E);
+        gemv<EPI_ADD><<<blocks_for(d.E), THREADS, 0, s>>>(hl[l].o, NULL, qkv, x, d.E, d.Q);
+        gemv<EPI_GLU><<<blocks_for(d.F), THREADS, 0, s>>>(hl[l].gate, hl[l].up, x, g, d.F, d.E);
+        gemv<EPI_ADD><<<blocks_for(d.E), THREADS, 0, s>>>(hl[l].down, NULL, g, x, d.E, d.F);
+    }
+}
+
+int main(int argc, char **argv) {
+    dims d = {2048, 2048, 2048 + 2 * 512, 8192, 16};
+    if (argc == 6) {
+        d.E = atoi(argv[1]), d.Q = atoi(argv[2]), d.QKV = d.Q + 2 * atoi(argv[3]), d.F = atoi(argv[4]);
+        d.L = atoi(argv[5]);
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: persistent_gemv_bench [E Q KV F L]\n");
+        return 2;
+    }
+    if (d.E % 8 || d.Q % 8 || d.F % 8 || d.Q > d.QKV || d.L < 1) {
+        fprintf(stderr, "persistent_gemv_bench: E, Q, F must be multiples of 8, L >= 1\n");
+        return 2;
+    }
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    const size_t per_layer = (size_t)d.QKV * d.E + (size_t)d.E * d.Q + 2 * (size_t)d.F * d.E + (size_t)d.E * d.F;
+    const double bytes = 2.0 * (double)per_layer * d.L;
+    printf("%s: E=%d Q=%d QKV=%d F=%d, %d layers, %.2f GB of F16 weights a step\n", prop.name, d.E, d.Q, d.QKV,
+           d.F, d.L, bytes / 1e9);
+
+    // weights: one allocation, small random values
+    __half *wall;
+    CHECK(cudaMalloc(&wall, per_layer * d.L * sizeof(__half)));
+    {
+        const size_t chunk = (size_t)1 << 24;
+        __half *h = (__half *)malloc(chunk * sizeof(__half));
+        srand(7);
+        for (size_t i = 0; i < chunk; i++) h[i] = __float2half(((float)rand() / RAND_MAX - 0.5f) / 64.0f);
+        for (size_t off = 0; off < per_layer * d.L; off += chunk) {
+            const size_t n = per_layer * d.L - off < chunk ? per_layer * d.L - off : chunk;
+            CHECK(cudaMemcpy(wall + off, h, n * sizeof(__half), cudaMemcpyHostToDevice));
+        }
+        free(h);
+    }
+    layer *hl = (layer *)malloc(sizeof(layer) * d.L);
+    for (int l = 0; l < d.L; l++) {
+        const __half *p = wall + per_layer * l;
+        hl[l].qkv = p, p += (size_t)d.QKV * d.E;
+        hl[l].o = p, p += (size_t)d.E * d.Q;
+        hl[l].gate = p, p += (size_t)d.F * d.E;
+        hl[l].up = p, p += (size_t)d.F * d.E;
+        hl[l].down = p;
+    }
+    layer *dl;
+    CHECK(cudaMalloc(&dl, sizeof(layer) * d.L));
+    CHECK(cudaMemcpy(dl, hl, sizeof(layer) * d.L, cudaMemcpyHostToDevice));
+    float *x, *qkv, *g;
+    CHECK(cudaMalloc(&x, d.E * sizeof(float)));
+    CHECK(cudaMalloc(&qkv, d.QKV * sizeof(float)));
+    CHECK(cudaMalloc(&g, d.F * sizeof(float)));
+    float *x0 = (float *)malloc(d.E * sizeof(float)), *x_sep = (float *)malloc(d.E * sizeof(float)),
+          *x_var = (float *)malloc(d.E * sizeof(float));
+    for (int i = 0; i < d.E; i++) x0[i] = (float)rand() / RAND_MAX - 0.5f;
+
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+
+    // separate, as a graph
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    step_separate(s, hl, d, x, qkv, g);
+    CHECK(cudaStreamEndCapture(s, &graph));
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CHECK(cudaMemcpy(x, x0, d.E * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaMemcpyAsync(x_sep, x, d.E * sizeof(float), cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < 3; i++) CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaEventRecord(e0, s));
+    for (int i = 0; i < REPS; i++) CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaEventRecord(e1, s));
+    CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    const double us_sep = ms * 1e3 / REPS;
+    printf("| variant | grid | us/layer | GB/s | %% of copy | x bitwise = separate |\n|---|---|---:|---:|---:|---|\n");
+    printf("| separate (graph of %d kernels) | one warp a row | %.2f | %.0f | %.0f%% | - |\n", 4 * d.L, us_sep / d.L,
+           bytes / (us_sep * 1e-6) / 1e9, 100.0 * bytes / (us_sep * 1e-6) / 1e9 / COPY_GBS);
+
+    for (int variant = 0; variant < 2; variant++) {
+        void (*kernel)(const layer *, dims, float *, float *, float *) =
+            variant ? layers_persistent<true> : layers_persistent<false>;
+        int per_sm = 0;
+        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, THREADS, 0));
+        const unsigned grid = (unsigned)(per_sm * prop.multiProcessorCount);
+        void *args[] = {(void *)&dl, (void *)&d, (void *)&x, (void *)&qkv, (void *)&g};
+        CHECK(cudaMemcpy(x, x0, d.E * sizeof(float), cudaMemcpyHostToDevice));
+        CHECK(cudaLaunchCooperativeKernel((void *)kernel, grid, THREADS, args, 0, s));
+        CHECK(cudaMemcpyAsync(x_var, x, d.E * sizeof(float), cudaMemcpyDeviceToHost, s));
+        CHECK(cudaStreamSynchronize(s));
+        const bool same = memcmp(x_var, x_sep, d.E * sizeof(float)) == 0;
+        for (int i = 0; i < 3; i++) CHECK(cudaLaunchCooperativeKernel((void *)kernel, grid, THREADS, args, 0, s));
+        CHECK(cudaEventRecord(e0, s));
+        for (int i = 0; i < REPS; i++) CHECK(cudaLaunchCooperativeKernel((void *)kernel, grid, THREADS, args, 0, s));
+        CHECK(cudaEventRecord(e1, s));
+        CHECK(cudaEventSynchronize(e1));
+        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        const double us = ms * 1e3 / REPS;
+        printf("| %s | %u blocks (%d an SM) | %.2f | %.0f | %.0f%% | %s |\n",
+               variant ? "persistent + L2 prefetch" : "persistent, grid.sync", grid, per_sm, us / d.L,
+               bytes / (us * 1e-6) / 1e9, 100.0 * bytes / (us * 1e-6) / 1e9 / COPY_GBS, same ? "yes" : "NO");
+    }
+    return 0;
+}
