@@ -188,7 +188,7 @@ typedef struct st_calib_options {
 int64_t st_calibrate_default_prefill_m(st_backend_kind backend);
 
 /* The weight pools a run over these shapes allocates (two, alternated so that weights
- * stream from memory): POOL_LLC_FACTOR x the last-level cache (opt->llc_bytes, else the
+ * stream from memory): 1.25 x the last-level cache (opt->llc_bytes, else the
  * device's, else 64 MiB, *llc_source saying which: "--llc", "device", "assumed"), at
  * least the largest padded copy of a shape, at most 4 GiB. *llc gets the cache size. */
 size_t st_calibrate_pool_bytes(const st_backend *b, size_t pad, const st_calib_shape *shapes, size_t n,

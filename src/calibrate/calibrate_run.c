@@ -322,7 +322,8 @@ static st_status time_lead(run_ctx *c, st_error *err) {
 
 size_t st_calibrate_pool_bytes(const st_backend *b, size_t pad, const st_calib_shape *shapes, size_t n,
                                const st_calib_options *opt, size_t *llc, const char **llc_source) {
-    const size_t cache = opt && opt->llc_bytes ? opt->llc_bytes : b->device.l2_bytes ? b->device.l2_bytes : DEFAULT_LLC_BYTES;
+    const size_t cache =
+        opt && opt->llc_bytes ? opt->llc_bytes : b->device.l2_bytes ? b->device.l2_bytes : DEFAULT_LLC_BYTES;
     if (llc) *llc = cache;
     if (llc_source) *llc_source = opt && opt->llc_bytes ? "--llc" : b->device.l2_bytes ? "device" : "assumed";
     size_t pool = (size_t)(POOL_LLC_FACTOR * (double)cache);
