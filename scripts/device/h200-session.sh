@@ -16,6 +16,8 @@
 #                time per layer, alone and back to back, packed and padded
 #   sweep        the same bench against builds of other GEMV tunings ($GEMV_VARIANTS:
 #                "UNROLL:MIN_BLOCKS ..."; default "2:8 4:6 1:8")
+#   threshold    bench/kernels/gemv_gemm_threshold_bench.cu against build-gpu: the own GEMV vs
+#                cuBLAS for M = 1..16 on model shapes (where ST_CUDA_GEMM_MIN_M should be)
 #   persistent   bench/kernels/persistent_gemv_bench.cu: a layer's four products as separate
 #                kernels in a graph vs one persistent cooperative kernel (llama-3.2-1b,
 #                qwen3-1.7b and qwen3-8b shapes)
@@ -106,6 +108,12 @@ stage_sweep() {
         build-sweep-$u-$b/decode_step_bench
     done >"$O/gemv-sweep.md" 2>&1
     grep -E "^==|^[a-z].*layers|products back|whole layer" "$O/gemv-sweep.md"; elapsed sweep
+}
+stage_threshold() {
+    nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Isrc -DSTRIDE_HAVE_CUDA=1 bench/kernels/gemv_gemm_threshold_bench.cu \
+        build-gpu/libstride.a -lcublas -lcublasLt -Xcompiler -fopenmp -lm -o build-gpu/gemv_gemm_threshold_bench || exit 1
+    build-gpu/gemv_gemm_threshold_bench >"$O/threshold.md" 2>&1
+    sed -n '/faster at every/,$p' "$O/threshold.md"; elapsed threshold
 }
 stage_persistent() {
     nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/persistent_gemv_bench.cu -o /tmp/persistent_gemv_bench || exit 1

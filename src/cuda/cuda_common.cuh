@@ -232,6 +232,10 @@ __global__ void unpack_rows_f32(st_cuda_view y, const float *__restrict__ packed
 st_status st_cuda_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *ids,
                            st_error *err);
 st_status st_cuda_mul_mat(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err);
+/* mul_mat's cuBLAS path on its own, for any M (mul_mat takes it from ST_CUDA_GEMM_MIN_M
+ * columns; bench/kernels/gemv_gemm_threshold_bench.cu times it against st_cuda_gemv). */
+st_status st_cuda_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x,
+                               st_error *err);
 
 /* cuda_gemv.cu */
 /* The matrix-vector product (any M; one pass per CUDA_GEMV_MAX_COLS columns). */

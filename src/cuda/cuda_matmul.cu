@@ -127,7 +127,8 @@ static bool gemm_supported(const st_tensor *dst, const st_tensor *w, const st_te
            cuda_fits_int((int64_t)(dst->nb[1] / 4)) && K > 0;
 }
 
-static st_status mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err) {
+st_status st_cuda_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x,
+                               st_error *err) {
     const size_t ts = w->nb[0];
     const int64_t K = w->ne[0], N = w->ne[1], M = cuda_nrows(x);
 
@@ -184,6 +185,6 @@ st_status st_cuda_mul_mat(st_backend *b, st_tensor *dst, const st_tensor *w, con
     ST_ASSERT(dst->ne[1] == x->ne[1] && dst->ne[2] == x->ne[2] && dst->ne[3] == x->ne[3]);
     const int64_t N = w->ne[1], M = cuda_nrows(x);
     if (N == 0 || M == 0) return ST_OK;
-    if (M >= ST_CUDA_GEMM_MIN_M && gemm_supported(dst, w, x)) return mul_mat_gemm(c, dst, w, x, err);
+    if (M >= ST_CUDA_GEMM_MIN_M && gemm_supported(dst, w, x)) return st_cuda_mul_mat_gemm(c, dst, w, x, err);
     return st_cuda_gemv(c, dst, w, x, err);
 }
