@@ -16,28 +16,11 @@
 #include "stride/backend.h"
 #include "stride/types.h"
 
+#include "kernel_bench.h"
+
 // H200 rooflines (SPEC.md): dense F16 as measured with cuBLAS, and a device copy.
 #define ROOF_TFLOPS 756.0
 #define ROOF_GBS 4260.0
-
-static st_backend *g_b;
-
-static void die(const char *what, const st_error *err) {
-    fprintf(stderr, "attention_bench: %s: %s\n", what, err ? err->message : "");
-    exit(1);
-}
-
-static void *dev_alloc(size_t bytes) {
-    st_error err = {};
-    void *p = NULL;
-    if (g_b->iface->alloc(g_b, bytes, &p, &err) != ST_OK) die("alloc", &err);
-    return p;
-}
-
-static void dev_write(void *dst, const void *src, size_t n) {
-    st_error err = {};
-    if (g_b->iface->write(g_b, dst, src, n, &err) != ST_OK) die("write", &err);
-}
 
 static st_tensor tensor(void *data, st_type t, int64_t ne0, int64_t ne1, int64_t ne2) {
     st_tensor x;
@@ -142,6 +125,7 @@ static void run_case(const shape *sh, int64_t M, int64_t depth, int64_t n_ctx, i
 
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 20;
+    g_bench_name = "attention_bench";
     st_error err = {};
     if (st_backend_init(ST_BACKEND_CUDA, 0, &g_b, &err) != ST_OK) die("CUDA backend", &err);
     printf("attention kernels on %s (sm_%d%d); F16 KV cache; %d reps; * = the path AUTO picks\n", g_b->device.name,

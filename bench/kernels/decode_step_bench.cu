@@ -29,21 +29,12 @@
 #include "stride/backend.h"
 #include "stride/types.h"
 
+#include "kernel_bench.h"
+
 // H200 device copy (SPEC.md), the decode roofline's rate.
 #define ROOF_GBS 4260.0
 #define N_CTX 4096
 #define HOST_CHUNK_ELEMS (32u << 20) // upload staging: 64 MiB of f16
-
-static st_backend *g_b;
-
-static void die(const char *what, const st_error *err) {
-    fprintf(stderr, "decode_step_bench: %s: %s\n", what, err ? err->message : "");
-    exit(1);
-}
-
-static void check(st_status s, const char *what, const st_error *err) {
-    if (s != ST_OK) die(what, err);
-}
 
 typedef struct shape {
     const char *name;
@@ -71,19 +62,17 @@ static st_tensor dev_tensor(st_type t, int64_t ne0, int64_t ne1, int64_t ne2, si
     x.nb[1] = nb1 ? nb1 : es * (size_t)ne0;
     x.nb[2] = x.nb[1] * (size_t)ne1;
     x.nb[3] = x.nb[2] * (size_t)ne2;
-    st_error err = {};
-    check(g_b->iface->alloc(g_b, x.nb[3], &x.data, &err), "alloc", &err);
+    x.data = dev_alloc(x.nb[3]);
     return x;
 }
 
 // Fills a tensor's whole span (pad bytes included) with small f16 or f32 values.
 static void fill(st_tensor *x, const uint16_t *f16_pattern, const float *f32_pattern) {
-    st_error err = {};
     const size_t bytes = x->nb[3], chunk = (size_t)HOST_CHUNK_ELEMS * 2;
     const char *src = x->type == ST_TYPE_F16 ? (const char *)f16_pattern : (const char *)f32_pattern;
     for (size_t off = 0; off < bytes; off += chunk) {
         const size_t n = bytes - off < chunk ? bytes - off : chunk;
-        check(g_b->iface->write(g_b, (char *)x->data + off, src, n, &err), "write", &err);
+        dev_write((char *)x->data + off, src, n);
     }
 }
 
@@ -212,9 +201,8 @@ static void run_model(const shape *sh, bool pad, int64_t depth, int reps, const 
     s.pos = dev_tensor(ST_TYPE_I32, 1, 1, 1, 0);
     st_tensor *acts[] = {&s.x, &s.h, &s.q, &s.k, &s.v, &s.attn_out, &s.gate, &s.up, &s.ff};
     for (size_t j = 0; j < sizeof(acts) / sizeof(acts[0]); j++) fill(acts[j], f16p, f32p);
-    st_error err = {};
     const int32_t p = (int32_t)depth;
-    check(g_b->iface->write(g_b, s.pos.data, &p, sizeof(p), &err), "write", &err);
+    dev_write(s.pos.data, &p, sizeof(p));
     s.rope = st_rope_params_default(sh->rope_mode, (int32_t)sh->head_dim, 500000.0f);
     memset(&s.attn, 0, sizeof(s.attn));
     s.attn.n_kv = N_CTX; // as the recorded decode step: the range comes from the position
@@ -261,6 +249,7 @@ static void run_model(const shape *sh, bool pad, int64_t depth, int reps, const 
 }
 
 int main(int argc, char **argv) {
+    g_bench_name = "decode_step_bench";
     bool pad = false;
     int64_t depth = 64;
     int reps = 20, n_models = 0;

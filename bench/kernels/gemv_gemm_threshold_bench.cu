@@ -17,27 +17,10 @@
 
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.cuh"
+#include "kernel_bench.h"
 
 #define MAX_M 16
 #define POOL_BYTES ((size_t)512 << 20) // the weight copies together: ~8x the H200's L2
-
-static st_backend *g_b;
-
-static void die(const char *what, const st_error *err) {
-    fprintf(stderr, "gemv_gemm_threshold_bench: %s: %s\n", what, err ? err->message : "");
-    exit(1);
-}
-
-static void check(st_status s, const char *what, const st_error *err) {
-    if (s != ST_OK) die(what, err);
-}
-
-static void *dev_alloc(size_t bytes) {
-    st_error err = {};
-    void *p = NULL;
-    check(g_b->iface->alloc(g_b, bytes, &p, &err), "alloc", &err);
-    return p;
-}
 
 // Fills n bytes of device memory with small values of type t (2-byte types only).
 static void dev_fill16(void *dst, size_t n, st_type t) {
@@ -55,9 +38,7 @@ static void dev_fill16(void *dst, size_t n, st_type t) {
             h[i] = (uint16_t)(u >> 16);
         }
     }
-    st_error err = {};
-    for (size_t off = 0; off < n; off += chunk)
-        check(g_b->iface->write(g_b, (char *)dst + off, h, n - off < chunk ? n - off : chunk, &err), "write", &err);
+    for (size_t off = 0; off < n; off += chunk) dev_write((char *)dst + off, h, n - off < chunk ? n - off : chunk);
     free(h);
     free(f);
 }
@@ -90,6 +71,7 @@ static double time_path(bool gemm, st_tensor *w, int n_copies, size_t copy_bytes
 }
 
 int main(int argc, char **argv) {
+    g_bench_name = "gemv_gemm_threshold_bench";
     const int reps = argc > 1 ? atoi(argv[1]) : 30;
     if (reps < 1) die("reps must be >= 1", NULL);
     st_error err = {};
@@ -103,7 +85,7 @@ int main(int argc, char **argv) {
         float *h = (float *)malloc((size_t)12288 * MAX_M * sizeof(float));
         if (!h) die("host malloc", NULL);
         for (size_t i = 0; i < (size_t)12288 * MAX_M; i++) h[i] = (float)rand() / RAND_MAX - 0.5f;
-        check(g_b->iface->write(g_b, xd, h, (size_t)12288 * MAX_M * sizeof(float), &err), "write", &err);
+        dev_write(xd, h, (size_t)12288 * MAX_M * sizeof(float));
         free(h);
     }
     const st_type types[] = {ST_TYPE_F16, ST_TYPE_BF16};

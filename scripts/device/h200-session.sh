@@ -130,7 +130,7 @@ stage_branches() {
     wait
     for d in .wt/*/; do
         d=${d%/}
-        echo "== $d: $(tail -n +1 /tmp/wt-$(basename "$d")-build/summary.txt | grep -E '^build' | cut -c1-80)"
+        echo "== $d: $(grep -E '^build' /tmp/wt-$(basename "$d")-build/summary.txt | cut -c1-80)"
         ( cd "$d" && STAGES="ops models" OUT=/tmp/wt-$(basename "$d") PYTHONPATH=$OLDPWD/.whl \
             tests/gpu/run_gpu_tests.sh >/dev/null 2>&1 )
         grep -E "FAIL|ALL|SOME|test_cuda" /tmp/wt-$(basename "$d")/summary.txt
