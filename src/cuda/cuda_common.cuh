@@ -153,6 +153,27 @@ template <> __device__ __forceinline__ void cuda_cache_store<ST_TYPE_F16>(char *
     ((unsigned short *)row)[d] = st_gpu_float_to_half_bits(v);
 }
 
+/* A GEMM operand element in the weight's type (F16, BF16: round to nearest even). */
+template <st_type T> __device__ __forceinline__ void cuda_store_as(char *out, int64_t i, float v);
+template <> __device__ __forceinline__ void cuda_store_as<ST_TYPE_F32>(char *out, int64_t i, float v) {
+    ((float *)out)[i] = v;
+}
+template <> __device__ __forceinline__ void cuda_store_as<ST_TYPE_F16>(char *out, int64_t i, float v) {
+    ((unsigned short *)out)[i] = st_gpu_float_to_half_bits(v);
+}
+template <> __device__ __forceinline__ void cuda_store_as<ST_TYPE_BF16>(char *out, int64_t i, float v) {
+    ((unsigned short *)out)[i] = st_gpu_float_to_bf16_bits(v);
+}
+
+/* The BLAS element type of a float weight type. */
+static inline st_gpu_blas_data_t cuda_blas_type(st_type t) {
+    switch (t) {
+    case ST_TYPE_F32: return st_gpu_blas_r_32f;
+    case ST_TYPE_F16: return st_gpu_blas_r_16f;
+    default: return st_gpu_blas_r_16bf;
+    }
+}
+
 /* The activations of the gated units, with explicit roundings in the CPU's order (no
  * fused multiply-add), so that they differ from the CPU only by the ulps of expf/tanhf. */
 __device__ __forceinline__ float cuda_silu_f32(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }

@@ -75,24 +75,13 @@ st_status st_cuda_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, 
 
 // ---- GEMM operands ----------------------------------------------------------------------
 
-// out[m * K + k] = x row m, element k, in the weight's type (round to nearest even).
-template <st_type T> __device__ __forceinline__ void store_as(char *out, int64_t i, float v);
-template <> __device__ __forceinline__ void store_as<ST_TYPE_F32>(char *out, int64_t i, float v) {
-    ((float *)out)[i] = v;
-}
-template <> __device__ __forceinline__ void store_as<ST_TYPE_F16>(char *out, int64_t i, float v) {
-    ((unsigned short *)out)[i] = st_gpu_float_to_half_bits(v);
-}
-template <> __device__ __forceinline__ void store_as<ST_TYPE_BF16>(char *out, int64_t i, float v) {
-    ((unsigned short *)out)[i] = st_gpu_float_to_bf16_bits(v);
-}
-
+// out[m * K + k] = x row m, element k, in the weight's type (cuda_store_as).
 template <st_type T> __device__ void pack_rows_impl(char *__restrict__ out, st_cuda_view x) {
     const int64_t K = x.ne0, M = x.ne1 * x.ne2 * x.ne3;
     for (int64_t m = blockIdx.y; m < M; m += gridDim.y) {
         const float *row = (const float *)cuda_row(x, m);
         for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < K; k += (int64_t)gridDim.x * blockDim.x)
-            store_as<T>(out, m * K + k, row[k]);
+            cuda_store_as<T>(out, m * K + k, row[k]);
     }
 }
 
@@ -107,14 +96,6 @@ __global__ void unpack_rows_f32(st_cuda_view y, const float *__restrict__ packed
         float *row = (float *)cuda_row(y, m);
         for (int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; n < N; n += (int64_t)gridDim.x * blockDim.x)
             row[n] = packed[m * N + n];
-    }
-}
-
-static st_gpu_blas_data_t blas_type(st_type t) {
-    switch (t) {
-    case ST_TYPE_F32: return st_gpu_blas_r_32f;
-    case ST_TYPE_F16: return st_gpu_blas_r_16f;
-    default: return st_gpu_blas_r_16bf;
     }
 }
 
@@ -164,7 +145,7 @@ st_status st_cuda_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *
     const int ldc = y_direct ? (int)(dst->nb[1] / 4) : (int)N;
 
     const float alpha = 1.0f, beta = 0.0f;
-    const st_gpu_blas_data_t t = blas_type(w->type);
+    const st_gpu_blas_data_t t = cuda_blas_type(w->type);
     ST_GPU_BLAS_CHECK(st_gpu_blas_gemm_ex(c->blas, st_gpu_blas_op_t, st_gpu_blas_op_n, (int)N, (int)M, (int)K, &alpha,
                                           w->data, t, (int)(w->nb[1] / ts), B, t, ldb, &beta, C, st_gpu_blas_r_32f,
                                           ldc, st_gpu_blas_compute_32f, st_gpu_blas_gemm_default));

@@ -1,12 +1,19 @@
 // Mixture of experts: the product over selected experts (mul_mat_id), the router's top-k
 // choice and the weighted combination of the experts' outputs.
 //
-// mul_mat_id reads the expert ids from device memory inside the kernel, so the decode
-// path has no host synchronisation: block (row group, slot) looks its expert up and runs
-// the matrix-vector product over that expert's slice W + e * nb[2] at the row stride
-// nb[1]. Every (token, slot) reads its expert's rows on its own, so a prefill re-reads
-// an expert once per token that chose it (grouping by expert is later work).
+// mul_mat_id, decode (fewer than ST_CUDA_GEMM_MIN_M tokens, or while recording a graph):
+// the kernel reads the expert ids from device memory, so the decode path has no host
+// synchronisation: block (row group, slot) looks its expert up and runs the
+// matrix-vector product over that expert's slice W + e * nb[2] at the row stride nb[1].
+//
+// mul_mat_id, prefill: grouped by expert. The ids come to the host (one synchronisation
+// per call, as a prompt may have), the slots are sorted by expert (a counting sort, as
+// the CPU backend does), their x rows gathered into one packed operand in the weight's
+// type, and each expert that has slots runs one cuBLAS GEMM over its slice, at the row
+// stride nb[1] as the leading dimension; the results are scattered back to their slots.
+// Each expert's weights are then read once per call instead of once per slot.
 #include <math.h>
+#include <stdlib.h>
 
 #include "core/moe_route.h"
 #include "cuda/cuda_gemv.cuh"
@@ -58,6 +65,171 @@ MUL_MAT_ID_KERNEL(mul_mat_id_f32, ST_TYPE_F32)
 MUL_MAT_ID_KERNEL(mul_mat_id_f16, ST_TYPE_F16)
 MUL_MAT_ID_KERNEL(mul_mat_id_bf16, ST_TYPE_BF16)
 
+// ---- prefill: slots grouped by expert ----------------------------------------------------
+
+// x row of slot s = m * n_used + j, as the decode kernel addresses it.
+__device__ __forceinline__ const float *moe_slot_x(const st_cuda_view &x, int x_mode, int64_t n_used, int64_t s) {
+    const int64_t j = s % n_used, m = s / n_used;
+    if (x_mode == MOE_X_PER_SLOT) return (const float *)(x.data + j * x.nb1 + m * x.nb2);
+    if (x_mode == MOE_X_SHARED_2D) return (const float *)(x.data + m * x.nb1);
+    return (const float *)(x.data + m * x.nb2);
+}
+
+// packed[p * K + k] = x row of slot order[p], in T: the experts' GEMM operand [K, n_slots].
+template <st_type T>
+__global__ void moe_gather_rows(char *__restrict__ packed, st_cuda_view x, int x_mode, int64_t n_used,
+                                const int32_t *__restrict__ order, int64_t n_slots) {
+    const int64_t K = x.ne0;
+    for (int64_t p = blockIdx.y; p < n_slots; p += gridDim.y) {
+        const float *row = moe_slot_x(x, x_mode, n_used, order[p]);
+        for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < K; k += (int64_t)gridDim.x * blockDim.x)
+            cuda_store_as<T>(packed, p * K + k, row[k]);
+    }
+}
+
+// y[:, j, m] of slot order[p] = C[p * N .. p * N + N).
+__global__ void moe_scatter_rows(st_cuda_view y, const float *__restrict__ C, const int32_t *__restrict__ order,
+                                 int64_t n_slots) {
+    const int64_t N = y.ne0, n_used = y.ne1;
+    for (int64_t p = blockIdx.y; p < n_slots; p += gridDim.y) {
+        const int64_t s = order[p], j = s % n_used, m = s / n_used;
+        float *row = (float *)(y.data + j * y.nb1 + m * y.nb2);
+        for (int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; n < N; n += (int64_t)gridDim.x * blockDim.x)
+            row[n] = C[p * N + n];
+    }
+}
+
+// The slots of ids [n_used, M] (row stride ids_nb1 bytes) sorted by expert: order[] the
+// slot indices, expert e owning order[first[e] .. first[e + 1]). An id outside [0, E) is
+// the CPU backend's error.
+static st_status moe_sort_slots(const int32_t *ids, int64_t ids_nb1, int64_t n_used, int64_t M, int64_t E,
+                                int32_t *order, int64_t *first, st_error *err) {
+    memset(first, 0, (size_t)(E + 1) * sizeof(*first));
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t j = 0; j < n_used; j++) {
+            const int32_t e = *(const int32_t *)((const char *)ids + m * ids_nb1 + j * (int64_t)sizeof(int32_t));
+            if (e < 0 || e >= E)
+                return st_error_set(err, ST_ERROR_INVALID,
+                                    "mul_mat_id: expert id %d (token %lld, slot %lld) is outside [0, %lld)", (int)e,
+                                    (long long)m, (long long)j, (long long)E);
+            first[e + 1]++;
+        }
+    for (int64_t e = 0; e < E; e++) first[e + 1] += first[e];
+    int64_t *next = (int64_t *)malloc((size_t)E * sizeof(*next));
+    if (!next) return st_error_set(err, ST_ERROR_NOMEM, "out of host memory sorting %lld expert slots", (long long)(M * n_used));
+    memcpy(next, first, (size_t)E * sizeof(*next));
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t j = 0; j < n_used; j++) {
+            const int32_t e = *(const int32_t *)((const char *)ids + m * ids_nb1 + j * (int64_t)sizeof(int32_t));
+            order[next[e]++] = (int32_t)(m * n_used + j);
+        }
+    free(next);
+    return ST_OK;
+}
+
+// Whether the grouped path takes the call: cuBLAS's int dimensions, rows at a whole
+// number of elements.
+static bool moe_grouped_supported(const st_tensor *w, int64_t n_slots) {
+    const size_t ts = w->nb[0];
+    return w->nb[1] % ts == 0 && w->nb[2] % ts == 0 && (uintptr_t)w->data % ts == 0 && cuda_fits_int(w->ne[0]) &&
+           cuda_fits_int(w->ne[1]) && cuda_fits_int(n_slots) && cuda_fits_int((int64_t)(w->nb[1] / ts)) &&
+           n_slots <= INT32_MAX && w->ne[0] > 0;
+}
+
+static st_status moe_mul_mat_id_grouped(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x,
+                                        int x_mode, const st_tensor *ids, st_error *err) {
+    const size_t ts = w->nb[0];
+    const int64_t K = w->ne[0], N = w->ne[1], E = w->ne[2], n_used = dst->ne[1], M = dst->ne[2];
+    const int64_t n_slots = n_used * M, ids_nb1 = (int64_t)ids->nb[1];
+
+    // the ids, on the host
+    const size_t ids_bytes = (size_t)((M - 1) * ids_nb1) + (size_t)n_used * sizeof(int32_t);
+    int32_t *h_ids = (int32_t *)malloc(ids_bytes);
+    int32_t *order = (int32_t *)malloc((size_t)n_slots * sizeof(int32_t));
+    int64_t *first = (int64_t *)malloc((size_t)(E + 1) * sizeof(int64_t));
+    st_status s = ST_OK;
+    if (!h_ids || !order || !first) {
+        s = st_error_set(err, ST_ERROR_NOMEM, "out of host memory grouping %lld expert slots", (long long)n_slots);
+        goto done;
+    }
+    {
+        st_gpu_error_t rc = st_gpu_memcpy_async(h_ids, ids->data, ids_bytes, st_gpu_memcpy_device_to_host, c->stream);
+        if (rc == st_gpu_success) rc = st_gpu_stream_synchronize(c->stream);
+        if (rc != st_gpu_success) {
+            s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: reading the expert ids: %s", st_gpu_get_error_string(rc));
+            goto done;
+        }
+        if ((s = moe_sort_slots(h_ids, ids_nb1, n_used, M, E, order, first, err)) != ST_OK) goto done;
+
+        // scratch: the gathered x [K, n_slots] in the weight's type, C [N, n_slots] f32, order
+        const size_t x_bytes = ((size_t)K * (size_t)n_slots * ts + 255) / 256 * 256;
+        const size_t c_bytes = ((size_t)N * (size_t)n_slots * sizeof(float) + 255) / 256 * 256;
+        char *scratch = NULL;
+        if ((s = st_cuda_scratch(c, x_bytes + c_bytes + (size_t)n_slots * sizeof(int32_t), (void **)&scratch, err)) !=
+            ST_OK)
+            goto done;
+        char *B = scratch;
+        float *C = (float *)(scratch + x_bytes);
+        int32_t *d_order = (int32_t *)(scratch + x_bytes + c_bytes);
+        rc = st_gpu_memcpy_async(d_order, order, (size_t)n_slots * sizeof(int32_t), st_gpu_memcpy_host_to_device,
+                                 c->stream);
+        if (rc != st_gpu_success) {
+            s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: uploading the slot order: %s", st_gpu_get_error_string(rc));
+            goto done;
+        }
+        const dim3 gather_grid = cuda_rows_grid(K, n_slots);
+        const st_cuda_view xv = cuda_view(x);
+        switch (w->type) {
+        case ST_TYPE_F32:
+            moe_gather_rows<ST_TYPE_F32><<<gather_grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(B, xv, x_mode, n_used,
+                                                                                            d_order, n_slots);
+            break;
+        case ST_TYPE_F16:
+            moe_gather_rows<ST_TYPE_F16><<<gather_grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(B, xv, x_mode, n_used,
+                                                                                            d_order, n_slots);
+            break;
+        default:
+            moe_gather_rows<ST_TYPE_BF16><<<gather_grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(B, xv, x_mode, n_used,
+                                                                                             d_order, n_slots);
+            break;
+        }
+        if ((rc = st_gpu_get_last_error()) != st_gpu_success) {
+            s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: gather: %s", st_gpu_get_error_string(rc));
+            goto done;
+        }
+        // C[:, p] = W_e^T-as-stored x_p for the slots p of expert e (cuda_matmul.cu's form)
+        const float alpha = 1.0f, beta = 0.0f;
+        const st_gpu_blas_data_t t = cuda_blas_type(w->type);
+        for (int64_t e = 0; e < E; e++) {
+            const int64_t p0 = first[e], n_e = first[e + 1] - first[e];
+            if (n_e == 0) continue;
+            const st_gpu_blas_status_t bs = st_gpu_blas_gemm_ex(
+                c->blas, st_gpu_blas_op_t, st_gpu_blas_op_n, (int)N, (int)n_e, (int)K, &alpha,
+                (const char *)w->data + e * (int64_t)w->nb[2], t, (int)(w->nb[1] / ts), B + p0 * K * (int64_t)ts, t,
+                (int)K, &beta, C + p0 * N, st_gpu_blas_r_32f, (int)N, st_gpu_blas_compute_32f, st_gpu_blas_gemm_default);
+            if (bs != st_gpu_blas_success) {
+                s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: expert %lld GEMM: %s", (long long)e,
+                                 st_gpu_blas_get_status_string(bs));
+                goto done;
+            }
+        }
+        moe_scatter_rows<<<cuda_rows_grid(N, n_slots), ST_CUDA_ROWS_THREADS, 0, c->stream>>>(cuda_view(dst), C, d_order,
+                                                                                            n_slots);
+        if ((rc = st_gpu_get_last_error()) != st_gpu_success) {
+            s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: scatter: %s", st_gpu_get_error_string(rc));
+            goto done;
+        }
+        // the order's upload read the host buffer; it is freed below, so wait for it
+        rc = st_gpu_stream_synchronize(c->stream);
+        if (rc != st_gpu_success) s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: %s", st_gpu_get_error_string(rc));
+    }
+done:
+    free(h_ids);
+    free(order);
+    free(first);
+    return s;
+}
+
 st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
                              const st_tensor *ids, st_error *err) {
     // w [K, N, E] any nb[1], nb[2]; dst F32 [N, n_used, M]; ids I32 [n_used, M];
@@ -77,6 +249,8 @@ st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, 
     const int x_mode = per_slot ? MOE_X_PER_SLOT : shared_2d ? MOE_X_SHARED_2D : MOE_X_SHARED_3D;
     const int64_t n_slots = n_used * M;
     if (N == 0 || n_slots == 0) return ST_OK;
+    if (M >= ST_CUDA_GEMM_MIN_M && !c->capturing && moe_grouped_supported(w, n_slots))
+        return moe_mul_mat_id_grouped(c, dst, w, x, x_mode, ids, err);
 
     const bool w_vec = cuda_aligned16(w->data) && w->nb[1] % 16 == 0 && w->nb[2] % 16 == 0;
     const bool x_vec = cuda_aligned16(x->data) && x->nb[1] % 16 == 0 && x->nb[2] % 16 == 0;
