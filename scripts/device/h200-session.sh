@@ -15,7 +15,7 @@
 #   kernels      bench/kernels/decode_step_bench.cu against build-gpu: each decode kernel's
 #                time per layer, alone and back to back, packed and padded
 #   sweep        the same bench against builds of other GEMV tunings ($GEMV_VARIANTS:
-#                "UNROLL:MIN_BLOCKS ..."; default "2:8 4:6 1:8")
+#                "UNROLL:MIN_BLOCKS[:NORM_PREFETCH_BYTES] ..."; default "2:8 4:6 1:8")
 #   threshold    bench/kernels/gemv_gemm_threshold_bench.cu against build-gpu: the own GEMV vs
 #                cuBLAS for M = 1..16 on model shapes (where ST_CUDA_GEMM_MIN_M should be)
 #   persistent   bench/kernels/persistent_gemv_bench.cu: a layer's four products as separate
@@ -94,20 +94,20 @@ stage_kernels() {
     cat "$O/decode-step.md"; elapsed kernels
 }
 stage_sweep() {
-    local v u b
+    local v u b p d
     for v in ${GEMV_VARIANTS:-2:8 4:6 1:8}; do
-        u=${v%%:*} b=${v##*:}
-        ( cmake -S . -B build-sweep-$u-$b -DCMAKE_BUILD_TYPE=Release -DSTRIDE_CUDA=ON -DSTRIDE_CUDA_ARCH=90 \
-              -DSTRIDE_TESTS=OFF "-DCMAKE_CUDA_FLAGS=-DCUDA_GEMV_UNROLL=$u -DGEMV_DECODE_MIN_BLOCKS=$b" >/dev/null &&
-          cmake --build build-sweep-$u-$b -j8 --target stride_lib >/dev/null && decode_bench build-sweep-$u-$b ) &
+        IFS=: read -r u b p <<<"$v"; p=${p:-0}; d=build-sweep-$u-$b-$p
+        ( cmake -S . -B $d -DCMAKE_BUILD_TYPE=Release -DSTRIDE_CUDA=ON -DSTRIDE_CUDA_ARCH=90 -DSTRIDE_TESTS=OFF \
+              "-DCMAKE_CUDA_FLAGS=-DCUDA_GEMV_UNROLL=$u -DGEMV_DECODE_MIN_BLOCKS=$b -DGEMV_NORM_PREFETCH_BYTES=$p" \
+              >/dev/null && cmake --build $d -j8 --target stride_lib >/dev/null && decode_bench $d ) &
     done
     wait
     for v in ${GEMV_VARIANTS:-2:8 4:6 1:8}; do
-        u=${v%%:*} b=${v##*:}
-        echo "== CUDA_GEMV_UNROLL=$u GEMV_DECODE_MIN_BLOCKS=$b"
-        build-sweep-$u-$b/decode_step_bench
+        IFS=: read -r u b p <<<"$v"; p=${p:-0}
+        echo "== CUDA_GEMV_UNROLL=$u GEMV_DECODE_MIN_BLOCKS=$b GEMV_NORM_PREFETCH_BYTES=$p"
+        build-sweep-$u-$b-$p/decode_step_bench
     done >"$O/gemv-sweep.md" 2>&1
-    grep -E "^==|^[a-z].*layers|products back|whole layer" "$O/gemv-sweep.md"; elapsed sweep
+    grep -E "^==|^[a-z].*layers|products back|whole layer|norm" "$O/gemv-sweep.md"; elapsed sweep
 }
 stage_threshold() {
     nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Isrc -DSTRIDE_HAVE_CUDA=1 bench/kernels/gemv_gemm_threshold_bench.cu \
@@ -136,7 +136,7 @@ stage_branches() {
         grep -E "FAIL|ALL|SOME|test_cuda" /tmp/wt-$(basename "$d")/summary.txt
         settings+=("STRIDE=$d/build-gpu/stride")
     done >"$O/branches.md" 2>&1
-    scripts/device/decode-ab.sh "${settings[@]}" >>"$O/branches.md" 2>&1
+    MODELS=$(model_list) scripts/device/decode-ab.sh "${settings[@]}" >>"$O/branches.md" 2>&1
     if [ -s models/olmoe-1b-7b.gguf ]; then
         for m in build-gpu/stride .wt/*/build-gpu/stride; do
             echo "== $m"; $m bench --backend cuda -m models/olmoe-1b-7b.gguf -p 512 -n 0 -r 3 --pad-weights off -o md 2>/dev/null | grep -E "pp512"

@@ -26,6 +26,12 @@
 #ifndef GEMV_DECODE_MIN_BLOCKS
 #define GEMV_DECODE_MIN_BLOCKS 8
 #endif
+// Bytes at the start of each of a warp's weight rows asked into L2 before a norm is
+// staged, so that the staging's latency overlaps the first loads (0: none). A tuning
+// knob under measurement (bench/cuda-decode.md).
+#ifndef GEMV_NORM_PREFETCH_BYTES
+#define GEMV_NORM_PREFETCH_BYTES 0
+#endif
 // A norm stages [M][K] floats: without an opt-in, dynamic shared memory stops at 48 KiB.
 #define GEMV_MAX_STAGED_BYTES (48 * 1024)
 
@@ -80,10 +86,26 @@ __device__ void gemv_stage_norm(float *h, const gemv_args &a) {
     __syncthreads();
 }
 
+// Asks L2 for the first GEMV_NORM_PREFETCH_BYTES of a row (128-byte lines, spread over the lanes).
+__device__ __forceinline__ void gemv_prefetch_row(const char *row, int64_t row_bytes) {
+    const int64_t bytes = row_bytes < GEMV_NORM_PREFETCH_BYTES ? row_bytes : GEMV_NORM_PREFETCH_BYTES;
+    for (int64_t off = (threadIdx.x % ST_GPU_WARP_SIZE) * 128; off < bytes; off += ST_GPU_WARP_SIZE * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
+}
+
 // One warp per weight row (of a gate and up pair for GLU), CUDA_GEMV_WARPS rows per block.
 template <st_type T, int EPI, bool NORM, int NC>
 __global__ void __launch_bounds__(GEMV_THREADS, NC == 1 ? GEMV_DECODE_MIN_BLOCKS : 1) gemv_kernel(const gemv_args a) {
     extern __shared__ float4 gemv_staged[]; // NORM: h [M][K]
+    int p = 0;
+    while (p + 1 < a.n_parts && (int64_t)blockIdx.x >= a.part[p + 1].block0) p++;
+    const gemv_part &pt = a.part[p];
+    const int64_t n = ((int64_t)blockIdx.x - pt.block0) * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
+    if (NORM && GEMV_NORM_PREFETCH_BYTES > 0 && n < pt.n) {
+        const int64_t row_bytes = a.K * cuda_elem_bytes<T>::value;
+        gemv_prefetch_row(pt.w + n * pt.nb1, row_bytes);
+        if (EPI == GEMV_SWIGLU || EPI == GEMV_GEGLU) gemv_prefetch_row(a.w_up + n * a.up_nb1, row_bytes);
+    }
     const float *xs[NC];
     if (NORM) {
         float *h = (float *)gemv_staged;
@@ -95,10 +117,6 @@ __global__ void __launch_bounds__(GEMV_THREADS, NC == 1 ? GEMV_DECODE_MIN_BLOCKS
         for (int c = 0; c < NC; c++) xs[c] = (const float *)cuda_row(a.x, a.m0 + (c < a.M ? c : 0));
     }
 
-    int p = 0;
-    while (p + 1 < a.n_parts && (int64_t)blockIdx.x >= a.part[p + 1].block0) p++;
-    const gemv_part &pt = a.part[p];
-    const int64_t n = ((int64_t)blockIdx.x - pt.block0) * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
     if (n >= pt.n) return; // after the only __syncthreads (in the staging)
     const int n_cols = (int)a.M;
 
