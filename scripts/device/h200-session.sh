@@ -14,8 +14,9 @@
 #                on/off/auto, -r 2, with JSON and the SVG chart ($MODELS)
 #   kernels      bench/kernels/decode_step_bench.cu against build-gpu: each decode kernel's
 #                time per layer, alone and back to back, packed and padded
-#   sweep        the same bench against builds of other GEMV tunings ($GEMV_VARIANTS:
-#                "UNROLL:MIN_BLOCKS[:NORM_PREFETCH_BYTES] ..."; default "2:8 4:6 1:8")
+#   sweep        the same bench against builds with other CUDA defines ($SWEEP: variants
+#                separated by ';', each its -D flags, e.g. "-DCUDA_GEMV_UNROLL=4;-DGEMV_NORM_IN_LOOP_ON=0");
+#                each build has the CLI too (build-sweep-N/stride, for decode-ab.sh)
 #   threshold    bench/kernels/gemv_gemm_threshold_bench.cu against build-gpu: the own GEMV vs
 #                cuBLAS for M = 1..16 on model shapes (where ST_CUDA_GEMM_MIN_M should be)
 #   persistent   bench/kernels/persistent_gemv_bench.cu: a layer's four products as separate
@@ -94,20 +95,20 @@ stage_kernels() {
     cat "$O/decode-step.md"; elapsed kernels
 }
 stage_sweep() {
-    local v u b p d
-    for v in ${GEMV_VARIANTS:-2:8 4:6 1:8}; do
-        IFS=: read -r u b p <<<"$v"; p=${p:-0}; d=build-sweep-$u-$b-$p
-        ( cmake -S . -B $d -DCMAKE_BUILD_TYPE=Release -DSTRIDE_CUDA=ON -DSTRIDE_CUDA_ARCH=90 -DSTRIDE_TESTS=OFF \
-              "-DCMAKE_CUDA_FLAGS=-DCUDA_GEMV_UNROLL=$u -DGEMV_DECODE_MIN_BLOCKS=$b -DGEMV_NORM_PREFETCH_BYTES=$p" \
-              >/dev/null && cmake --build $d -j8 --target stride_lib >/dev/null && decode_bench $d ) &
+    local i=0 flags
+    IFS=';' read -ra variants <<<"${SWEEP:--DCUDA_GEMV_UNROLL=4}"
+    for flags in "${variants[@]}"; do
+        i=$((i + 1))
+        ( cmake -S . -B build-sweep-$i -DCMAKE_BUILD_TYPE=Release -DSTRIDE_CUDA=ON -DSTRIDE_CUDA_ARCH=90 -DSTRIDE_TESTS=OFF \
+              "-DCMAKE_CUDA_FLAGS=$flags" >/dev/null && cmake --build build-sweep-$i -j8 --target stride >/dev/null &&
+          decode_bench build-sweep-$i ) &
     done
     wait
-    for v in ${GEMV_VARIANTS:-2:8 4:6 1:8}; do
-        IFS=: read -r u b p <<<"$v"; p=${p:-0}
-        echo "== CUDA_GEMV_UNROLL=$u GEMV_DECODE_MIN_BLOCKS=$b GEMV_NORM_PREFETCH_BYTES=$p"
-        build-sweep-$u-$b-$p/decode_step_bench
+    i=0
+    for flags in "${variants[@]}"; do
+        i=$((i + 1)); echo "== build-sweep-$i: $flags"; build-sweep-$i/decode_step_bench
     done >"$O/gemv-sweep.md" 2>&1
-    grep -E "^==|^[a-z].*layers|products back|whole layer|norm" "$O/gemv-sweep.md"; elapsed sweep
+    grep -E "^==|^[a-z].*layers|attention|norm|back to back" "$O/gemv-sweep.md"; elapsed sweep
 }
 stage_threshold() {
     nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Isrc -DSTRIDE_HAVE_CUDA=1 bench/kernels/gemv_gemm_threshold_bench.cu \

@@ -10,7 +10,7 @@
 //   P.V       one pair of output dimensions per thread, NR rows (a template bucket)
 // and writes its partial result (max, sum, unnormalised acc[head_dim]) per row. The last
 // block of a kv head to finish (a counter per kv head, reset by that block for the next
-// launch) combines the splits of the group's rows:
+// launch) combines the splits of the group's rows, a warp per row:
 //   out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s
 // in the order s = 0, 1, ..., so the result does not depend on which block came last.
 //
@@ -114,37 +114,32 @@ template <> __device__ __forceinline__ float2 dec_load2<ST_TYPE_F32>(const unsig
     return *(const float2 *)(row + d * 4);
 }
 
-// Output row (head h, token m) from the splits' partials, weighted by 2^(m_s - max), by the
-// block's warp `warp` (the max and the weights) and then all its threads (the dims).
-// Partials of other blocks are read through L2 (__ldcg): they were written in this launch.
+// Output row (head h, token m) from the splits' partials, weighted by 2^(m_s - max), by
+// one warp (w_s: the warp's [DEC_MAX_SPLITS] weights in shared memory). Partials of other
+// blocks are read through L2 (__ldcg): they were written in this launch.
 __device__ void dec_combine_row(st_cuda_view dst, int h, int m, int n_eff, int n_split, int M,
-                                const float *part_acc, const float2 *part_ml, float *w_s, float *l_sum) {
-    const int D = (int)dst.ne0;
+                                const float *part_acc, const float2 *part_ml, float *w_s) {
+    const int D = (int)dst.ne0, lane = threadIdx.x % ST_GPU_WARP_SIZE;
     const int64_t base = ((int64_t)h * M + m) * n_split;
-    if (threadIdx.x < ST_GPU_WARP_SIZE) {
-        const int lane = threadIdx.x;
-        float mx = -INFINITY;
-        for (int s = lane; s < n_eff; s += ST_GPU_WARP_SIZE) mx = fmaxf(mx, __ldcg(&part_ml[base + s].x));
-        mx = cuda_warp_max(mx);
-        float l = 0.0f;
-        for (int s = lane; s < n_eff; s += ST_GPU_WARP_SIZE) {
-            const float2 ml = __ldcg(&part_ml[base + s]);
-            const float w = mx == -INFINITY ? 0.0f : exp2f(ml.x - mx);
-            w_s[s] = w;
-            l = fmaf(w, ml.y, l);
-        }
-        l = cuda_warp_sum(l);
-        if (lane == 0) *l_sum = l;
+    float mx = -INFINITY;
+    for (int s = lane; s < n_eff; s += ST_GPU_WARP_SIZE) mx = fmaxf(mx, __ldcg(&part_ml[base + s].x));
+    mx = cuda_warp_max(mx);
+    float l = 0.0f;
+    for (int s = lane; s < n_eff; s += ST_GPU_WARP_SIZE) {
+        const float2 ml = __ldcg(&part_ml[base + s]);
+        const float w = mx == -INFINITY ? 0.0f : exp2f(ml.x - mx);
+        w_s[s] = w;
+        l = fmaf(w, ml.y, l);
     }
-    __syncthreads();
-    const float l = *l_sum;
+    l = cuda_warp_sum(l);
+    __syncwarp();
     float *out = (float *)(dst.data + (int64_t)h * dst.nb1 + (int64_t)m * dst.nb2);
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    for (int d = lane; d < D; d += ST_GPU_WARP_SIZE) {
         float a = 0.0f;
         for (int s = 0; s < n_eff; s++) a = fmaf(w_s[s], __ldcg(&part_acc[(base + s) * D + d]), a);
         out[d] = l > 0.0f ? a / l : 0.0f; // a row that sees nothing: zeros
     }
-    __syncthreads(); // w_s and l_sum are free for the next row
+    __syncwarp(); // w_s is free for the warp's next row
 }
 
 // Partials: acc [n_head, M, n_split][D] f32, then (max, sum) [n_head, M, n_split] float2;
@@ -307,8 +302,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
 
     // The last of the kv head's n_eff blocks combines (threadfence reduction: every block
     // makes its partials visible device-wide before it counts itself).
-    __shared__ float w_s[DEC_MAX_SPLITS];
-    __shared__ float l_sum;
+    __shared__ float w_s[DEC_WARPS][DEC_MAX_SPLITS];
     __shared__ bool last;
     __threadfence();
     __syncthreads();
@@ -319,8 +313,8 @@ __global__ void __launch_bounds__(DEC_THREADS)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int r = 0; r < R; r++)
-        dec_combine_row(dst, kvh * group + r % group, r / group, pl.n_eff, n_split, M, part_acc, part_ml, w_s, &l_sum);
+    for (int r = warp; r < R; r += DEC_WARPS) // a warp per row
+        dec_combine_row(dst, kvh * group + r % group, r / group, pl.n_eff, n_split, M, part_acc, part_ml, w_s[warp]);
 }
 
 // ---- host side ------------------------------------------------------------------------------

@@ -26,11 +26,16 @@
 #ifndef GEMV_DECODE_MIN_BLOCKS
 #define GEMV_DECODE_MIN_BLOCKS 8
 #endif
-// Bytes at the start of each of a warp's weight rows asked into L2 before a norm is
-// staged, so that the staging's latency overlaps the first loads (0: none). A tuning
-// knob under measurement (bench/cuda-decode.md).
-#ifndef GEMV_NORM_PREFETCH_BYTES
-#define GEMV_NORM_PREFETCH_BYTES 0
+// A one-column product folds its norm into the loop (GEMV_NORM_IN_LOOP) rather than
+// staging h in every block (1; 0 keeps the staging, for A/B builds).
+#ifndef GEMV_NORM_IN_LOOP_ON
+#define GEMV_NORM_IN_LOOP_ON 1
+#endif
+enum { GEMV_NO_NORM, GEMV_NORM_STAGED, GEMV_NORM_IN_LOOP };
+// Blocks per multiprocessor of the kernels with the norm in the loop, which hold x and
+// norm_w pieces beside the weights (at 8, ptxas spills).
+#ifndef GEMV_NORM_MIN_BLOCKS
+#define GEMV_NORM_MIN_BLOCKS 6
 #endif
 // A norm stages [M][K] floats: without an opt-in, dynamic shared memory stops at 48 KiB.
 #define GEMV_MAX_STAGED_BYTES (48 * 1024)
@@ -58,6 +63,7 @@ typedef struct gemv_args {
     st_cuda_view x;     // [K, M]
     const float *norm_w; // [K] or NULL: no norm
     float eps;
+    bool norm_in_loop;  // the norm folded into the product (gemv_run decides)
     const char *w_up;   // GLU: the up weight [K, n] (part 0 is the gate)
     int64_t up_nb1;
     st_cuda_view out;   // ADD: out += W x; GLU: out = act(gate) * up
@@ -86,28 +92,58 @@ __device__ void gemv_stage_norm(float *h, const gemv_args &a) {
     __syncthreads();
 }
 
-// Asks L2 for the first GEMV_NORM_PREFETCH_BYTES of a row (128-byte lines, spread over the lanes).
-__device__ __forceinline__ void gemv_prefetch_row(const char *row, int64_t row_bytes) {
-    const int64_t bytes = row_bytes < GEMV_NORM_PREFETCH_BYTES ? row_bytes : GEMV_NORM_PREFETCH_BYTES;
-    for (int64_t off = (threadIdx.x % ST_GPU_WARP_SIZE) * 128; off < bytes; off += ST_GPU_WARP_SIZE * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
+// acc += dot(wrow, x * norm_w) and, with SS, ss += dot(x, x): this lane's partial sums
+// over the pieces lane, lane + 32, ... (the warp covers every element of x once, so the
+// sum of squares comes with the product). One column; wrow, x and norm_w 16-byte aligned.
+template <st_type T, bool SS>
+__device__ __forceinline__ void gemv_row_normed(const char *__restrict__ wrow, int64_t K, const float *__restrict__ x,
+                                                const float *__restrict__ nw, float &acc, float &ss) {
+    constexpr int VEC = 16 / cuda_elem_bytes<T>::value, W = ST_GPU_WARP_SIZE;
+    const int lane = threadIdx.x % W;
+    const int64_t n_vec = K / VEC;
+    const uint4 *wv = (const uint4 *)wrow;
+    auto piece = [&](const uint4 &wq, int64_t k0) {
+        float wf[VEC];
+        cuda_unpack16<T>(wq, wf);
+#pragma unroll
+        for (int i = 0; i < VEC; i += 4) {
+            const float4 xq = __ldg((const float4 *)(x + k0 + i)), nq = __ldg((const float4 *)(nw + k0 + i));
+            acc = fmaf(wf[i], xq.x * nq.x, acc), acc = fmaf(wf[i + 1], xq.y * nq.y, acc);
+            acc = fmaf(wf[i + 2], xq.z * nq.z, acc), acc = fmaf(wf[i + 3], xq.w * nq.w, acc);
+            if (SS) ss = fmaf(xq.x, xq.x, ss), ss = fmaf(xq.y, xq.y, ss), ss = fmaf(xq.z, xq.z, ss), ss = fmaf(xq.w, xq.w, ss);
+        }
+    };
+    int64_t v = lane;
+    for (; v + (CUDA_GEMV_UNROLL - 1) * W < n_vec; v += CUDA_GEMV_UNROLL * W) {
+        uint4 wq[CUDA_GEMV_UNROLL];
+#pragma unroll
+        for (int u = 0; u < CUDA_GEMV_UNROLL; u++) wq[u] = st_gpu_load_streaming(wv + v + u * W);
+#pragma unroll
+        for (int u = 0; u < CUDA_GEMV_UNROLL; u++) piece(wq[u], (v + u * W) * VEC);
+    }
+    for (; v < n_vec; v += W) piece(st_gpu_load_streaming(wv + v), v * VEC);
+    for (int64_t k = n_vec * VEC + lane; k < K; k += W) {
+        const float xk = __ldg(x + k);
+        acc = fmaf(cuda_load_f32<T>(wrow, k), xk * __ldg(nw + k), acc);
+        if (SS) ss = fmaf(xk, xk, ss);
+    }
 }
 
 // One warp per weight row (of a gate and up pair for GLU), CUDA_GEMV_WARPS rows per block.
-template <st_type T, int EPI, bool NORM, int NC>
-__global__ void __launch_bounds__(GEMV_THREADS, NC == 1 ? GEMV_DECODE_MIN_BLOCKS : 1) gemv_kernel(const gemv_args a) {
-    extern __shared__ float4 gemv_staged[]; // NORM: h [M][K]
+// NORM: GEMV_NO_NORM; GEMV_NORM_STAGED, h = rmsnorm(x) * norm_w staged in shared memory by
+// every block; GEMV_NORM_IN_LOOP (one column), y = s * dot(w, x * norm_w) with the scale s
+// from the sum of squares each warp forms on the way (no block barrier, no staging).
+template <st_type T, int EPI, int NORM, int NC>
+__global__ void __launch_bounds__(GEMV_THREADS, NC > 1 ? 1 : NORM == GEMV_NORM_IN_LOOP ? GEMV_NORM_MIN_BLOCKS : GEMV_DECODE_MIN_BLOCKS)
+    gemv_kernel(const gemv_args a) {
+    extern __shared__ float4 gemv_staged[]; // GEMV_NORM_STAGED: h [M][K]
+    constexpr bool GLU = EPI == GEMV_SWIGLU || EPI == GEMV_GEGLU;
     int p = 0;
     while (p + 1 < a.n_parts && (int64_t)blockIdx.x >= a.part[p + 1].block0) p++;
     const gemv_part &pt = a.part[p];
     const int64_t n = ((int64_t)blockIdx.x - pt.block0) * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
-    if (NORM && GEMV_NORM_PREFETCH_BYTES > 0 && n < pt.n) {
-        const int64_t row_bytes = a.K * cuda_elem_bytes<T>::value;
-        gemv_prefetch_row(pt.w + n * pt.nb1, row_bytes);
-        if (EPI == GEMV_SWIGLU || EPI == GEMV_GEGLU) gemv_prefetch_row(a.w_up + n * a.up_nb1, row_bytes);
-    }
     const float *xs[NC];
-    if (NORM) {
+    if (NORM == GEMV_NORM_STAGED) {
         float *h = (float *)gemv_staged;
         gemv_stage_norm(h, a);
 #pragma unroll
@@ -120,11 +156,24 @@ __global__ void __launch_bounds__(GEMV_THREADS, NC == 1 ? GEMV_DECODE_MIN_BLOCKS
     if (n >= pt.n) return; // after the only __syncthreads (in the staging)
     const int n_cols = (int)a.M;
 
-    float acc[NC];
-    cuda_gemv_row<T, NORM, NC>(pt.w + n * pt.nb1, a.K, a.w_vec, xs, n_cols, a.x_vec, acc);
-    float up[NC];
-    if (EPI == GEMV_SWIGLU || EPI == GEMV_GEGLU)
-        cuda_gemv_row<T, NORM, NC>(a.w_up + n * a.up_nb1, a.K, a.w_vec, xs, n_cols, a.x_vec, up);
+    float acc[NC], up[NC];
+    if (NORM == GEMV_NORM_IN_LOOP) {
+        float ss = 0.0f, unused = 0.0f;
+        acc[0] = 0.0f;
+        gemv_row_normed<T, true>(pt.w + n * pt.nb1, a.K, xs[0], a.norm_w, acc[0], ss);
+        ss = cuda_warp_sum(ss);
+        const float s = (float)(1.0 / sqrt((double)ss / (double)a.K + (double)a.eps));
+        acc[0] = cuda_warp_sum(acc[0]) * s;
+        if (GLU) {
+            up[0] = 0.0f;
+            gemv_row_normed<T, false>(a.w_up + n * a.up_nb1, a.K, xs[0], a.norm_w, up[0], unused);
+            up[0] = cuda_warp_sum(up[0]) * s;
+        }
+    } else {
+        constexpr bool X_SHARED = NORM == GEMV_NORM_STAGED;
+        cuda_gemv_row<T, X_SHARED, NC>(pt.w + n * pt.nb1, a.K, a.w_vec, xs, n_cols, a.x_vec, acc);
+        if (GLU) cuda_gemv_row<T, X_SHARED, NC>(a.w_up + n * a.up_nb1, a.K, a.w_vec, xs, n_cols, a.x_vec, up);
+    }
     if (threadIdx.x % ST_GPU_WARP_SIZE != 0) return;
 #pragma unroll
     for (int c = 0; c < NC; c++) {
@@ -141,10 +190,10 @@ __global__ void __launch_bounds__(GEMV_THREADS, NC == 1 ? GEMV_DECODE_MIN_BLOCKS
     }
 }
 
-template <st_type T, int EPI, bool NORM>
+template <st_type T, int EPI, int NORM>
 static st_status gemv_launch_typed(st_cuda_ctx *c, const gemv_args &a, unsigned int blocks, st_error *err) {
-    const size_t smem = NORM ? (size_t)(a.K * a.M) * sizeof(float) : 0;
-    if (a.M == 1)
+    const size_t smem = NORM == GEMV_NORM_STAGED ? (size_t)(a.K * a.M) * sizeof(float) : 0;
+    if (a.M == 1 || NORM == GEMV_NORM_IN_LOOP)
         gemv_kernel<T, EPI, NORM, 1><<<blocks, GEMV_THREADS, smem, c->stream>>>(a);
     else
         gemv_kernel<T, EPI, NORM, CUDA_GEMV_MAX_COLS><<<blocks, GEMV_THREADS, smem, c->stream>>>(a);
@@ -152,22 +201,20 @@ static st_status gemv_launch_typed(st_cuda_ctx *c, const gemv_args &a, unsigned 
     return ST_OK;
 }
 
+template <st_type T, int EPI>
+static st_status gemv_launch_norm(st_cuda_ctx *c, const gemv_args &a, unsigned int blocks, st_error *err) {
+    if (!a.norm_w) return gemv_launch_typed<T, EPI, GEMV_NO_NORM>(c, a, blocks, err);
+    if (a.norm_in_loop) return gemv_launch_typed<T, EPI, GEMV_NORM_IN_LOOP>(c, a, blocks, err);
+    return gemv_launch_typed<T, EPI, GEMV_NORM_STAGED>(c, a, blocks, err);
+}
+
 template <st_type T>
 static st_status gemv_launch_epi(st_cuda_ctx *c, const gemv_args &a, int epi, unsigned int blocks, st_error *err) {
-    const bool norm = a.norm_w != NULL;
     switch (epi) {
-    case GEMV_STORE:
-        return norm ? gemv_launch_typed<T, GEMV_STORE, true>(c, a, blocks, err)
-                    : gemv_launch_typed<T, GEMV_STORE, false>(c, a, blocks, err);
-    case GEMV_ADD:
-        return norm ? gemv_launch_typed<T, GEMV_ADD, true>(c, a, blocks, err)
-                    : gemv_launch_typed<T, GEMV_ADD, false>(c, a, blocks, err);
-    case GEMV_SWIGLU:
-        return norm ? gemv_launch_typed<T, GEMV_SWIGLU, true>(c, a, blocks, err)
-                    : gemv_launch_typed<T, GEMV_SWIGLU, false>(c, a, blocks, err);
-    default:
-        return norm ? gemv_launch_typed<T, GEMV_GEGLU, true>(c, a, blocks, err)
-                    : gemv_launch_typed<T, GEMV_GEGLU, false>(c, a, blocks, err);
+    case GEMV_STORE: return gemv_launch_norm<T, GEMV_STORE>(c, a, blocks, err);
+    case GEMV_ADD: return gemv_launch_norm<T, GEMV_ADD>(c, a, blocks, err);
+    case GEMV_SWIGLU: return gemv_launch_norm<T, GEMV_SWIGLU>(c, a, blocks, err);
+    default: return gemv_launch_norm<T, GEMV_GEGLU>(c, a, blocks, err);
     }
 }
 
@@ -182,8 +229,11 @@ static st_status gemv_run(st_cuda_ctx *c, gemv_args &a, st_type type, int epi, s
     }
     if (blocks == 0 || a.M == 0) return ST_OK;
     ST_ASSERT(blocks <= INT32_MAX);
-    // the staged h is 16-byte aligned when K is a multiple of 4
-    if (a.norm_w) a.x_vec = a.K % 4 == 0;
+    // One column with aligned rows folds the norm into the loop; otherwise it is staged,
+    // and the staged h is 16-byte aligned when K is a multiple of 4.
+    a.norm_in_loop = a.norm_w && GEMV_NORM_IN_LOOP_ON && a.M == 1 && a.w_vec && a.x_vec && a.K % 4 == 0 &&
+                     cuda_aligned16(a.norm_w);
+    if (a.norm_w && !a.norm_in_loop) a.x_vec = a.K % 4 == 0;
     switch (type) {
     case ST_TYPE_F32: return gemv_launch_epi<ST_TYPE_F32>(c, a, epi, (unsigned int)blocks, err);
     case ST_TYPE_F16: return gemv_launch_epi<ST_TYPE_F16>(c, a, epi, (unsigned int)blocks, err);

@@ -193,7 +193,7 @@ if want models; then
                     # positions whose top-k margin is below the rounding's shift: the worst
                     # position must be one of them, and argmax must agree everywhere.
                     worst=$(sed -n 's/.*worst position \([0-9]*\).*/\1/p' <<<"$res")
-                    rm_out=$(python3 tests/gpu/router_margin.py "$m" "$PROMPT" "$type" "$worst" 2>&1)
+                    rm_out=$(PYTHONPATH="$ROOT/.whl${PYTHONPATH:+:$PYTHONPATH}" python3 tests/gpu/router_margin.py "$m" "$PROMPT" "$type" "$worst" 2>&1)
                     rm_rc=$?
                     echo "$rm_out" >>"$OUTDIR/models.log"
                     ties=$(sed -n 's/^near-ties at positions: \[\(.*\)\]/\1/p' <<<"$rm_out" | tr -d ' ')
