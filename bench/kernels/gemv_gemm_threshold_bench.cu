@@ -5,7 +5,7 @@
 // a pass, and st_cuda_mul_mat_gemm), the weights rotating through copies that together
 // exceed the L2 several times, so that every product streams its weight from HBM as in
 // decode. Printed: microseconds per product for both, and per shape the smallest M from
-// which cuBLAS is faster at every larger M measured (ST_CUDA_GEMM_MIN_M is 8 today).
+// which cuBLAS is faster at every larger M measured (ST_CUDA_GEMM_MIN_M, set from this measurement).
 //
 // Build (after the library, from the repository root; build-gpu is run_gpu_tests.sh's):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Isrc -DSTRIDE_HAVE_CUDA=1 bench/kernels/gemv_gemm_threshold_bench.cu \

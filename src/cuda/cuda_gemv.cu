@@ -276,7 +276,7 @@ st_status st_cuda_gemv(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const
 static bool fused_supported(const st_fused_mul_mat *op) {
     const st_tensor *x = op->x;
     const int64_t K = x->ne[0], M = cuda_nrows(x);
-    if (M < 1 || M > CUDA_GEMV_MAX_COLS || K < 1) return false;
+    if (M < 1 || M >= ST_CUDA_GEMM_MIN_M || M > CUDA_GEMV_MAX_COLS || K < 1) return false;
     if (!cuda_is_f32_rows(x)) return false;
     if (op->norm_w && (size_t)(K * M) * sizeof(float) > GEMV_MAX_STAGED_BYTES) return false;
     for (int i = 0; i < op->n_w; i++) {

@@ -17,8 +17,9 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.cuh"
 
-/* Columns one pass over a weight row serves: below the GEMM threshold, all of them. */
-#define CUDA_GEMV_MAX_COLS (ST_CUDA_GEMM_MIN_M - 1)
+/* Columns one pass over a weight row serves (mul_mat_id's slots of a step, and mul_mat
+ * when cuBLAS cannot take it). */
+#define CUDA_GEMV_MAX_COLS 7
 /* Warps (= weight rows) per block. */
 #define CUDA_GEMV_WARPS 8
 

@@ -1,7 +1,7 @@
 // Mixture of experts: the product over selected experts (mul_mat_id), the router's top-k
 // choice and the weighted combination of the experts' outputs.
 //
-// mul_mat_id, decode (fewer than ST_CUDA_GEMM_MIN_M tokens, or while recording a graph):
+// mul_mat_id, decode (fewer than ST_CUDA_MOE_GROUPED_MIN_M tokens, or while recording a graph):
 // the kernel reads the expert ids from device memory, so the decode path has no host
 // synchronisation: block (row group, slot) looks its expert up and runs the
 // matrix-vector product over that expert's slice W + e * nb[2] at the row stride nb[1].
@@ -249,7 +249,7 @@ st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, 
     const int x_mode = per_slot ? MOE_X_PER_SLOT : shared_2d ? MOE_X_SHARED_2D : MOE_X_SHARED_3D;
     const int64_t n_slots = n_used * M;
     if (N == 0 || n_slots == 0) return ST_OK;
-    if (M >= ST_CUDA_GEMM_MIN_M && !c->capturing && moe_grouped_supported(w, n_slots))
+    if (M >= ST_CUDA_MOE_GROUPED_MIN_M && !c->capturing && moe_grouped_supported(w, n_slots))
         return moe_mul_mat_id_grouped(c, dst, w, x, x_mode, ids, err);
 
     const bool w_vec = cuda_aligned16(w->data) && w->nb[1] % 16 == 0 && w->nb[2] % 16 == 0;

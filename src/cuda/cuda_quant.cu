@@ -1,9 +1,9 @@
 // Block-quantized weights on the GPU, kept as stored (never padded; include/stride/quant.h
 // has the layouts, src/quant/ the CPU dequantizers these kernels reproduce bit for bit):
 //
-//   mul_mat, M < ST_CUDA_GEMM_MIN_M (decode): a dequantizing matrix-vector kernel, one warp
+//   mul_mat, M < ST_CUDA_QGEMM_MIN_M (decode): a dequantizing matrix-vector kernel, one warp
 //     per weight row, reading the row once for all M columns; f32 products and sums.
-//   mul_mat, M >= ST_CUDA_GEMM_MIN_M (prefill): slabs of rows dequantized to F16 in scratch,
+//   mul_mat, M >= ST_CUDA_QGEMM_MIN_M (prefill): slabs of rows dequantized to F16 in scratch,
 //     then cuBLAS (F16 x F16, f32 accumulate) on each slab, x rounded to F16 once.
 //   get_rows: the selected rows dequantized to F32 (exact: the CPU's values).
 //   mul_mat_id: the matrix-vector kernel per (token, slot) on the slot's expert.
@@ -34,7 +34,7 @@
 #include "stride/quant.h"
 
 // Columns one pass over a weight row serves (below the GEMM threshold: all of them).
-#define QMM_MAX_COLS (ST_CUDA_GEMM_MIN_M - 1)
+#define QMM_MAX_COLS (ST_CUDA_QGEMM_MIN_M - 1)
 // Warps (= weight rows) per block of the matrix-vector kernels.
 #define QMM_WARPS 4
 // Chunks whose loads a lane issues before it uses the first.
@@ -664,7 +664,7 @@ st_status st_cuda_mul_mat_quant(st_backend *b, st_tensor *dst, const st_tensor *
     if (N == 0 || M == 0) return ST_OK;
     const bool gemm_ok =
         K > 0 && cuda_fits_int(K) && cuda_fits_int(N) && cuda_fits_int(M) && cuda_fits_int((int64_t)(dst->nb[1] / 4));
-    if (M >= ST_CUDA_GEMM_MIN_M && gemm_ok) return q_mul_mat_gemm(c, dst, w, x, err);
+    if (M >= ST_CUDA_QGEMM_MIN_M && gemm_ok) return q_mul_mat_gemm(c, dst, w, x, err);
     q_dispatch<q_launch_gemv>(w->type, c, dst, w, x, M);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;

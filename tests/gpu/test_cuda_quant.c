@@ -24,7 +24,7 @@
 
 /* ---- tolerances (normalised error) -------------------------------------------------- */
 
-/* The matrix-vector kernel (M < ST_CUDA_GEMM_MIN_M) and mul_mat_id: every weight is
+/* The matrix-vector kernel (M < ST_CUDA_QGEMM_MIN_M) and mul_mat_id: every weight is
  * dequantized to the CPU's f32 value bit for bit (same roundings, no FMA contraction),
  * products and sums are f32: only the summation order differs, u * sqrt(K) relative
  * (u = 2^-24: ~3e-6 at K = 2048 in the worst case, ~1e-7 typically). */
@@ -215,7 +215,7 @@ static void test_get_rows(st_type t, int64_t K, int64_t M, size_t pad) {
 /* ---- mul_mat ------------------------------------------------------------------------------ */
 
 
-static double mm_tol(int64_t M) { return M < ST_CUDA_GEMM_MIN_M ? TOL_Q_GEMV : TOL_Q_GEMM; }
+static double mm_tol(int64_t M) { return M < ST_CUDA_QGEMM_MIN_M ? TOL_Q_GEMV : TOL_Q_GEMM; }
 
 /* The product with weights at row stride packed + pad, against the CPU; with pad, also the
  * same weights packed on the GPU, which must give the same bits (neither path's order
@@ -237,7 +237,7 @@ static void test_mul_mat(st_type t, int64_t K, int64_t N, int64_t M, size_t pad,
     cmp_result r = compare_f32(&vy, dy.cpu, got, dy.bytes);
     char desc[128];
     snprintf(desc, sizeof(desc), "%s K=%lld N=%lld M=%lld pad=%zu x=%s %s", tname(t), (long long)K, (long long)N,
-             (long long)M, pad, x_layout_name[xl], M < ST_CUDA_GEMM_MIN_M ? "gemv" : "gemm");
+             (long long)M, pad, x_layout_name[xl], M < ST_CUDA_QGEMM_MIN_M ? "gemv" : "gemm");
     record("mul_mat", desc, &r, mm_tol(M));
     if (pad) {
         qweight wp = qweight_upload(t, K, N, 1, 0, w.packed);
