@@ -8,11 +8,8 @@
 //   scores    one key per thread, f32 dot products against the f32 queries in shared memory
 //   softmax   one warp per row: running max and sum, the factor for the accumulator
 //   P.V       one pair of output dimensions per thread, NR rows (a template bucket)
-// and writes its partial result (max, sum, unnormalised acc[head_dim]) per row. The last
-// block of a kv head to finish (a counter per kv head, reset by that block for the next
-// launch) combines the splits of the group's rows, a warp per row:
-//   out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s
-// in the order s = 0, 1, ..., so the result does not depend on which block came last.
+// and writes its partial result (max, sum, unnormalised acc[head_dim]) per row. A second
+// kernel combines the splits of a row: out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s.
 //
 // CUDA graphs: the launch (grid, block, shared memory, n_split) depends on the head counts,
 // head_dim, M and the device's SM count, NEVER on n_kv. The key range is computed on the
@@ -31,6 +28,7 @@
 #define DEC_BLOCKS_PER_SM 4 // splits are chosen to put about this many blocks on every SM
 #define DEC_SMEM_MAX (48 * 1024)
 #define DEC_MAX_NR 16 // rows per thread in P.V (the largest template bucket)
+#define DEC_COMBINE_THREADS 128
 
 template <st_type T, int D> struct dec_cfg {
     static constexpr int SZ = T == ST_TYPE_F16 ? 2 : 4;
@@ -114,42 +112,12 @@ template <> __device__ __forceinline__ float2 dec_load2<ST_TYPE_F32>(const unsig
     return *(const float2 *)(row + d * 4);
 }
 
-// Output row (head h, token m) from the splits' partials, weighted by 2^(m_s - max), by
-// one warp (w_s: the warp's [DEC_MAX_SPLITS] weights in shared memory). Partials of other
-// blocks are read through L2 (__ldcg): they were written in this launch.
-__device__ void dec_combine_row(st_cuda_view dst, int h, int m, int n_eff, int n_split, int M,
-                                const float *part_acc, const float2 *part_ml, float *w_s) {
-    const int D = (int)dst.ne0, lane = threadIdx.x % ST_GPU_WARP_SIZE;
-    const int64_t base = ((int64_t)h * M + m) * n_split;
-    float mx = -INFINITY;
-    for (int s = lane; s < n_eff; s += ST_GPU_WARP_SIZE) mx = fmaxf(mx, __ldcg(&part_ml[base + s].x));
-    mx = cuda_warp_max(mx);
-    float l = 0.0f;
-    for (int s = lane; s < n_eff; s += ST_GPU_WARP_SIZE) {
-        const float2 ml = __ldcg(&part_ml[base + s]);
-        const float w = mx == -INFINITY ? 0.0f : exp2f(ml.x - mx);
-        w_s[s] = w;
-        l = fmaf(w, ml.y, l);
-    }
-    l = cuda_warp_sum(l);
-    __syncwarp();
-    float *out = (float *)(dst.data + (int64_t)h * dst.nb1 + (int64_t)m * dst.nb2);
-    for (int d = lane; d < D; d += ST_GPU_WARP_SIZE) {
-        float a = 0.0f;
-        for (int s = 0; s < n_eff; s++) a = fmaf(w_s[s], __ldcg(&part_acc[(base + s) * D + d]), a);
-        out[d] = l > 0.0f ? a / l : 0.0f; // a row that sees nothing: zeros
-    }
-    __syncwarp(); // w_s is free for the warp's next row
-}
-
-// Partials: acc [n_head, M, n_split][D] f32, then (max, sum) [n_head, M, n_split] float2;
-// done[n_head_kv]: the blocks of each kv head that have written theirs (0 between launches).
+// Partials: acc [n_head, M, n_split][D] f32, then (max, sum) [n_head, M, n_split] float2.
 template <st_type T, int D, int NR>
 __global__ void __launch_bounds__(DEC_THREADS)
-    attn_decode_split_kernel(st_cuda_view dst, st_cuda_view q, st_cuda_view kc, st_cuda_view vc,
-                             const int32_t *__restrict__ positions, int64_t n_kv, int32_t window, float scale,
-                             float softcap, int n_split, float *__restrict__ part_acc, float2 *__restrict__ part_ml,
-                             unsigned int *__restrict__ done) {
+    attn_decode_split_kernel(st_cuda_view q, st_cuda_view kc, st_cuda_view vc, const int32_t *__restrict__ positions,
+                             int64_t n_kv, int32_t window, float scale, float softcap, int n_split,
+                             float *__restrict__ part_acc, float2 *__restrict__ part_ml) {
     using cfg = dec_cfg<T, D>;
     constexpr int C = cfg::C, ROWB = cfg::ROWB, QLD = cfg::QLD;
     extern __shared__ __align__(16) unsigned char dec_smem[];
@@ -299,22 +267,42 @@ __global__ void __launch_bounds__(DEC_THREADS)
         const int64_t m = r / group, h = (int64_t)kvh * group + r % group;
         part_ml[(h * M + m) * n_split + s] = make_float2(m_s[r], l_s[r]);
     }
+}
 
-    // The last of the kv head's n_eff blocks combines (threadfence reduction: every block
-    // makes its partials visible device-wide before it counts itself).
-    __shared__ float w_s[DEC_WARPS][DEC_MAX_SPLITS];
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        last = atomicAdd(&done[kvh], 1u) == (unsigned int)pl.n_eff - 1;
-        if (last) done[kvh] = 0; // every block of this launch has counted: ready for the next
+// One block per output row (head h, token m): the splits' partials, weighted by 2^(m_s - max).
+__global__ void __launch_bounds__(DEC_COMBINE_THREADS)
+    attn_decode_combine_kernel(st_cuda_view dst, const int32_t *__restrict__ positions, int64_t n_kv, int32_t window,
+                               int n_split, int C, const float *__restrict__ part_acc,
+                               const float2 *__restrict__ part_ml) {
+    __shared__ float w_s[DEC_MAX_SPLITS];
+    __shared__ float l_sum;
+    const int D = (int)dst.ne0, n_head = (int)dst.ne1, M = (int)dst.ne2;
+    const int h = blockIdx.x % n_head, m = blockIdx.x / n_head;
+    const dec_plan pl = dec_make_plan(positions, M, n_kv, window, n_split, C);
+    const int64_t base = ((int64_t)h * M + m) * n_split;
+    if (threadIdx.x < ST_GPU_WARP_SIZE) {
+        const int lane = threadIdx.x;
+        float mx = -INFINITY;
+        for (int s = lane; s < pl.n_eff; s += ST_GPU_WARP_SIZE) mx = fmaxf(mx, part_ml[base + s].x);
+        mx = cuda_warp_max(mx);
+        float l = 0.0f;
+        for (int s = lane; s < pl.n_eff; s += ST_GPU_WARP_SIZE) {
+            const float2 ml = part_ml[base + s];
+            const float w = mx == -INFINITY ? 0.0f : exp2f(ml.x - mx);
+            w_s[s] = w;
+            l = fmaf(w, ml.y, l);
+        }
+        l = cuda_warp_sum(l);
+        if (lane == 0) l_sum = l;
     }
     __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int r = warp; r < R; r += DEC_WARPS) // a warp per row
-        dec_combine_row(dst, kvh * group + r % group, r / group, pl.n_eff, n_split, M, part_acc, part_ml, w_s[warp]);
+    const float l = l_sum;
+    float *out = (float *)(dst.data + (int64_t)h * dst.nb1 + (int64_t)m * dst.nb2);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < pl.n_eff; s++) a = fmaf(w_s[s], part_acc[(base + s) * D + d], a);
+        out[d] = l > 0.0f ? a / l : 0.0f; // a row that sees nothing: zeros
+    }
 }
 
 // ---- host side ------------------------------------------------------------------------------
@@ -338,47 +326,30 @@ bool st_cuda_attn_decode_supported(st_backend *b, const st_tensor *q, const st_t
            k_cache->ne[1] <= 65535 && R >= 1 && R <= dec_max_rows(k_cache->type, D);
 }
 
-// The kernel's buffers, one allocation: done [n_head_kv] (256-byte aligned), then the
-// partials acc [slots][D] and (max, sum) [slots].
-typedef struct dec_bufs {
-    unsigned int *done;
-    float *acc;
-    float2 *ml;
-} dec_bufs;
-
-// The buffer grows (synchronising first: queued kernels may read the old one) only outside
-// a graph recording; its size does not depend on n_kv, so a decode step that ran once
-// before the recording never grows in it. The counters are zeroed where they are new (a
-// new buffer, or more kv heads than before); the kernel leaves them zero.
-static st_status dec_buffers(st_cuda_ctx *c, int64_t n_head_kv, int64_t slots, int64_t D, dec_bufs *out,
-                             st_error *err) {
-    const size_t done_bytes = ((size_t)n_head_kv * sizeof(unsigned int) + 255) / 256 * 256;
-    const size_t bytes = done_bytes + (size_t)slots * ((size_t)D * sizeof(float) + sizeof(float2));
-    const void *old = c->attn_partials;
-    const st_status s = st_cuda_grow(c, &c->attn_partials, &c->attn_partials_bytes, bytes,
-                                     "attention: the split-KV partials", err);
-    if (s != ST_OK) return s;
-    if (c->attn_partials != old) c->attn_done_zeroed = 0;
-    if (done_bytes > c->attn_done_zeroed) {
-        ST_GPU_CHECK(st_gpu_memset_async(c->attn_partials, 0, done_bytes, c->stream));
-        c->attn_done_zeroed = done_bytes;
-    }
-    out->done = (unsigned int *)c->attn_partials;
-    out->acc = (float *)((char *)c->attn_partials + done_bytes);
-    out->ml = (float2 *)(out->acc + slots * D); // 8-byte aligned: D is even
-    return ST_OK;
+// The partials buffer grows (synchronising first: queued kernels may read the old one)
+// only outside a graph recording; its size does not depend on n_kv, so a decode step that
+// ran once before the recording never grows in it.
+static st_status dec_partials(st_cuda_ctx *c, size_t bytes, void **out, st_error *err) {
+    st_status s = st_cuda_grow(c, &c->attn_partials, &c->attn_partials_bytes, bytes,
+                               "attention: the split-KV partials", err);
+    *out = c->attn_partials;
+    return s;
 }
 
 template <st_type T, int D, int NR>
 static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, const st_tensor *q,
                             const st_tensor *k_cache, const st_tensor *v_cache, const int32_t *pos,
-                            const st_attn_params *p, const dec_bufs &bufs, st_error *err) {
+                            const st_attn_params *p, float *part_acc, float2 *part_ml, st_error *err) {
     using cfg = dec_cfg<T, D>;
     ST_ASSERT((R + cfg::NRG - 1) / cfg::NRG <= NR && cfg::smem(R) <= DEC_SMEM_MAX);
     const dim3 grid((unsigned int)n_split, (unsigned int)k_cache->ne[1]);
     attn_decode_split_kernel<T, D, NR><<<grid, DEC_THREADS, cfg::smem(R), c->stream>>>(
-        cuda_view(dst), cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale,
-        p->softcap, n_split, bufs.acc, bufs.ml, bufs.done);
+        cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap, n_split,
+        part_acc, part_ml);
+    ST_GPU_CHECK_LAUNCH();
+    const unsigned int rows = (unsigned int)(q->ne[1] * q->ne[2]);
+    attn_decode_combine_kernel<<<rows, DEC_COMBINE_THREADS, 0, c->stream>>>(cuda_view(dst), pos, p->n_kv, p->window,
+                                                                           n_split, cfg::C, part_acc, part_ml);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }
@@ -388,11 +359,11 @@ static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, 
 template <st_type T, int D>
 static st_status dec_launch_rows(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, const st_tensor *q,
                                  const st_tensor *k_cache, const st_tensor *v_cache, const int32_t *pos,
-                                 const st_attn_params *p, const dec_bufs &bufs, st_error *err) {
+                                 const st_attn_params *p, float *part_acc, float2 *part_ml, st_error *err) {
     const int nr = (R + dec_cfg<T, D>::NRG - 1) / dec_cfg<T, D>::NRG;
-    if (nr <= 2) return dec_launch<T, D, 2>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, bufs, err);
-    if (nr <= 4) return dec_launch<T, D, 4>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, bufs, err);
-    return dec_launch<T, D, DEC_MAX_NR>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, bufs, err);
+    if (nr <= 2) return dec_launch<T, D, 2>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, err);
+    if (nr <= 4) return dec_launch<T, D, 4>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, err);
+    return dec_launch<T, D, DEC_MAX_NR>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, err);
 }
 
 st_status st_cuda_attn_decode(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
@@ -405,16 +376,20 @@ st_status st_cuda_attn_decode(st_backend *b, st_tensor *dst, const st_tensor *q,
     if (n_split > DEC_MAX_SPLITS) n_split = DEC_MAX_SPLITS;
     if (n_split < 1) n_split = 1;
     const int64_t slots = n_head * M * n_split;
-    dec_bufs bufs;
-    const st_status st = dec_buffers(c, n_head_kv, slots, D, &bufs, err);
+    void *buf = NULL;
+    const st_status st = dec_partials(c, (size_t)slots * ((size_t)D * sizeof(float) + sizeof(float2)), &buf, err);
     if (st != ST_OK) return st;
+    float *part_acc = (float *)buf;
+    float2 *part_ml = (float2 *)(part_acc + slots * D); // 8-byte aligned: D is even
     const int32_t *pos = (const int32_t *)positions->data;
     const int ns = (int)n_split;
     const bool f16 = k_cache->type == ST_TYPE_F16;
 #define DEC_CASE(d)                                                                                                \
     case d:                                                                                                        \
-        return f16 ? dec_launch_rows<ST_TYPE_F16, d>(c, ns, R, dst, q, k_cache, v_cache, pos, p, bufs, err)        \
-                   : dec_launch_rows<ST_TYPE_F32, d>(c, ns, R, dst, q, k_cache, v_cache, pos, p, bufs, err);
+        return f16 ? dec_launch_rows<ST_TYPE_F16, d>(c, ns, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, \
+                                                     err)                                                          \
+                   : dec_launch_rows<ST_TYPE_F32, d>(c, ns, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, \
+                                                     err);
     switch (D) {
         DEC_CASE(64)
         DEC_CASE(128)

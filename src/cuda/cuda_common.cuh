@@ -57,9 +57,8 @@ typedef struct st_cuda_ctx {
     st_gpu_event_t timer_start, timer_stop; /* the backend's timer (timer_start/stop) */
     bool timer_running;
     bool capturing;                      /* graph_begin .. graph_end: nothing may allocate or wait */
-    void *attn_partials;                 /* split-KV attention: counters, per-split (max, sum, acc[head_dim]) */
+    void *attn_partials;                 /* split-KV attention: per-split (max, sum, acc[head_dim]) */
     size_t attn_partials_bytes;
-    size_t attn_done_zeroed;             /* its first bytes: split-KV counters known to be zero */
     unsigned int flash_smem_opted;       /* flash attention kernels given their shared memory (bits) */
     int sm_count;                        /* multiprocessors of the device */
 } st_cuda_ctx;
