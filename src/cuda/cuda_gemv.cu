@@ -31,6 +31,13 @@
 #ifndef GEMV_NORM_IN_LOOP_ON
 #define GEMV_NORM_IN_LOOP_ON 1
 #endif
+// Measured on the H200 (bench/cuda-decode.md, decode_step_bench, per layer): in the loop,
+// q/k/v take 1.4-1.7 us less on llama-3.2-1b, qwen3-1.7b and qwen3-8b; gate/up (which read
+// x and norm_w twice, once per weight) 7 us less at K = 4096 (qwen3-8b) but 1.8-3.2 us more
+// at K = 2048 (the 1-2B models), where they keep the staging.
+#ifndef GEMV_NORM_IN_LOOP_GLU_MIN_K
+#define GEMV_NORM_IN_LOOP_GLU_MIN_K 4096
+#endif
 enum { GEMV_NO_NORM, GEMV_NORM_STAGED, GEMV_NORM_IN_LOOP };
 // Blocks per multiprocessor of the kernels with the norm in the loop, which hold x and
 // norm_w pieces beside the weights (at 8, ptxas spills).
@@ -229,10 +236,12 @@ static st_status gemv_run(st_cuda_ctx *c, gemv_args &a, st_type type, int epi, s
     }
     if (blocks == 0 || a.M == 0) return ST_OK;
     ST_ASSERT(blocks <= INT32_MAX);
-    // One column with aligned rows folds the norm into the loop; otherwise it is staged,
-    // and the staged h is 16-byte aligned when K is a multiple of 4.
+    // One column with aligned rows folds the norm into the loop (a gated pair only from
+    // GEMV_NORM_IN_LOOP_GLU_MIN_K); otherwise it is staged, and the staged h is 16-byte
+    // aligned when K is a multiple of 4.
+    const bool glu = epi == GEMV_SWIGLU || epi == GEMV_GEGLU;
     a.norm_in_loop = a.norm_w && GEMV_NORM_IN_LOOP_ON && a.M == 1 && a.w_vec && a.x_vec && a.K % 4 == 0 &&
-                     cuda_aligned16(a.norm_w);
+                     cuda_aligned16(a.norm_w) && (!glu || a.K >= GEMV_NORM_IN_LOOP_GLU_MIN_K);
     if (a.norm_w && !a.norm_in_loop) a.x_vec = a.K % 4 == 0;
     switch (type) {
     case ST_TYPE_F32: return gemv_launch_epi<ST_TYPE_F32>(c, a, epi, (unsigned int)blocks, err);

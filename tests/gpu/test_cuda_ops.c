@@ -1035,15 +1035,17 @@ static void run_all(void) {
             test_rope_store(ct, 256, 4, 1, 256, ST_ROPE_MODE_NEOX, norms, 2);
         }
 
-    /* fused products: every epilogue with and without the norm; K = 37 (scalar tail),
-     * 256 and 2048 (the unrolled 16-byte path); M = 1, 3, 7 fused, 8 the composite */
-    const int64_t fused_Ks[] = {37, 256, 2048};
-    const int64_t fused_Ms[] = {1, 3, 7, 8};
+    /* fused products: every epilogue with and without the norm; K = 37 (scalar tail, the
+     * norm staged), 256 and 2048 (the unrolled 16-byte path; the norm in the loop for
+     * q/k/v-like products, staged for gated pairs) and 4096 (gated pairs in the loop too);
+     * M = 1 fused (packed and padded), 2 and 8 the composite (cuBLAS) */
+    const int64_t fused_Ks[] = {37, 256, 2048, 4096};
+    const int64_t fused_Ms[] = {1, 1, 2, 8};
     for (int ti = 0; ti < 3; ti++)
-        for (int ki = 0; ki < 3; ki++)
+        for (int ki = 0; ki < 4; ki++)
             for (int mi = 0; mi < 4; mi++)
                 for (int norm = 0; norm <= 1; norm++) {
-                    const int64_t K = fused_Ks[ki], M = fused_Ms[mi], N = K == 2048 ? 300 : 45;
+                    const int64_t K = fused_Ks[ki], M = fused_Ms[mi], N = K >= 2048 ? 300 : 45;
                     const size_t pad = (size_t)(mi % 2) * 64;
                     test_mul_mat_fused(types[ti], K, N, M, pad, 3, norm, ST_FUSED_EPILOGUE_STORE);
                     test_mul_mat_fused(types[ti], K, N, M, pad, 1, norm, ST_FUSED_EPILOGUE_ADD);
