@@ -108,10 +108,12 @@ __device__ __forceinline__ void cuda_gemv_piece(const uint4 &wq, int64_t k0, con
  * Measured on the H200 (bench/cuda-decode.md), whole-model tg128: 2 loads a lane at 64
  * warps an SM beat 8 loads at 32 warps (the earlier choice) by 11-24%, 4 at 48 and 4 at
  * 64 (with spills) by less; 4 warps a block, splitting a row's K over several warps,
- * guarding the last round instead of finishing it piece by piece, folding an RMSNorm into
- * the loop (x * norm_w per element), loading a row's first round before waiting on the
- * previous kernel (programmatic dependent launch) and staging x in shared memory for the
- * products without a norm were each slower or no faster. */
+ * guarding the last round instead of finishing it piece by piece, loading a row's first
+ * round before waiting on the previous kernel (programmatic dependent launch), staging x
+ * in shared memory for the products without a norm, and 8 loads a lane for grids that
+ * fit one wave of such a kernel (o and down of the 1-2B models) were each slower or no
+ * faster. (An RMSNorm is folded into this loop by cuda_gemv.cu's own one-column variant,
+ * where measured faster.) */
 /* (Overridable with -D for tuning builds: bench/kernels/decode_step_bench.cu.) */
 #ifndef CUDA_GEMV_UNROLL
 #define CUDA_GEMV_UNROLL 2
