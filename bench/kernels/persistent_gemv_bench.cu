@@ -17,64 +17,15 @@
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/persistent_gemv_bench.cu -o persistent_gemv_bench
 // Run:   persistent_gemv_bench [E Q KV F L]   (default llama-3.2-1b: 2048 2048 512 8192 16)
 #include <cooperative_groups.h>
-#include <cuda_fp16.h>
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
+
+#include "standalone_layer.cuh"
 
 namespace cg = cooperative_groups;
 
 #define THREADS 256
 #define UNROLL 2
-#define COPY_GBS 4260.0 // H200 device copy (SPEC.md)
 #define REPS 20
-
-#define CHECK(call)                                                                                 \
-    do {                                                                                            \
-        cudaError_t rc_ = (call);                                                                   \
-        if (rc_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(rc_), __FILE__, __LINE__); \
-            exit(1);                                                                                \
-        }                                                                                           \
-    } while (0)
-
-struct layer {
-    const __half *qkv, *o, *gate, *up, *down; // [QKV][E], [E][Q], [F][E], [F][E], [E][F]
-};
-struct dims {
-    int E, Q, QKV, F, L;
-};
-
-// dot(w[0..K), x[0..K)) in every lane: lane l owns 16-byte pieces l, l + 32, ... (K % 8 == 0)
-__device__ __forceinline__ float row_dot(const __half *__restrict__ w, const float *__restrict__ x, int K) {
-    const int lane = threadIdx.x % 32, n_vec = K / 8;
-    const uint4 *wv = (const uint4 *)w;
-    float acc = 0.0f;
-    for (int v = lane; v < n_vec; v += 32 * UNROLL) {
-        uint4 q[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++)
-            if (v + u * 32 < n_vec) q[u] = __ldcs(wv + v + u * 32);
-#pragma unroll
-        for (int u = 0; u < UNROLL; u++) {
-            if (v + u * 32 >= n_vec) break;
-            const __half2 *h = (const __half2 *)&q[u];
-            const float4 *xv = (const float4 *)(x + (v + u * 32) * 8);
-            const float4 a = xv[0], b = xv[1];
-            const float2 h0 = __half22float2(h[0]), h1 = __half22float2(h[1]), h2 = __half22float2(h[2]),
-                         h3 = __half22float2(h[3]);
-            acc = fmaf(h0.x, a.x, acc), acc = fmaf(h0.y, a.y, acc), acc = fmaf(h1.x, a.z, acc);
-            acc = fmaf(h1.y, a.w, acc), acc = fmaf(h2.x, b.x, acc), acc = fmaf(h2.y, b.y, acc);
-            acc = fmaf(h3.x, b.z, acc), acc = fmaf(h3.y, b.w, acc);
-        }
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    return acc;
-}
-
-__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
 enum { EPI_STORE, EPI_ADD, EPI_GLU };
 
@@ -84,9 +35,9 @@ __global__ void __launch_bounds__(THREADS) gemv(const __half *w, const __half *w
                                                 int K) {
     const int r = (blockIdx.x * THREADS + threadIdx.x) / 32;
     if (r >= N) return;
-    const float a = row_dot(w + (size_t)r * K, x, K);
+    const float a = row_dot<UNROLL, int>(w + (size_t)r * K, x, K);
     if (EPI == EPI_GLU) {
-        const float b = row_dot(w2 + (size_t)r * K, x, K);
+        const float b = row_dot<UNROLL, int>(w2 + (size_t)r * K, x, K);
         if (threadIdx.x % 32 == 0) y[r] = silu(a) * b;
     } else if (threadIdx.x % 32 == 0) {
         y[r] = EPI == EPI_ADD ? y[r] + a : a;
@@ -112,26 +63,26 @@ __global__ void __launch_bounds__(THREADS, 5)
     for (int l = 0; l < d.L; l++) {
         const layer w = ls[l];
         for (int r = gw; r < d.QKV; r += nw) {
-            const float v = row_dot(w.qkv + (size_t)r * d.E, x, d.E);
+            const float v = row_dot<UNROLL, int>(w.qkv + (size_t)r * d.E, x, d.E);
             if (lead) qkv[r] = v;
         }
         if (PREFETCH) prefetch_row(w.o, gw, d.E, d.Q);
         grid.sync();
         for (int r = gw; r < d.E; r += nw) {
-            const float v = row_dot(w.o + (size_t)r * d.Q, qkv, d.Q);
+            const float v = row_dot<UNROLL, int>(w.o + (size_t)r * d.Q, qkv, d.Q);
             if (lead) x[r] += v;
         }
         if (PREFETCH) prefetch_row(w.gate, gw, d.F, d.E), prefetch_row(w.up, gw, d.F, d.E);
         grid.sync();
         for (int r = gw; r < d.F; r += nw) {
-            const float a = row_dot(w.gate + (size_t)r * d.E, x, d.E);
-            const float b = row_dot(w.up + (size_t)r * d.E, x, d.E);
+            const float a = row_dot<UNROLL, int>(w.gate + (size_t)r * d.E, x, d.E);
+            const float b = row_dot<UNROLL, int>(w.up + (size_t)r * d.E, x, d.E);
             if (lead) g[r] = silu(a) * b;
         }
         if (PREFETCH) prefetch_row(w.down, gw, d.E, d.F);
         grid.sync();
         for (int r = gw; r < d.E; r += nw) {
-            const float v = row_dot(w.down + (size_t)r * d.F, g, d.F);
+            const float v = row_dot<UNROLL, int>(w.down + (size_t)r * d.F, g, d.F);
             if (lead) x[r] += v;
         }
         if (PREFETCH && l + 1 < d.L) prefetch_row(ls[l + 1].qkv, gw, d.QKV, d.E);
@@ -151,48 +102,13 @@ static void step_separate(cudaStream_t s, const layer *hl, const dims &d, float 
 }
 
 int main(int argc, char **argv) {
-    dims d = {2048, 2048, 2048 + 2 * 512, 8192, 16};
-    if (argc == 6) {
-        d.E = atoi(argv[1]), d.Q = atoi(argv[2]), d.QKV = d.Q + 2 * atoi(argv[3]), d.F = atoi(argv[4]);
-        d.L = atoi(argv[5]);
-    } else if (argc != 1) {
-        fprintf(stderr, "usage: persistent_gemv_bench [E Q KV F L]\n");
-        return 2;
-    }
-    if (d.E % 8 || d.Q % 8 || d.F % 8 || d.Q > d.QKV || d.L < 1) {
-        fprintf(stderr, "persistent_gemv_bench: E, Q, F must be multiples of 8, L >= 1\n");
-        return 2;
-    }
+    const dims d = parse_dims(argc, argv, "persistent_gemv_bench");
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
-    const size_t per_layer = (size_t)d.QKV * d.E + (size_t)d.E * d.Q + 2 * (size_t)d.F * d.E + (size_t)d.E * d.F;
-    const double bytes = 2.0 * (double)per_layer * d.L;
+    const double bytes = 2.0 * (double)layer_elems(d) * d.L;
     printf("%s: E=%d Q=%d QKV=%d F=%d, %d layers, %.2f GB of F16 weights a step\n", prop.name, d.E, d.Q, d.QKV,
            d.F, d.L, bytes / 1e9);
-
-    // weights: one allocation, small random values
-    __half *wall;
-    CHECK(cudaMalloc(&wall, per_layer * d.L * sizeof(__half)));
-    {
-        const size_t chunk = (size_t)1 << 24;
-        __half *h = (__half *)malloc(chunk * sizeof(__half));
-        srand(7);
-        for (size_t i = 0; i < chunk; i++) h[i] = __float2half(((float)rand() / RAND_MAX - 0.5f) / 64.0f);
-        for (size_t off = 0; off < per_layer * d.L; off += chunk) {
-            const size_t n = per_layer * d.L - off < chunk ? per_layer * d.L - off : chunk;
-            CHECK(cudaMemcpy(wall + off, h, n * sizeof(__half), cudaMemcpyHostToDevice));
-        }
-        free(h);
-    }
-    layer *hl = (layer *)malloc(sizeof(layer) * d.L);
-    for (int l = 0; l < d.L; l++) {
-        const __half *p = wall + per_layer * l;
-        hl[l].qkv = p, p += (size_t)d.QKV * d.E;
-        hl[l].o = p, p += (size_t)d.E * d.Q;
-        hl[l].gate = p, p += (size_t)d.F * d.E;
-        hl[l].up = p, p += (size_t)d.F * d.E;
-        hl[l].down = p;
-    }
+    layer *hl = alloc_layers(d);
     layer *dl;
     CHECK(cudaMalloc(&dl, sizeof(layer) * d.L));
     CHECK(cudaMemcpy(dl, hl, sizeof(layer) * d.L, cudaMemcpyHostToDevice));
@@ -221,14 +137,8 @@ int main(int argc, char **argv) {
     CHECK(cudaGraphLaunch(exec, s));
     CHECK(cudaMemcpyAsync(x_sep, x, d.E * sizeof(float), cudaMemcpyDeviceToHost, s));
     CHECK(cudaStreamSynchronize(s));
-    for (int i = 0; i < 3; i++) CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaEventRecord(e0, s));
-    for (int i = 0; i < REPS; i++) CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaEventRecord(e1, s));
-    CHECK(cudaEventSynchronize(e1));
+    const double us_sep = graph_us(exec, s, REPS);
     float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    const double us_sep = ms * 1e3 / REPS;
     printf("| variant | grid | us/layer | GB/s | %% of copy | x bitwise = separate |\n|---|---|---:|---:|---:|---|\n");
     printf("| separate (graph of %d kernels) | one warp a row | %.2f | %.0f | %.0f%% | - |\n", 4 * d.L, us_sep / d.L,
            bytes / (us_sep * 1e-6) / 1e9, 100.0 * bytes / (us_sep * 1e-6) / 1e9 / COPY_GBS);

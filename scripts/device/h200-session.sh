@@ -22,6 +22,9 @@
 #   persistent   bench/kernels/persistent_gemv_bench.cu: a layer's four products as separate
 #                kernels in a graph vs one persistent cooperative kernel (llama-3.2-1b,
 #                qwen3-1.7b and qwen3-8b shapes)
+#   variants     bench/kernels/gemv_variants_bench.cu: the plain one-warp-a-row GEMV under
+#                stride's traits one at a time (loads in flight, register bound, 64-bit
+#                indices), each product of the three issue-5 shapes
 #   branches     every tree under .wt/ (scripts/device/export-branches.sh): built, its GPU
 #                test script's ops and models stages run, then tg128 of $MODELS against
 #                this checkout's build (decode-ab.sh) and, when olmoe-1b-7b is in models/,
@@ -121,6 +124,12 @@ stage_persistent() {
     { /tmp/persistent_gemv_bench; /tmp/persistent_gemv_bench 2048 2048 1024 6144 28;
       /tmp/persistent_gemv_bench 4096 4096 1024 12288 36; } >"$O/persistent.md" 2>&1
     cat "$O/persistent.md"; elapsed persistent
+}
+stage_variants() {
+    nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/gemv_variants_bench.cu -o /tmp/gemv_variants_bench || exit 1
+    { /tmp/gemv_variants_bench; /tmp/gemv_variants_bench 2048 2048 1024 6144 28;
+      /tmp/gemv_variants_bench 4096 4096 1024 12288 36; } >"$O/gemv-variants.md" 2>&1
+    cat "$O/gemv-variants.md"; elapsed variants
 }
 stage_branches() {
     local d settings=("") m

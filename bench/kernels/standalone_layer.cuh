@@ -1,0 +1,134 @@
+// Shared by the standalone decode-product benchmarks (persistent_gemv_bench.cu,
+// gemv_variants_bench.cu; no stride library code): a dense layer's F16 product weights
+// for L layers in one allocation, the dims from the command line, and the plain
+// one-warp-a-row dot product they time.
+//
+//   qkv [QKV][E], o [E][Q], gate [F][E], up [F][E], down [E][F]   (row-major, per layer)
+#ifndef STRIDE_BENCH_STANDALONE_LAYER_CUH
+#define STRIDE_BENCH_STANDALONE_LAYER_CUH
+
+#include <cuda_fp16.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define COPY_GBS 4260.0 // H200 device copy (SPEC.md), the decode roofline's rate
+
+#define CHECK(call)                                                                                 \
+    do {                                                                                            \
+        cudaError_t rc_ = (call);                                                                   \
+        if (rc_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(rc_), __FILE__, __LINE__); \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+struct layer {
+    const __half *qkv, *o, *gate, *up, *down;
+};
+struct dims {
+    int E, Q, QKV, F, L;
+};
+
+// dims from [E Q KV F L] (default llama-3.2-1b: 2048 2048 512 8192 16); exits on bad input.
+static dims parse_dims(int argc, char **argv, const char *prog) {
+    dims d = {2048, 2048, 2048 + 2 * 512, 8192, 16};
+    if (argc == 6) {
+        d.E = atoi(argv[1]), d.Q = atoi(argv[2]), d.QKV = d.Q + 2 * atoi(argv[3]), d.F = atoi(argv[4]);
+        d.L = atoi(argv[5]);
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: %s [E Q KV F L]\n", prog);
+        exit(2);
+    }
+    if (d.E <= 0 || d.Q <= 0 || d.F <= 0 || d.E % 8 || d.Q % 8 || d.F % 8 || d.QKV % 8 || d.Q > d.QKV || d.L < 1) {
+        fprintf(stderr, "%s: E, Q, KV, F must be positive multiples of 8, L >= 1\n", prog);
+        exit(2);
+    }
+    return d;
+}
+
+static size_t layer_elems(const dims &d) {
+    return (size_t)d.QKV * d.E + (size_t)d.E * d.Q + 2 * (size_t)d.F * d.E + (size_t)d.E * d.F;
+}
+
+// All layers' weights on the device (small random values, seed 7); host array of L layers.
+static layer *alloc_layers(const dims &d) {
+    const size_t per_layer = layer_elems(d), total = per_layer * d.L;
+    __half *wall;
+    CHECK(cudaMalloc(&wall, total * sizeof(__half)));
+    const size_t chunk = (size_t)1 << 24;
+    __half *h = (__half *)malloc(chunk * sizeof(__half));
+    layer *ls = (layer *)malloc(sizeof(layer) * d.L);
+    if (!h || !ls) {
+        fprintf(stderr, "host malloc failed\n");
+        exit(1);
+    }
+    srand(7);
+    for (size_t i = 0; i < chunk; i++) h[i] = __float2half(((float)rand() / RAND_MAX - 0.5f) / 64.0f);
+    for (size_t off = 0; off < total; off += chunk) {
+        const size_t n = total - off < chunk ? total - off : chunk;
+        CHECK(cudaMemcpy(wall + off, h, n * sizeof(__half), cudaMemcpyHostToDevice));
+    }
+    free(h);
+    for (int l = 0; l < d.L; l++) {
+        const __half *p = wall + per_layer * l;
+        ls[l].qkv = p, p += (size_t)d.QKV * d.E;
+        ls[l].o = p, p += (size_t)d.E * d.Q;
+        ls[l].gate = p, p += (size_t)d.F * d.E;
+        ls[l].up = p, p += (size_t)d.F * d.E;
+        ls[l].down = p;
+    }
+    return ls;
+}
+
+// dot(w[0..K), x[0..K)) in every lane of the warp: lane l owns the 16-byte pieces l, l + 32,
+// ... in order (U of them in flight), then a shuffle tree; K % 8 == 0, rows 16-byte aligned.
+template <int U, typename IDX>
+__device__ __forceinline__ float row_dot(const __half *__restrict__ w, const float *__restrict__ x, IDX K) {
+    const int lane = threadIdx.x % 32;
+    const IDX n_vec = K / 8;
+    const uint4 *wv = (const uint4 *)w;
+    float acc = 0.0f;
+    for (IDX v = lane; v < n_vec; v += 32 * U) {
+        uint4 q[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (v + u * 32 < n_vec) q[u] = __ldcs(wv + v + u * 32);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (v + u * 32 >= n_vec) break;
+            const __half2 *h = (const __half2 *)&q[u];
+            const float4 *xv = (const float4 *)(x + (v + u * 32) * 8);
+            const float4 a = __ldg(xv), b = __ldg(xv + 1);
+            const float2 h0 = __half22float2(h[0]), h1 = __half22float2(h[1]), h2 = __half22float2(h[2]),
+                         h3 = __half22float2(h[3]);
+            acc = fmaf(h0.x, a.x, acc), acc = fmaf(h0.y, a.y, acc), acc = fmaf(h1.x, a.z, acc);
+            acc = fmaf(h1.y, a.w, acc), acc = fmaf(h2.x, b.x, acc), acc = fmaf(h2.y, b.y, acc);
+            acc = fmaf(h3.x, b.z, acc), acc = fmaf(h3.y, b.w, acc);
+        }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    return acc;
+}
+
+// Microseconds per launch of a recorded graph: 3 untimed launches, then reps timed with
+// events on stream s.
+static double graph_us(cudaGraphExec_t exec, cudaStream_t s, int reps) {
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    for (int i = 0; i < 3; i++) CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaEventRecord(e0, s));
+    for (int i = 0; i < reps; i++) CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaEventRecord(e1, s));
+    CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    CHECK(cudaEventDestroy(e0));
+    CHECK(cudaEventDestroy(e1));
+    return ms * 1e3 / reps;
+}
+
+__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+
+#endif /* STRIDE_BENCH_STANDALONE_LAYER_CUH */
