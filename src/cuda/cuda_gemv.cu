@@ -7,9 +7,11 @@
 //
 // One warp per weight row (cuda_gemv_row: CUDA_GEMV_UNROLL 16-byte loads in flight per
 // lane), CUDA_GEMV_WARPS rows per block. The blocks of up to three weights (q, k and v)
-// form one grid: block b belongs to the part whose block range holds it. With an RMSNorm
-// every block first stages h = rmsnorm(x) * norm_w in shared memory ([M][K] floats), the
-// scale formed as st_cuda_rms_norm forms it.
+// form one grid: block b belongs to the part whose block range holds it. An RMSNorm is
+// either folded into the loop of a one-column product (y = s * dot(w, x * norm_w), each
+// warp forming s from the x it reads) or, for several columns, unaligned rows and gated
+// pairs below GEMV_NORM_IN_LOOP_GLU_MIN_K, staged by every block as h = rmsnorm(x) *
+// norm_w in shared memory ([M][K] floats), the scale formed as st_cuda_rms_norm forms it.
 //
 // Bytes per decode step: the weights once (N*K*type_size); x (K*M*4) is read per block
 // but from L2/L1. FLOPs: 2*N*K*M, far below the tensor-core rate: bandwidth bound.
@@ -199,11 +201,13 @@ __global__ void __launch_bounds__(GEMV_THREADS, NC > 1 ? 1 : NORM == GEMV_NORM_I
 
 template <st_type T, int EPI, int NORM>
 static st_status gemv_launch_typed(st_cuda_ctx *c, const gemv_args &a, unsigned int blocks, st_error *err) {
+    // the norm in the loop serves one column only (gemv_run): no several-column instance
+    constexpr int NC_MAX = NORM == GEMV_NORM_IN_LOOP ? 1 : CUDA_GEMV_MAX_COLS;
     const size_t smem = NORM == GEMV_NORM_STAGED ? (size_t)(a.K * a.M) * sizeof(float) : 0;
-    if (a.M == 1 || NORM == GEMV_NORM_IN_LOOP)
+    if (a.M == 1)
         gemv_kernel<T, EPI, NORM, 1><<<blocks, GEMV_THREADS, smem, c->stream>>>(a);
     else
-        gemv_kernel<T, EPI, NORM, CUDA_GEMV_MAX_COLS><<<blocks, GEMV_THREADS, smem, c->stream>>>(a);
+        gemv_kernel<T, EPI, NORM, NC_MAX><<<blocks, GEMV_THREADS, smem, c->stream>>>(a);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }
