@@ -109,9 +109,9 @@ __device__ __forceinline__ void gemv_row_normed(const char *__restrict__ wrow, i
                                                 const float *__restrict__ nw, float &acc, float &ss) {
     constexpr int VEC = 16 / cuda_elem_bytes<T>::value, W = ST_GPU_WARP_SIZE;
     const int lane = threadIdx.x % W;
-    const int64_t n_vec = K / VEC;
+    const cuda_gemv_idx n_vec = (cuda_gemv_idx)K / VEC;
     const uint4 *wv = (const uint4 *)wrow;
-    auto piece = [&](const uint4 &wq, int64_t k0) {
+    auto piece = [&](const uint4 &wq, cuda_gemv_idx k0) {
         float wf[VEC];
         cuda_unpack16<T>(wq, wf);
 #pragma unroll
@@ -122,7 +122,7 @@ __device__ __forceinline__ void gemv_row_normed(const char *__restrict__ wrow, i
             if (SS) ss = fmaf(xq.x, xq.x, ss), ss = fmaf(xq.y, xq.y, ss), ss = fmaf(xq.z, xq.z, ss), ss = fmaf(xq.w, xq.w, ss);
         }
     };
-    int64_t v = lane;
+    cuda_gemv_idx v = lane;
     for (; v + (CUDA_GEMV_UNROLL - 1) * W < n_vec; v += CUDA_GEMV_UNROLL * W) {
         uint4 wq[CUDA_GEMV_UNROLL];
 #pragma unroll
@@ -131,7 +131,7 @@ __device__ __forceinline__ void gemv_row_normed(const char *__restrict__ wrow, i
         for (int u = 0; u < CUDA_GEMV_UNROLL; u++) piece(wq[u], (v + u * W) * VEC);
     }
     for (; v < n_vec; v += W) piece(st_gpu_load_streaming(wv + v), v * VEC);
-    for (int64_t k = n_vec * VEC + lane; k < K; k += W) {
+    for (cuda_gemv_idx k = n_vec * VEC + lane; k < (cuda_gemv_idx)K; k += W) {
         const float xk = __ldg(x + k);
         acc = fmaf(cuda_load_f32<T>(wrow, k), xk * __ldg(nw + k), acc);
         if (SS) ss = fmaf(xk, xk, ss);

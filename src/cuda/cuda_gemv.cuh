@@ -22,6 +22,14 @@
 #define CUDA_GEMV_MAX_COLS 7
 /* Warps (= weight rows) per block. */
 #define CUDA_GEMV_WARPS 8
+/* Index arithmetic within a row (pieces, elements): 64-bit; a tuning build may ask for
+ * 32-bit (-DCUDA_GEMV_ROW_INDEX_32, bench/kernels/gemv_variants_bench.cu), rows being far
+ * shorter than 2^31 elements. Row offsets (n * nb1) stay 64-bit either way. */
+#ifdef CUDA_GEMV_ROW_INDEX_32
+typedef int cuda_gemv_idx;
+#else
+typedef int64_t cuda_gemv_idx;
+#endif
 
 template <st_type T> struct cuda_elem_bytes;
 template <> struct cuda_elem_bytes<ST_TYPE_F32> { static constexpr int value = 4; };
@@ -67,7 +75,7 @@ template <bool X_SHARED> __device__ __forceinline__ float cuda_gemv_x1(const flo
 /* Adds the products of one 16-byte piece of the weight row (elements k0 .. k0 + VEC) to
  * acc[c] for every column. */
 template <st_type T, bool X_SHARED, int NC>
-__device__ __forceinline__ void cuda_gemv_piece(const uint4 &wq, int64_t k0, const float *const *xs, int n_cols,
+__device__ __forceinline__ void cuda_gemv_piece(const uint4 &wq, cuda_gemv_idx k0, const float *const *xs, int n_cols,
                                                 bool x_vec, float *acc) {
     constexpr int VEC = 16 / cuda_elem_bytes<T>::value;
     float wf[VEC];
@@ -127,11 +135,11 @@ __device__ __forceinline__ void cuda_gemv_row(const char *__restrict__ wrow, int
 #pragma unroll
     for (int c = 0; c < NC; c++) acc[c] = 0.0f;
 
-    int64_t k_done = 0;
+    cuda_gemv_idx k_done = 0;
     if (w_vec) {
-        const int64_t n_vec = K / VEC;
+        const cuda_gemv_idx n_vec = (cuda_gemv_idx)K / VEC;
         const uint4 *wv = (const uint4 *)wrow;
-        int64_t v = lane;
+        cuda_gemv_idx v = lane;
         for (; v + (CUDA_GEMV_UNROLL - 1) * W < n_vec; v += CUDA_GEMV_UNROLL * W) {
             uint4 wq[CUDA_GEMV_UNROLL];
 #pragma unroll
@@ -145,7 +153,7 @@ __device__ __forceinline__ void cuda_gemv_row(const char *__restrict__ wrow, int
         k_done = n_vec * VEC;
     }
     /* the tail (or the whole row when it is not 16-byte aligned), one element per lane */
-    for (int64_t k = k_done + lane; k < K; k += W) {
+    for (cuda_gemv_idx k = k_done + lane; k < (cuda_gemv_idx)K; k += W) {
         const float wk = cuda_load_f32<T>(wrow, k);
 #pragma unroll
         for (int c = 0; c < NC; c++) {
