@@ -26,9 +26,9 @@
 #                stride's traits one at a time (loads in flight, register bound, 64-bit
 #                indices), each product of the three issue-5 shapes
 #   branches     every tree under .wt/ (scripts/device/export-branches.sh): built, its GPU
-#                test script's ops and models stages run, then tg128 of $MODELS against
-#                this checkout's build (decode-ab.sh) and, when olmoe-1b-7b is in models/,
-#                its pp512
+#                test script's ops and models stages run and its own decode_step_bench
+#                (packed); then tg128 of $MODELS against this checkout's build
+#                (decode-ab.sh) and, when olmoe-1b-7b is in models/, its pp512
 #   real         the real model (gemma-3-270m Q4_K_M; when it is not in models/, reassembled
 #                from the pieces earlier warm calls carried as .xfer/part.* and kept in
 #                /tmp/xfer: the tree a call takes is limited to 64 MiB) converted to F16/BF16 at load: perplexity over
@@ -144,6 +144,7 @@ stage_branches() {
         ( cd "$d" && STAGES="ops models" OUT=/tmp/wt-$(basename "$d") PYTHONPATH=$OLDPWD/.whl \
             tests/gpu/run_gpu_tests.sh >/dev/null 2>&1 )
         grep -E "FAIL|ALL|SOME|test_cuda" /tmp/wt-$(basename "$d")/summary.txt
+        ( cd "$d" && decode_bench build-gpu && build-gpu/decode_step_bench ) | grep -E "layers|rope|attention|back to back"
         settings+=("STRIDE=$d/build-gpu/stride")
     done >"$O/branches.md" 2>&1
     MODELS=$(model_list) scripts/device/decode-ab.sh "${settings[@]}" >>"$O/branches.md" 2>&1
