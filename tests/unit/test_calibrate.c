@@ -79,6 +79,10 @@ static st_calib_table test_table(void) {
     return t;
 }
 
+/* The FNV-1a 64 that calibrate.h names for the header, written out here on purpose and not
+ * shared with calibrate_cache.c: an independent oracle, so that with_header's files check
+ * that the library computes the documented checksum (a shared function would agree with
+ * itself even if wrong). */
 static uint64_t fnv1a64(const char *p, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < n; i++) {
@@ -201,23 +205,40 @@ static void test_ratio_stats(void **state) {
 
 /* ---- the cache ---------------------------------------------------------------------- */
 
+/* The test table formatted as a cache file, and the key it was measured for: where every
+ * cache test starts. */
+typedef struct cache_file {
+    st_calib_table table;
+    char *text; /* len bytes and a NUL */
+    size_t len;
+    st_calib_key key;
+} cache_file;
+
+static cache_file cache_file_init(void) {
+    cache_file cf = {.table = test_table()};
+    assert_int_equal(st_calibrate_cache_format(&cf.table, &cf.text, &cf.len, NULL), ST_OK);
+    cf.key = test_key();
+    return cf;
+}
+
+static void cache_file_free(cache_file *cf) {
+    st_calibrate_table_free(&cf->table);
+    free(cf->text);
+}
+
 static void test_cache_roundtrip(void **state) {
     (void)state;
-    st_calib_table t = test_table();
-    char *text = NULL;
-    size_t len = 0;
-    assert_int_equal(st_calibrate_cache_format(&t, &text, &len, NULL), ST_OK);
-    assert_int_equal(strlen(text), len);
-    assert_int_equal(strncmp(text, "stride-calibration 1 ", 21), 0);
+    cache_file cf = cache_file_init();
+    assert_int_equal(strlen(cf.text), cf.len);
+    assert_int_equal(strncmp(cf.text, "stride-calibration 1 ", 21), 0);
 
-    st_calib_key key = test_key();
     st_calib_table back;
     st_calib_cache_state st;
-    assert_int_equal(st_calibrate_cache_parse(text, len, &key, &back, &st, NULL), ST_OK);
+    assert_int_equal(st_calibrate_cache_parse(cf.text, cf.len, &cf.key, &back, &st, NULL), ST_OK);
     assert_int_equal(st, ST_CALIB_CACHE_OK);
     assert_int_equal(back.n, 3);
     for (size_t i = 0; i < 3; i++) {
-        const st_calib_result *a = &t.rows[i];
+        const st_calib_result *a = &cf.table.rows[i];
         const st_calib_result *b = st_calibrate_table_find(&back, a->shape.type, a->shape.n, a->shape.k);
         assert_non_null(b);
         assert_int_equal(b->prefill_m, a->prefill_m);
@@ -238,72 +259,59 @@ static void test_cache_roundtrip(void **state) {
     assert_int_equal(back.n, 3);
     assert_true(st_calibrate_table_find(&back, ST_TYPE_F16, 2048, 2048)->verdict.pad);
     st_calibrate_table_free(&back);
-    st_calibrate_table_free(&t);
-    free(text);
+    cache_file_free(&cf);
 }
 
 /* Every single flipped bit anywhere in the file is detected: CORRUPT in the body (the
  * checksum), CORRUPT or STALE in the header (a version digit turns into another version). */
 static void test_cache_corrupt_byte(void **state) {
     (void)state;
-    st_calib_table t = test_table();
-    char *text = NULL;
-    size_t len = 0;
-    assert_int_equal(st_calibrate_cache_format(&t, &text, &len, NULL), ST_OK);
-    st_calib_key key = test_key();
-    size_t body = (size_t)(strchr(text, '\n') - text) + 1;
-    for (size_t i = 0; i < len; i++) {
+    cache_file cf = cache_file_init();
+    size_t body = (size_t)(strchr(cf.text, '\n') - cf.text) + 1;
+    for (size_t i = 0; i < cf.len; i++) {
         for (int bit = 0; bit < 8; bit += 3) {
-            text[i] ^= (char)(1 << bit);
+            cf.text[i] ^= (char)(1 << bit);
             char msg[ST_ERROR_MESSAGE_MAX];
-            st_calib_cache_state s = parse_state(text, len, &key, msg, sizeof(msg));
+            st_calib_cache_state s = parse_state(cf.text, cf.len, &cf.key, msg, sizeof(msg));
             if (i >= body) {
                 if (s != ST_CALIB_CACHE_CORRUPT) print_error("byte %zu bit %d: state %d\n", i, bit, s);
                 assert_int_equal(s, ST_CALIB_CACHE_CORRUPT);
             } else {
                 assert_true(s == ST_CALIB_CACHE_CORRUPT || s == ST_CALIB_CACHE_STALE);
             }
-            text[i] ^= (char)(1 << bit);
+            cf.text[i] ^= (char)(1 << bit);
         }
     }
     /* and the original still parses */
-    assert_int_equal(parse_state(text, len, &key, NULL, 0), ST_CALIB_CACHE_OK);
+    assert_int_equal(parse_state(cf.text, cf.len, &cf.key, NULL, 0), ST_CALIB_CACHE_OK);
     char msg[ST_ERROR_MESSAGE_MAX];
-    text[len - 3] ^= 1;
-    assert_int_equal(parse_state(text, len, &key, msg, sizeof(msg)), ST_CALIB_CACHE_CORRUPT);
+    cf.text[cf.len - 3] ^= 1;
+    assert_int_equal(parse_state(cf.text, cf.len, &cf.key, msg, sizeof(msg)), ST_CALIB_CACHE_CORRUPT);
     assert_non_null(strstr(msg, "checksum"));
-    st_calibrate_table_free(&t);
-    free(text);
+    cache_file_free(&cf);
 }
 
 /* Every truncation (and trailing bytes) is detected. */
 static void test_cache_truncated(void **state) {
     (void)state;
-    st_calib_table t = test_table();
-    char *text = NULL;
-    size_t len = 0;
-    assert_int_equal(st_calibrate_cache_format(&t, &text, &len, NULL), ST_OK);
-    st_calib_key key = test_key();
-    for (size_t n = 0; n < len; n++) assert_int_equal(parse_state(text, n, &key, NULL, 0), ST_CALIB_CACHE_CORRUPT);
+    cache_file cf = cache_file_init();
+    for (size_t n = 0; n < cf.len; n++)
+        assert_int_equal(parse_state(cf.text, n, &cf.key, NULL, 0), ST_CALIB_CACHE_CORRUPT);
     char msg[ST_ERROR_MESSAGE_MAX];
-    assert_int_equal(parse_state(text, len - 10, &key, msg, sizeof(msg)), ST_CALIB_CACHE_CORRUPT);
+    assert_int_equal(parse_state(cf.text, cf.len - 10, &cf.key, msg, sizeof(msg)), ST_CALIB_CACHE_CORRUPT);
     assert_non_null(strstr(msg, "truncated"));
-    char *longer = malloc(len + 2);
-    memcpy(longer, text, len);
-    memcpy(longer + len, "x\n", 2);
-    assert_int_equal(parse_state(longer, len + 2, &key, NULL, 0), ST_CALIB_CACHE_CORRUPT);
+    char *longer = malloc(cf.len + 2);
+    memcpy(longer, cf.text, cf.len);
+    memcpy(longer + cf.len, "x\n", 2);
+    assert_int_equal(parse_state(longer, cf.len + 2, &cf.key, NULL, 0), ST_CALIB_CACHE_CORRUPT);
     free(longer);
-    st_calibrate_table_free(&t);
-    free(text);
+    cache_file_free(&cf);
 }
 
 /* A well-formed file for another key is stale, and the message names the field. */
 static void test_cache_wrong_key(void **state) {
     (void)state;
-    st_calib_table t = test_table();
-    char *text = NULL;
-    size_t len = 0;
-    assert_int_equal(st_calibrate_cache_format(&t, &text, &len, NULL), ST_OK);
+    cache_file cf = cache_file_init();
     for (int field = 0; field < 7; field++) {
         st_calib_key k = test_key();
         const char *name = NULL;
@@ -317,34 +325,29 @@ static void test_cache_wrong_key(void **state) {
         case 6: k.pad = 64; name = "pad"; break;
         }
         char msg[ST_ERROR_MESSAGE_MAX];
-        assert_int_equal(parse_state(text, len, &k, msg, sizeof(msg)), ST_CALIB_CACHE_STALE);
+        assert_int_equal(parse_state(cf.text, cf.len, &k, msg, sizeof(msg)), ST_CALIB_CACHE_STALE);
         if (!strstr(msg, name)) print_error("field %s: \"%s\"\n", name, msg);
         assert_non_null(strstr(msg, name));
         assert_non_null(strstr(msg, "stale"));
     }
-    st_calibrate_table_free(&t);
-    free(text);
+    cache_file_free(&cf);
 }
 
 /* Another format version is stale; well-checksummed nonsense is corrupt; foreign files
  * are corrupt. */
 static void test_cache_versions_and_foreign(void **state) {
     (void)state;
-    st_calib_table t = test_table();
-    char *text = NULL;
-    size_t len = 0;
-    assert_int_equal(st_calibrate_cache_format(&t, &text, &len, NULL), ST_OK);
-    const char *body = strchr(text, '\n') + 1;
-    st_calib_key key = test_key();
+    cache_file cf = cache_file_init();
+    const char *body = strchr(cf.text, '\n') + 1;
     size_t n;
     char msg[ST_ERROR_MESSAGE_MAX];
 
     char *v2 = with_header(body, 2, &n);
-    assert_int_equal(parse_state(v2, n, &key, msg, sizeof(msg)), ST_CALIB_CACHE_STALE);
+    assert_int_equal(parse_state(v2, n, &cf.key, msg, sizeof(msg)), ST_CALIB_CACHE_STALE);
     assert_non_null(strstr(msg, "format version 2"));
     free(v2);
     char *v1 = with_header(body, 1, &n); /* the same body with a header made here: valid */
-    assert_int_equal(parse_state(v1, n, &key, NULL, 0), ST_CALIB_CACHE_OK);
+    assert_int_equal(parse_state(v1, n, &cf.key, NULL, 0), ST_CALIB_CACHE_OK);
     free(v1);
 
     /* checksummed, but not what the format says */
@@ -368,17 +371,16 @@ static void test_cache_versions_and_foreign(void **state) {
     };
     for (size_t i = 0; i < sizeof(bad_bodies) / sizeof(bad_bodies[0]); i++) {
         char *f = with_header(bad_bodies[i], 1, &n);
-        if (parse_state(f, n, &key, msg, sizeof(msg)) != ST_CALIB_CACHE_CORRUPT) print_error("body %zu\n", i);
-        assert_int_equal(parse_state(f, n, &key, NULL, 0), ST_CALIB_CACHE_CORRUPT);
+        if (parse_state(f, n, &cf.key, msg, sizeof(msg)) != ST_CALIB_CACHE_CORRUPT) print_error("body %zu\n", i);
+        assert_int_equal(parse_state(f, n, &cf.key, NULL, 0), ST_CALIB_CACHE_CORRUPT);
         free(f);
     }
     static const char *const foreign[] = {"", "hello\n", "GGUF\3\0\0\0", "stride-calibration", "stride-calibrationX 1\n",
                                           "stride-calibration 1 5 zzzzzzzzzzzzzzzz\nabcd\n"};
     for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++)
-        assert_int_equal(parse_state(foreign[i], strlen(foreign[i]) + (i == 2 ? 4 : 0), &key, NULL, 0),
+        assert_int_equal(parse_state(foreign[i], strlen(foreign[i]) + (i == 2 ? 4 : 0), &cf.key, NULL, 0),
                          ST_CALIB_CACHE_CORRUPT);
-    st_calibrate_table_free(&t);
-    free(text);
+    cache_file_free(&cf);
 }
 
 static void test_cache_path(void **state) {
