@@ -9,9 +9,10 @@
 // lane), CUDA_GEMV_WARPS rows per block. The blocks of up to three weights (q, k and v)
 // form one grid: block b belongs to the part whose block range holds it. An RMSNorm is
 // either folded into the loop of a one-column product (y = s * dot(w, x * norm_w), each
-// warp forming s from the x it reads) or, for several columns, unaligned rows and gated
-// pairs below GEMV_NORM_IN_LOOP_GLU_MIN_K, staged by every block as h = rmsnorm(x) *
-// norm_w in shared memory ([M][K] floats), the scale formed as st_cuda_rms_norm forms it.
+// warp forming s from the x it reads) or, for unaligned rows and gated pairs below
+// GEMV_NORM_IN_LOOP_GLU_MIN_K (and several columns, were ST_CUDA_GEMM_MIN_M above 2),
+// staged by every block as h = rmsnorm(x) * norm_w in shared memory ([M][K] floats), the
+// scale formed as st_cuda_rms_norm forms it.
 //
 // Bytes per decode step: the weights once (N*K*type_size); x (K*M*4) is read per block
 // but from L2/L1. FLOPs: 2*N*K*M, far below the tensor-core rate: bandwidth bound.
@@ -119,7 +120,10 @@ __device__ __forceinline__ void gemv_row_normed(const char *__restrict__ wrow, i
             const float4 xq = __ldg((const float4 *)(x + k0 + i)), nq = __ldg((const float4 *)(nw + k0 + i));
             acc = fmaf(wf[i], xq.x * nq.x, acc), acc = fmaf(wf[i + 1], xq.y * nq.y, acc);
             acc = fmaf(wf[i + 2], xq.z * nq.z, acc), acc = fmaf(wf[i + 3], xq.w * nq.w, acc);
-            if (SS) ss = fmaf(xq.x, xq.x, ss), ss = fmaf(xq.y, xq.y, ss), ss = fmaf(xq.z, xq.z, ss), ss = fmaf(xq.w, xq.w, ss);
+            if (SS) {
+                ss = fmaf(xq.x, xq.x, ss), ss = fmaf(xq.y, xq.y, ss);
+                ss = fmaf(xq.z, xq.z, ss), ss = fmaf(xq.w, xq.w, ss);
+            }
         }
     };
     cuda_gemv_idx v = lane;
@@ -143,7 +147,9 @@ __device__ __forceinline__ void gemv_row_normed(const char *__restrict__ wrow, i
 // every block; GEMV_NORM_IN_LOOP (one column), y = s * dot(w, x * norm_w) with the scale s
 // from the sum of squares each warp forms on the way (no block barrier, no staging).
 template <st_type T, int EPI, int NORM, int NC>
-__global__ void __launch_bounds__(GEMV_THREADS, NC > 1 ? 1 : NORM == GEMV_NORM_IN_LOOP ? GEMV_NORM_MIN_BLOCKS : GEMV_DECODE_MIN_BLOCKS)
+__global__ void __launch_bounds__(GEMV_THREADS, NC > 1                        ? 1
+                                                : NORM == GEMV_NORM_IN_LOOP ? GEMV_NORM_MIN_BLOCKS
+                                                                            : GEMV_DECODE_MIN_BLOCKS)
     gemv_kernel(const gemv_args a) {
     extern __shared__ float4 gemv_staged[]; // GEMV_NORM_STAGED: h [M][K]
     constexpr bool GLU = EPI == GEMV_SWIGLU || EPI == GEMV_GEGLU;
@@ -201,13 +207,17 @@ __global__ void __launch_bounds__(GEMV_THREADS, NC > 1 ? 1 : NORM == GEMV_NORM_I
 
 template <st_type T, int EPI, int NORM>
 static st_status gemv_launch_typed(st_cuda_ctx *c, const gemv_args &a, unsigned int blocks, st_error *err) {
-    // the norm in the loop serves one column only (gemv_run): no several-column instance
-    constexpr int NC_MAX = NORM == GEMV_NORM_IN_LOOP ? 1 : CUDA_GEMV_MAX_COLS;
+    // Several columns come only from mul_mat's plain product (st_cuda_gemv, when cuBLAS
+    // cannot take it): the fused ops stop below ST_CUDA_GEMM_MIN_M (fused_supported) and
+    // the norm in the loop at one column (gemv_run). No several-column instance otherwise.
+    constexpr bool MULTI = (EPI == GEMV_STORE && NORM == GEMV_NO_NORM) ||
+                           (NORM != GEMV_NORM_IN_LOOP && ST_CUDA_GEMM_MIN_M > 2);
     const size_t smem = NORM == GEMV_NORM_STAGED ? (size_t)(a.K * a.M) * sizeof(float) : 0;
+    ST_ASSERT(a.M == 1 || MULTI);
     if (a.M == 1)
         gemv_kernel<T, EPI, NORM, 1><<<blocks, GEMV_THREADS, smem, c->stream>>>(a);
     else
-        gemv_kernel<T, EPI, NORM, NC_MAX><<<blocks, GEMV_THREADS, smem, c->stream>>>(a);
+        gemv_kernel<T, EPI, NORM, MULTI ? CUDA_GEMV_MAX_COLS : 1><<<blocks, GEMV_THREADS, smem, c->stream>>>(a);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }
@@ -283,9 +293,9 @@ st_status st_cuda_gemv(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const
     return ST_OK;
 }
 
-// The fused kernel takes the op when: M fits one pass, every weight is a float type, one
-// type; a norm's h fits the staging limit; GLU's gate and up have one shape and stride
-// (they are read by the same warp).
+// The fused kernel takes the op when: M is below ST_CUDA_GEMM_MIN_M (and fits one pass),
+// every weight is a float type, one type; a norm's h fits the staging limit; GLU's gate
+// and up have one shape and stride (they are read by the same warp).
 static bool fused_supported(const st_fused_mul_mat *op) {
     const st_tensor *x = op->x;
     const int64_t K = x->ne[0], M = cuda_nrows(x);
