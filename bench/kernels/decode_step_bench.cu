@@ -2,8 +2,9 @@
 // layer's ops are issued as the forward pass issues them on CUDA:
 //
 //   qkv   fused RMSNorm + q/k/v products        (st_fused_mul_mat, 3 weights, STORE)
-//   rope  per-head q/k norms, RoPE, cache store (st_fused_rope_store)
-//   attn  attention over the cache              (iface->attention, n_kv = n_ctx as in a graph)
+//   rope+attn  per-head q/k norms, RoPE, cache store, attention over the cache
+//              (st_fused_rope_attention; n_kv = n_ctx as in a graph), and its two
+//              steps on their own for reference (st_fused_rope_store, iface->attention)
 //   o     o product + residual add              (st_fused_mul_mat, ADD)
 //   ffn   fused RMSNorm + gate/up + SwiGLU      (st_fused_mul_mat, 2 weights, SWIGLU)
 //   down  down product + residual add           (st_fused_mul_mat, ADD)
@@ -94,7 +95,10 @@ typedef struct step {
     st_attn_params attn;
 } step;
 
-enum { OP_QKV = 1, OP_ROPE = 2, OP_ATTN = 4, OP_O = 8, OP_FFN = 16, OP_DOWN = 32, OP_ALL = 63 };
+// OP_ROPE_ATTN: rope_store + attention as the forward pass issues them (one fused op);
+// OP_ROPE and OP_ATTN: the two steps on their own (the composite).
+enum { OP_QKV = 1, OP_ROPE = 2, OP_ATTN = 4, OP_O = 8, OP_FFN = 16, OP_DOWN = 32, OP_ROPE_ATTN = 128 };
+enum { OP_ALL = OP_QKV | OP_ROPE_ATTN | OP_O | OP_FFN | OP_DOWN };
 enum { OP_NO_NORM = 64 }; // qkv and ffn without their RMSNorm (what the norm costs)
 
 static void issue_layer(step *s, layer *l, int ops) {
@@ -117,19 +121,21 @@ static void issue_layer(step *s, layer *l, int ops) {
     qh.nb[1] = kh.nb[1] = vh.nb[1] = (size_t)sh->head_dim * 4;
     qh.nb[2] = s->q.nb[1], kh.nb[2] = s->k.nb[1], vh.nb[2] = s->v.nb[1];
     qh.nb[3] = qh.nb[2], kh.nb[3] = kh.nb[2], vh.nb[3] = vh.nb[2];
-    if (ops & OP_ROPE) {
-        st_fused_rope_store op = {};
-        op.q = &qh, op.k = &kh, op.v = &vh;
-        op.q_norm = sh->qk_norm ? &l->q_norm : NULL, op.k_norm = sh->qk_norm ? &l->k_norm : NULL;
-        op.eps = eps, op.positions = &s->pos, op.rope = &s->rope, op.k_cache = &l->k_cache, op.v_cache = &l->v_cache;
-        check(st_backend_rope_store(g_b, &op, &err), "rope_store", &err);
-    }
-    if (ops & OP_ATTN) {
-        st_tensor out = s->attn_out;
-        out.ne[0] = sh->head_dim, out.ne[1] = sh->n_head, out.ne[2] = 1;
-        out.nb[1] = (size_t)sh->head_dim * 4, out.nb[2] = out.nb[3] = s->attn_out.nb[1];
+    st_fused_rope_store rs = {};
+    rs.q = &qh, rs.k = &kh, rs.v = &vh;
+    rs.q_norm = sh->qk_norm ? &l->q_norm : NULL, rs.k_norm = sh->qk_norm ? &l->k_norm : NULL;
+    rs.eps = eps, rs.positions = &s->pos, rs.rope = &s->rope, rs.k_cache = &l->k_cache, rs.v_cache = &l->v_cache;
+    st_tensor out = s->attn_out;
+    out.ne[0] = sh->head_dim, out.ne[1] = sh->n_head, out.ne[2] = 1;
+    out.nb[1] = (size_t)sh->head_dim * 4, out.nb[2] = out.nb[3] = s->attn_out.nb[1];
+    if (ops & OP_ROPE) check(st_backend_rope_store(g_b, &rs, &err), "rope_store", &err);
+    if (ops & OP_ATTN)
         check(g_b->iface->attention(g_b, &out, &qh, &l->k_cache, &l->v_cache, &s->pos, &s->attn, &err), "attention",
               &err);
+    if (ops & OP_ROPE_ATTN) {
+        st_fused_rope_attention op = {};
+        op.rs = rs, op.out = &out, op.attn = &s->attn;
+        check(st_backend_rope_attention(g_b, &op, &err), "rope_attention", &err);
     }
     if (ops & OP_O) {
         st_fused_mul_mat op = {};
@@ -220,6 +226,7 @@ static void run_model(const shape *sh, bool pad, int64_t depth, int reps, const 
         {"qkv (norm + q/k/v)", OP_QKV, wb * (double)E * (double)(Q + 2 * KV)},
         {"rope_store", OP_ROPE, 0},
         {"attention", OP_ATTN, 0},
+        {"rope_store + attention, one op", OP_ROPE_ATTN, 0},
         {"o + residual", OP_O, wb * (double)Q * (double)E},
         {"norm + gate/up + SwiGLU", OP_FFN, wb * 2.0 * (double)E * (double)F},
         {"down + residual", OP_DOWN, wb * (double)F * (double)E},
@@ -233,7 +240,7 @@ static void run_model(const shape *sh, bool pad, int64_t depth, int reps, const 
     double sum_us = 0, sum_bytes = 0;
     for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
         const double us = time_ops(&s, kinds[i].ops, reps) / (double)sh->n_layer;
-        if (!(kinds[i].ops & OP_NO_NORM)) sum_us += us, sum_bytes += kinds[i].bytes;
+        if ((kinds[i].ops & ~OP_ALL) == 0) sum_us += us, sum_bytes += kinds[i].bytes; // the forward pass's ops
         if (kinds[i].bytes > 0) {
             const double gbs = kinds[i].bytes / (us * 1e-6) / 1e9;
             printf("| %s | %.2f | %.1f | %.0f | %.0f%% | %.2f |\n", kinds[i].name, us, kinds[i].bytes / 1e6, gbs,

@@ -76,6 +76,18 @@ typedef struct st_fused_rope_store {
     st_tensor *k_cache, *v_cache;
 } st_fused_rope_store;
 
+/* rope_store, then attention over the cache with the roped q: the whole attention block
+ * between the projections and the output projection. Its meaning is
+ * st_backend_rope_attention_composite's: st_backend_rope_store(&rs), then attention(out,
+ * rs.q, rs.k_cache, rs.v_cache, rs.positions, attn). A backend that fuses it may leave
+ * rs.q and rs.k as they came (not normalised or roped); out and the caches are the same.
+ *   out [hd, n_head, M] F32 */
+typedef struct st_fused_rope_attention {
+    st_fused_rope_store rs;
+    st_tensor *out;
+    const st_attn_params *attn;
+} st_fused_rope_attention;
+
 /* A recorded sequence of ops (a CUDA graph), replayed as one unit. */
 typedef struct st_backend_graph st_backend_graph;
 
@@ -125,6 +137,7 @@ typedef struct st_backend_iface {
     /* Optional: a backend's fused version of op (NULL: the composite of plain ops). */
     st_status (*mul_mat_fused)(st_backend *b, const st_fused_mul_mat *op, st_error *err);
     st_status (*rope_store)(st_backend *b, const st_fused_rope_store *op, st_error *err);
+    st_status (*rope_attention)(st_backend *b, const st_fused_rope_attention *op, st_error *err);
 
     /* Waits for queued work (a no-op where ops are synchronous). */
     st_status (*synchronize)(st_backend *b, st_error *err);
@@ -166,6 +179,9 @@ st_status st_backend_mul_mat_fused_composite(st_backend *b, const st_fused_mul_m
 /* The same pair for st_fused_rope_store. */
 st_status st_backend_rope_store(st_backend *b, const st_fused_rope_store *op, st_error *err);
 st_status st_backend_rope_store_composite(st_backend *b, const st_fused_rope_store *op, st_error *err);
+/* And for st_fused_rope_attention. */
+st_status st_backend_rope_attention(st_backend *b, const st_fused_rope_attention *op, st_error *err);
+st_status st_backend_rope_attention_composite(st_backend *b, const st_fused_rope_attention *op, st_error *err);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
-/* Fused ops (st_fused_mul_mat, st_fused_rope_store): their meaning as sequences of plain
- * backend ops, and the dispatch to a backend's fused version. */
+/* Fused ops (st_fused_mul_mat, st_fused_rope_store, st_fused_rope_attention): their
+ * meaning as sequences of plain backend ops, and the dispatch to a backend's fused
+ * version. */
 #include "stride/backend.h"
 
 st_status st_backend_mul_mat_fused_composite(st_backend *b, const st_fused_mul_mat *op, st_error *err) {
@@ -49,3 +50,16 @@ st_status st_backend_rope_store(st_backend *b, const st_fused_rope_store *op, st
     if (b->iface->rope_store) return b->iface->rope_store(b, op, err);
     return st_backend_rope_store_composite(b, op, err);
 }
+
+st_status st_backend_rope_attention_composite(st_backend *b, const st_fused_rope_attention *op, st_error *err) {
+    const st_fused_rope_store *rs = &op->rs;
+    st_status s = st_backend_rope_store(b, rs, err);
+    if (s != ST_OK) return s;
+    return b->iface->attention(b, op->out, rs->q, rs->k_cache, rs->v_cache, rs->positions, op->attn, err);
+}
+
+st_status st_backend_rope_attention(st_backend *b, const st_fused_rope_attention *op, st_error *err) {
+    if (b->iface->rope_attention) return b->iface->rope_attention(b, op, err);
+    return st_backend_rope_attention_composite(b, op, err);
+}
+

@@ -246,6 +246,11 @@ extern "C" st_status st_cuda_attention_path(st_backend *b, st_tensor *dst, const
                         (long long)M, st_type_name(k_cache->type));
 }
 
+st_status st_cuda_rope_attention(st_backend *b, const st_fused_rope_attention *op, st_error *err) {
+    if (st_cuda_attn_decode_rope_supported(b, op)) return st_cuda_attn_decode_rope(b, op, err);
+    return st_backend_rope_attention_composite(b, op, err);
+}
+
 st_status st_cuda_attention(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                             const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
                             st_error *err) {

@@ -72,5 +72,10 @@ bool st_cuda_attn_decode_supported(st_backend *b, const st_tensor *q, const st_t
 st_status st_cuda_attn_decode(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                               const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
                               st_error *err);
+// st_fused_rope_attention for one token in the split-KV kernel: the queries and the new key
+// normed and roped in it, the new key and value stored by the block that needs them (the
+// same bits as st_cuda_rope_store then st_cuda_attn_decode); q and k are left as they came.
+// Takes what st_cuda_attn_decode_rope_supported (cuda_attention.h) accepts.
+st_status st_cuda_attn_decode_rope(st_backend *b, const st_fused_rope_attention *op, st_error *err);
 
 #endif /* STRIDE_CUDA_ATTENTION_CUH */

@@ -36,6 +36,10 @@ const char *st_cuda_attn_path_name(st_cuda_attn_path path);
 st_cuda_attn_path st_cuda_attention_choose(st_backend *b, const st_tensor *q, const st_tensor *k_cache,
                                            const st_tensor *v_cache, const st_attn_params *p);
 
+/* Whether st_fused_rope_attention runs as one kernel (one token, a shape the DECODE path
+ * takes, the rope_store preconditions); otherwise the backend runs its composite. */
+bool st_cuda_attn_decode_rope_supported(st_backend *b, const st_fused_rope_attention *op);
+
 /* st_cuda_attention on a chosen path. */
 st_status st_cuda_attention_path(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                                  const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,

@@ -19,7 +19,10 @@
 // plan is recomputed by the combine kernel. n_kv only bounds the range, so a caller may pass
 // the whole context: with n_kv > max(pos) the ranges, the splits and every rounding are the
 // same, and so are the results, bit for bit.
+#include <string.h>
+
 #include "cuda/cuda_attention.cuh"
+#include "cuda/cuda_rope.cuh"
 
 #define DEC_THREADS 128
 #define DEC_WARPS (DEC_THREADS / ST_GPU_WARP_SIZE)
@@ -112,12 +115,107 @@ template <> __device__ __forceinline__ float2 dec_load2<ST_TYPE_F32>(const unsig
     return *(const float2 *)(row + d * 4);
 }
 
+// ---- the rope_store step folded in (st_fused_rope_attention, one token) --------------------
+
+// What rope_store would have done before attention: q and the new k, v as the projections
+// left them ([D, n_head(_kv), 1] F32 views), the per-head norms (or NULL) and the RoPE.
+typedef struct dec_rope_args {
+    st_cuda_view k, v;
+    const float *q_norm, *k_norm;
+    float eps;
+    int mode_neox, n_rot;
+    float freq_base, freq_scale, attn_factor;
+    const float *freq_factors;
+    st_cuda_op_error *op_err;
+} dec_rope_args;
+
+// One head row as rope_store forms it: y = rope(w ? rmsnorm(x) * w : x) at position pos,
+// by `n_thr` threads starting at thread `t0` (32 for D <= 128, one warp; 128 above: the
+// thread count st_cuda_rope_store's norm uses, so the same partial sums and tree give the
+// same bits). tmp [D] is shared memory; `red` one float per warp of the group.
+template <int D>
+__device__ void dec_rope_row(float *y, const float *__restrict__ x, const float *__restrict__ w, float *tmp,
+                             float *red, int t0, int n_thr, const dec_rope_args &ra, double pos) {
+    const int t = threadIdx.x - t0;
+    const float *src = x;
+    if (w) {
+        float ss = 0.0f;
+        for (int i = t; i < D; i += n_thr) ss = fmaf(x[i], x[i], ss);
+        ss = cuda_warp_sum(ss);
+        float total;
+        if (n_thr == ST_GPU_WARP_SIZE) {
+            total = 0.0f + ss;
+        } else { // the block tree of block_sum_f32: warp sums added in warp order
+            if (t % ST_GPU_WARP_SIZE == 0) red[t / ST_GPU_WARP_SIZE] = ss;
+            __syncthreads();
+            total = 0.0f;
+            for (int i = 0; i < n_thr / ST_GPU_WARP_SIZE; i++) total += red[i];
+        }
+        const float sc = (float)(1.0 / sqrt((double)total / (double)D + (double)ra.eps));
+        for (int i = t; i < D; i += n_thr) tmp[i] = (x[i] * sc) * w[i];
+        if (n_thr == ST_GPU_WARP_SIZE) __syncwarp(); else __syncthreads();
+        src = tmp;
+    }
+    const int n_work = ra.n_rot / 2 + (D - ra.n_rot);
+    for (int i = t; i < n_work; i += n_thr)
+        rope_work(y, src, i, ra.mode_neox, ra.n_rot, pos, ra.freq_base, ra.freq_factors, ra.attn_factor);
+    if (n_thr == ST_GPU_WARP_SIZE) __syncwarp(); else __syncthreads(); // tmp and red are free again
+}
+
+// The block's queries (kv head kvh's group, token 0) normed and roped into Qs [group][QLD];
+// and, by the one block of the kv head that holds the position (split 0 when none does),
+// the new key normed, roped and stored with the new value into the cache at the position
+// (reported, not stored, when it is outside the cache, as st_cuda_rope_store does).
+// scratch: the K/V chunk area, free until the first chunk (>= (DEC_WARPS + 1) * D floats).
+template <st_type T, int D>
+__device__ void dec_rope_prepare(const dec_rope_args &ra, st_cuda_view q, st_cuda_view kc, st_cuda_view vc,
+                                 int32_t p, const dec_plan &pl, int kvh, int s, int group, float *Qs, int qld,
+                                 float *scratch) {
+    __shared__ float red[DEC_WARPS];
+    const int64_t n_ctx = kc.ne2;
+    const bool store_ok = p >= 0 && p < n_ctx;
+    if (s == 0 && kvh == 0 && threadIdx.x == 0 && !store_ok)
+        cuda_report_op_error(ra.op_err, ST_CUDA_OP_ERROR_KV_POSITION, p, 0, n_ctx);
+    const int holder = p >= pl.lo && p <= pl.hi ? (p - pl.lo) / pl.cl : 0;
+    const bool store = store_ok && s == holder;
+    const double pos = (double)p * (double)ra.freq_scale;
+    const int n_rows = group + (store ? 1 : 0); // the group's queries, then the new key
+    float *k_new = scratch + DEC_WARPS * D;
+    auto row = [&](int j, int t0, int n_thr, float *tmp) {
+        if (j < group) {
+            const int64_t h = (int64_t)kvh * group + j;
+            dec_rope_row<D>(Qs + j * qld, (const float *)(q.data + h * q.nb1), ra.q_norm, tmp, red, t0, n_thr, ra, pos);
+        } else {
+            dec_rope_row<D>(k_new, (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1), ra.k_norm, tmp, red, t0,
+                            n_thr, ra, pos);
+        }
+    };
+    const int warp = threadIdx.x / ST_GPU_WARP_SIZE;
+    if (D <= 128) { // a warp per row
+        for (int j = warp; j < n_rows; j += DEC_WARPS) row(j, warp * ST_GPU_WARP_SIZE, ST_GPU_WARP_SIZE, scratch + warp * D);
+    } else { // the block per row
+        for (int j = 0; j < n_rows; j++) row(j, 0, DEC_THREADS, scratch);
+    }
+    __syncthreads(); // Qs and k_new complete
+    if (store) {
+        const float *vr = (const float *)(ra.v.data + (int64_t)kvh * ra.v.nb1);
+        char *ko = kc.data + (int64_t)kvh * kc.nb1 + (int64_t)p * kc.nb2;
+        char *vo = vc.data + (int64_t)kvh * vc.nb1 + (int64_t)p * vc.nb2;
+        for (int d = threadIdx.x; d < D; d += DEC_THREADS) {
+            cuda_cache_store<T>(ko, d, k_new[d]);
+            cuda_cache_store<T>(vo, d, vr[d]);
+        }
+        __syncthreads(); // this block reads the row back from the cache below
+    }
+}
+
 // Partials: acc [n_head, M, n_split][D] f32, then (max, sum) [n_head, M, n_split] float2.
-template <st_type T, int D, int NR>
+// ROPE (one token): the queries and the new key come unroped (dec_rope_prepare).
+template <st_type T, int D, int NR, bool ROPE>
 __global__ void __launch_bounds__(DEC_THREADS)
     attn_decode_split_kernel(st_cuda_view q, st_cuda_view kc, st_cuda_view vc, const int32_t *__restrict__ positions,
                              int64_t n_kv, int32_t window, float scale, float softcap, int n_split,
-                             float *__restrict__ part_acc, float2 *__restrict__ part_ml) {
+                             float *__restrict__ part_acc, float2 *__restrict__ part_ml, const dec_rope_args ra) {
     using cfg = dec_cfg<T, D>;
     constexpr int C = cfg::C, ROWB = cfg::ROWB, QLD = cfg::QLD;
     extern __shared__ __align__(16) unsigned char dec_smem[];
@@ -135,10 +233,15 @@ __global__ void __launch_bounds__(DEC_THREADS)
     float *m_s = Ps + R * C, *l_s = m_s + R, *a_s = l_s + R; // [R] running max, sum, rescale factor
     int *lo_s = (int *)(a_s + R), *hi_s = lo_s + R;          // [R] visible keys
 
-    for (int i = tid; i < R * D; i += DEC_THREADS) {
-        const int r = i / D, d = i % D;
-        const int64_t m = r / group, h = (int64_t)kvh * group + r % group;
-        Qs[r * QLD + d] = ((const float *)(q.data + h * q.nb1 + m * q.nb2))[d];
+    if (ROPE) {
+        static_assert(2 * C * ROWB >= (DEC_WARPS + 1) * D * 4, "the rope scratch fits the K/V chunk area");
+        dec_rope_prepare<T, D>(ra, q, kc, vc, positions[0], pl, kvh, s, group, Qs, QLD, (float *)Ks);
+    } else {
+        for (int i = tid; i < R * D; i += DEC_THREADS) {
+            const int r = i / D, d = i % D;
+            const int64_t m = r / group, h = (int64_t)kvh * group + r % group;
+            Qs[r * QLD + d] = ((const float *)(q.data + h * q.nb1 + m * q.nb2))[d];
+        }
     }
     for (int r = tid; r < R; r += DEC_THREADS) {
         attn_visible_range(positions[r / group], n_kv, window, &lo_s[r], &hi_s[r]);
@@ -339,13 +442,19 @@ static st_status dec_partials(st_cuda_ctx *c, size_t bytes, void **out, st_error
 template <st_type T, int D, int NR>
 static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, const st_tensor *q,
                             const st_tensor *k_cache, const st_tensor *v_cache, const int32_t *pos,
-                            const st_attn_params *p, float *part_acc, float2 *part_ml, st_error *err) {
+                            const st_attn_params *p, float *part_acc, float2 *part_ml, const dec_rope_args *ra,
+                            st_error *err) {
     using cfg = dec_cfg<T, D>;
     ST_ASSERT((R + cfg::NRG - 1) / cfg::NRG <= NR && cfg::smem(R) <= DEC_SMEM_MAX);
     const dim3 grid((unsigned int)n_split, (unsigned int)k_cache->ne[1]);
-    attn_decode_split_kernel<T, D, NR><<<grid, DEC_THREADS, cfg::smem(R), c->stream>>>(
-        cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap, n_split,
-        part_acc, part_ml);
+    if (ra)
+        attn_decode_split_kernel<T, D, NR, true><<<grid, DEC_THREADS, cfg::smem(R), c->stream>>>(
+            cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
+            n_split, part_acc, part_ml, *ra);
+    else
+        attn_decode_split_kernel<T, D, NR, false><<<grid, DEC_THREADS, cfg::smem(R), c->stream>>>(
+            cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
+            n_split, part_acc, part_ml, dec_rope_args{});
     ST_GPU_CHECK_LAUNCH();
     const unsigned int rows = (unsigned int)(q->ne[1] * q->ne[2]);
     attn_decode_combine_kernel<<<rows, DEC_COMBINE_THREADS, 0, c->stream>>>(cuda_view(dst), pos, p->n_kv, p->window,
@@ -359,16 +468,20 @@ static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, 
 template <st_type T, int D>
 static st_status dec_launch_rows(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, const st_tensor *q,
                                  const st_tensor *k_cache, const st_tensor *v_cache, const int32_t *pos,
-                                 const st_attn_params *p, float *part_acc, float2 *part_ml, st_error *err) {
+                                 const st_attn_params *p, float *part_acc, float2 *part_ml, const dec_rope_args *ra,
+                                 st_error *err) {
     const int nr = (R + dec_cfg<T, D>::NRG - 1) / dec_cfg<T, D>::NRG;
-    if (nr <= 2) return dec_launch<T, D, 2>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, err);
-    if (nr <= 4) return dec_launch<T, D, 4>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, err);
-    return dec_launch<T, D, DEC_MAX_NR>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, err);
+    if (nr <= 2)
+        return dec_launch<T, D, 2>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, ra, err);
+    if (nr <= 4)
+        return dec_launch<T, D, 4>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, ra, err);
+    return dec_launch<T, D, DEC_MAX_NR>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, ra, err);
 }
 
-st_status st_cuda_attn_decode(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                              const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
-                              st_error *err) {
+// The split-KV attention; with ra, its queries and new key roped in the kernel (one token).
+static st_status dec_run(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                         const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
+                         const dec_rope_args *ra, st_error *err) {
     st_cuda_ctx *c = cuda_ctx(b);
     const int64_t D = q->ne[0], n_head = q->ne[1], M = q->ne[2], n_head_kv = k_cache->ne[1];
     const int R = (int)(M * (n_head / n_head_kv));
@@ -387,9 +500,9 @@ st_status st_cuda_attn_decode(st_backend *b, st_tensor *dst, const st_tensor *q,
 #define DEC_CASE(d)                                                                                                \
     case d:                                                                                                        \
         return f16 ? dec_launch_rows<ST_TYPE_F16, d>(c, ns, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, \
-                                                     err)                                                          \
+                                                     ra, err)                                                      \
                    : dec_launch_rows<ST_TYPE_F32, d>(c, ns, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, \
-                                                     err);
+                                                     ra, err);
     switch (D) {
         DEC_CASE(64)
         DEC_CASE(128)
@@ -399,3 +512,45 @@ st_status st_cuda_attn_decode(st_backend *b, st_tensor *dst, const st_tensor *q,
 #undef DEC_CASE
     return ST_OK;
 }
+
+st_status st_cuda_attn_decode(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                              const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
+                              st_error *err) {
+    return dec_run(b, dst, q, k_cache, v_cache, positions, p, NULL, err);
+}
+
+bool st_cuda_attn_decode_rope_supported(st_backend *b, const st_fused_rope_attention *op) {
+    const st_fused_rope_store *rs = &op->rs;
+    const st_rope_params *r = rs->rope;
+    const int64_t hd = rs->q->ne[0];
+    return rs->q->ne[2] == 1 && st_cuda_attn_decode_supported(b, rs->q, rs->k_cache, rs->v_cache) &&
+           cuda_is_f32_rows(rs->q) && cuda_is_f32_rows(rs->k) && cuda_is_f32_rows(rs->v) && cuda_same_shape(rs->k, rs->v) &&
+           rs->k->ne[0] == hd && rs->k->ne[1] == rs->k_cache->ne[1] && rs->k->ne[2] == 1 &&
+           (r->mode == ST_ROPE_MODE_NORM || r->mode == ST_ROPE_MODE_NEOX) && r->n_rot >= 0 && r->n_rot % 2 == 0 &&
+           r->n_rot <= hd && r->freq_base > 0.0f && (rs->q_norm == NULL) == (rs->k_norm == NULL) &&
+           (!rs->q_norm || (rs->q_norm->ne[0] == hd && rs->k_norm->ne[0] == hd)) &&
+           cuda_is_i32_index(rs->positions) && rs->positions->ne[0] >= 1 && cuda_same_shape(rs->k_cache, rs->v_cache) &&
+           rs->k_cache->ne[0] == hd;
+}
+
+st_status st_cuda_attn_decode_rope(st_backend *b, const st_fused_rope_attention *op, st_error *err) {
+    const st_fused_rope_store *rs = &op->rs;
+    const st_rope_params *r = rs->rope;
+    ST_ASSERT(st_cuda_attn_decode_rope_supported(b, op));
+    dec_rope_args ra;
+    memset(&ra, 0, sizeof(ra));
+    ra.k = cuda_view(rs->k);
+    ra.v = cuda_view(rs->v);
+    ra.q_norm = rs->q_norm ? (const float *)rs->q_norm->data : NULL;
+    ra.k_norm = rs->k_norm ? (const float *)rs->k_norm->data : NULL;
+    ra.eps = rs->eps;
+    ra.mode_neox = r->mode == ST_ROPE_MODE_NEOX ? 1 : 0;
+    ra.n_rot = r->n_rot;
+    ra.freq_base = r->freq_base;
+    ra.freq_scale = r->freq_scale;
+    ra.attn_factor = r->attn_factor;
+    ra.freq_factors = r->freq_factors;
+    ra.op_err = cuda_ctx(b)->d_op_error;
+    return dec_run(b, op->out, rs->q, rs->k_cache, rs->v_cache, rs->positions, op->attn, &ra, err);
+}
+

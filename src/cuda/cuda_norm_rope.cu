@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "cuda/cuda_common.cuh"
+#include "cuda/cuda_rope.cuh"
 
 // ---- RMSNorm --------------------------------------------------------------------------------
 
@@ -68,28 +69,6 @@ st_status st_cuda_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, co
 // n_rot .. head_dim-1 pass-through dimensions. Angles in double as the CPU computes them
 // (theta_i = pos * freq_scale * base^(-2i/n_rot) / factor_i), cos/sin rounded once to f32;
 // the rotation with explicit roundings (no fused multiply-add), as the CPU's C does.
-// Element t of a row's rope work (t < n_rot/2 + head_dim - n_rot): pair t rotated, or a
-// pass-through dimension copied. xr may be yr.
-__device__ __forceinline__ void rope_work(float *yr, const float *xr, int64_t t, int mode_neox, int n_rot,
-                                          double pos, float freq_base, const float *__restrict__ freq_factors,
-                                          float attn_factor) {
-    const int half = n_rot / 2;
-    if (t < half) {
-        double inv_freq = pow((double)freq_base, -2.0 * (double)t / (double)n_rot);
-        if (freq_factors) inv_freq /= (double)freq_factors[t];
-        const double theta = pos * inv_freq;
-        const float cs = (float)(cos(theta) * (double)attn_factor);
-        const float sn = (float)(sin(theta) * (double)attn_factor);
-        const int64_t a = mode_neox ? t : 2 * t, bb = mode_neox ? t + half : 2 * t + 1;
-        const float xa = xr[a], xb = xr[bb];
-        yr[a] = __fsub_rn(__fmul_rn(xa, cs), __fmul_rn(xb, sn));
-        yr[bb] = __fadd_rn(__fmul_rn(xa, sn), __fmul_rn(xb, cs));
-    } else {
-        const int64_t i = n_rot + (t - half);
-        yr[i] = xr[i];
-    }
-}
-
 __global__ void rope_f32(st_cuda_view dst, st_cuda_view x, const int32_t *__restrict__ positions, int mode_neox,
                          int n_rot, float freq_base, float freq_scale, const float *__restrict__ freq_factors,
                          float attn_factor) {

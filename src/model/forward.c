@@ -127,11 +127,10 @@ static st_status attention_block(st_session *s, const st_layer_weights *l, int64
     st_fused_rope_store rs = {.q = &q, .k = &k, .v = &v, .eps = hp->rms_eps, .positions = &pos, .rope = &rp,
                               .k_cache = &kv->k, .v_cache = &kv->v};
     if (per_head_norm) rs.q_norm = l->q_norm, rs.k_norm = l->k_norm;
-    TRY(st_backend_rope_store(b, &rs, err));
-
     st_attn_params ap = {.n_kv = n_kv, .window = swa ? (int32_t)hp->sliding_window : 0, .scale = hp->attn_scale};
     st_tensor attn = heads(&s->attn, 0, Hq, hd, M); /* [hd, n_head, M] */
-    TRY(be->attention(b, &attn, &q, &kv->k, &kv->v, &pos, &ap, err));
+    st_fused_rope_attention ra = {.rs = rs, .out = &attn, .attn = &ap};
+    TRY(st_backend_rope_attention(b, &ra, err));
 
     st_tensor a2 = cols(&s->attn, M), o = cols(&s->proj, M);
     return project_add(s, &x, l->wo, &a2, &o, l->post_attn_norm, err); /* x += [post-norm] Wo a */

@@ -758,6 +758,80 @@ static void test_attention_case(const attn_case *ac) {
     dual_free(&dp);
 }
 
+/* ---- rope_attention (st_fused_rope_attention) -------------------------------------------- */
+
+/* One decode token: rope_store then attention over a cache holding `pos` earlier random
+ * entries. The CUDA op (the rope folded into the split-KV kernel when it takes the shape)
+ * against the CUDA composite bitwise (output and both caches: the same arithmetic), and
+ * against the CPU composite by the attention tolerance. n_kv: pos + 1, or the whole
+ * cache (as a recorded decode step passes it). */
+static void test_rope_attention(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, int32_t n_rot, st_rope_mode mode,
+                                bool norms, int32_t pos, int32_t window, bool n_kv_ctx) {
+    const int64_t n_ctx = 800, R = (Hq + 2 * Hk) * hd;
+    view vq = mkview(ST_TYPE_F32, hd, Hq, 1, (size_t)hd * 4, (size_t)R * 4, 0);
+    view vk = mkview(ST_TYPE_F32, hd, Hk, 1, (size_t)hd * 4, (size_t)R * 4, (size_t)(Hq * hd) * 4);
+    view vv = mkview(ST_TYPE_F32, hd, Hk, 1, (size_t)hd * 4, (size_t)R * 4, (size_t)((Hq + Hk) * hd) * 4);
+    view vall = mkview(ST_TYPE_F32, R, 1, 1, (size_t)R * 4, (size_t)R * 4, 0);
+    view vy = mkview(ST_TYPE_F32, hd, Hq, 1, (size_t)hd * 4, (size_t)(hd * Hq) * 4, 0);
+    view vn = mkpacked(ST_TYPE_F32, hd, 1, 1), vkc, vvc;
+    dual dqkv = dual_new(view_bytes(&vall)), dqn = dual_new(view_bytes(&vn)), dkn = dual_new(view_bytes(&vn));
+    dual_random_f32(&dqkv);
+    dual_random_f32(&dqn);
+    dual_random_f32(&dkn);
+    dual dkc = cache_new(ct, hd, Hk, n_ctx, false, &vkc), dvc = cache_new(ct, hd, Hk, n_ctx, false, &vvc);
+    dual dqkv2 = dual_clone(&dqkv), dkc2 = dual_clone(&dkc), dvc2 = dual_clone(&dvc);
+    dual dy = dual_new(view_bytes(&vy)), dy2 = dual_new(view_bytes(&vy));
+    dual_poison(&dy);
+    dual_poison(&dy2);
+    dual dp = ids_new(&pos, 1);
+    view vp = ids_view(1, 1);
+    st_rope_params rp = st_rope_params_default(mode, n_rot, 10000.0f);
+    st_attn_params ap = {.n_kv = n_kv_ctx ? n_ctx : pos + 1, .window = window, .scale = 1.0f / sqrtf((float)hd)};
+
+    st_tensor qc = on(&vq, dqkv.cpu), kc = on(&vk, dqkv.cpu), vc = on(&vv, dqkv.cpu);
+    st_tensor qg = on(&vq, dqkv.gpu), kg = on(&vk, dqkv.gpu), vg = on(&vv, dqkv.gpu);
+    st_tensor q2 = on(&vq, dqkv2.gpu), k2 = on(&vk, dqkv2.gpu), v2 = on(&vv, dqkv2.gpu);
+    st_tensor qnc = on(&vn, dqn.cpu), knc = on(&vn, dkn.cpu), qng = on(&vn, dqn.gpu), kng = on(&vn, dkn.gpu);
+    st_tensor kcc = on(&vkc, dkc.cpu), vcc = on(&vvc, dvc.cpu), kcg = on(&vkc, dkc.gpu), vcg = on(&vvc, dvc.gpu);
+    st_tensor kcg2 = on(&vkc, dkc2.gpu), vcg2 = on(&vvc, dvc2.gpu);
+    st_tensor yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu), yg2 = on(&vy, dy2.gpu);
+    st_tensor pc = on(&vp, dp.cpu), pg = on(&vp, dp.gpu);
+    st_fused_rope_attention oc = {.rs = {.q = &qc, .k = &kc, .v = &vc, .eps = 1e-6f, .positions = &pc, .rope = &rp,
+                                         .k_cache = &kcc, .v_cache = &vcc},
+                                  .out = &yc, .attn = &ap};
+    st_fused_rope_attention og = {.rs = {.q = &qg, .k = &kg, .v = &vg, .eps = 1e-6f, .positions = &pg, .rope = &rp,
+                                         .k_cache = &kcg, .v_cache = &vcg},
+                                  .out = &yg, .attn = &ap};
+    st_fused_rope_attention og2 = {.rs = {.q = &q2, .k = &k2, .v = &v2, .eps = 1e-6f, .positions = &pg, .rope = &rp,
+                                          .k_cache = &kcg2, .v_cache = &vcg2},
+                                   .out = &yg2, .attn = &ap};
+    if (norms) {
+        oc.rs.q_norm = &qnc, oc.rs.k_norm = &knc;
+        og.rs.q_norm = og2.rs.q_norm = &qng, og.rs.k_norm = og2.rs.k_norm = &kng;
+    }
+    st_error err = {0};
+    if (st_backend_rope_attention(g_cpu, &oc, &err) != ST_OK) test_die("cpu rope_attention", &err);
+    if (st_backend_rope_attention(g_gpu, &og, &err) != ST_OK) test_die("cuda rope_attention", &err);
+    if (st_backend_rope_attention_composite(g_gpu, &og2, &err) != ST_OK) test_die("cuda rope_attention composite", &err);
+    char desc[144];
+    snprintf(desc, sizeof(desc), "%s cache hd=%lld Hq=%lld Hk=%lld n_rot=%d %s%s pos=%d win=%d n_kv=%s%s", tname(ct),
+             (long long)hd, (long long)Hq, (long long)Hk, n_rot, mode == ST_ROPE_MODE_NORM ? "norm" : "neox",
+             norms ? " qk-norm" : "", pos, window, n_kv_ctx ? "ctx" : "pos+1",
+             st_cuda_attn_decode_rope_supported(g_gpu, &og) ? " (fused)" : " (composite)");
+    char *y = dual_fetch(&dy), *y2 = dual_fetch(&dy2);
+    cmp_result r = compare_f32(&vy, dy.cpu, y, dy.bytes);
+    record("rope_attention", desc, &r, TOL_ATTENTION);
+    cmp_result rb = compare_bytes(y2, y, dy.bytes);
+    record("rope_attention fused=plain", desc, &rb, TOL_EXACT);
+    char *kgot = dual_fetch(&dkc), *kgot2 = dual_fetch(&dkc2), *vgot = dual_fetch(&dvc), *vgot2 = dual_fetch(&dvc2);
+    cmp_result rk = compare_bytes(kgot2, kgot, dkc.bytes), rv = compare_bytes(vgot2, vgot, dvc.bytes);
+    record("rope_attention fused=plain", "k cache", &rk, TOL_EXACT);
+    record("rope_attention fused=plain", "v cache", &rv, TOL_EXACT);
+    free(y), free(y2), free(kgot), free(kgot2), free(vgot), free(vgot2);
+    dual_free(&dqkv), dual_free(&dqkv2), dual_free(&dqn), dual_free(&dkn), dual_free(&dp);
+    dual_free(&dkc), dual_free(&dkc2), dual_free(&dvc), dual_free(&dvc2), dual_free(&dy), dual_free(&dy2);
+}
+
 /* positions: 0 the last M of n_kv (prefill), 1 random in [0, n_kv) */
 static void test_attention(st_type t, int64_t hd, int64_t H, int64_t Hkv, int64_t n_kv, int64_t M, int32_t window,
                            float softcap, int positions) {
@@ -1024,6 +1098,23 @@ static void run_all(void) {
             test_mul_mat(types[ti], 2048, 512, 16, pad, X_PACKED);
             test_mul_mat(types[ti], 4096, 96, 64, pad, X_STRIDED);
         }
+
+    /* rope_attention (one decode token): head_dim 64/128/256, GQA groups 1-8, NORM/NEOX,
+     * partial rotary, qk-norms or none, short and long context (one split and several),
+     * a window, n_kv = pos + 1 or the whole cache, both caches; and a shape the fused
+     * kernel does not take (head_dim 96: the composite) */
+    for (int ci = 0; ci < 2; ci++) {
+        const st_type ct = ci ? ST_TYPE_F32 : ST_TYPE_F16;
+        for (int norms = 0; norms <= 1; norms++) {
+            test_rope_attention(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 0, 0, false);
+            test_rope_attention(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 64, 0, true);
+            test_rope_attention(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 130, 0, false);
+            test_rope_attention(ct, 128, 32, 4, 64, ST_ROPE_MODE_NEOX, norms, 700, 0, true); /* partial, 8 a group */
+            test_rope_attention(ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 333, 100, true); /* window */
+            test_rope_attention(ct, 256, 8, 4, 256, ST_ROPE_MODE_NEOX, norms, 517, 0, false);
+            test_rope_attention(ct, 96, 4, 2, 32, ST_ROPE_MODE_NEOX, norms, 40, 0, true);
+        }
+    }
 
     /* rope_store: per-head norms or none, NORM/NEOX, partial rotary, GQA, both caches */
     for (int ci = 0; ci < 2; ci++)
