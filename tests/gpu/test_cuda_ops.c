@@ -572,71 +572,97 @@ static dual dual_clone(const dual *d) {
     return c;
 }
 
-/* q, k, v as heads of one qkv row per token (as the forward pass has them). The CUDA
- * fused op against the CPU composite (q/k by normalised error; an F32 cache too), and
- * against the CUDA composite of plain ops bitwise (the same arithmetic in one kernel). */
+/* The operands of a rope_store over M tokens, three times: CPU, CUDA, and a CUDA copy for
+ * the composite of plain ops. q, k, v are heads of one qkv row per token (as the forward
+ * pass has them), rows `row_gap` floats apart beyond the row; per-head norm weights; F16
+ * or F32 caches of n_ctx random entries; positions pos[0..M). */
+typedef struct rope_operands {
+    view vq, vk, vv, vall, vn, vkc, vvc, vp;
+    dual dqkv, dqkv2, dqn, dkn, dkc, dkc2, dvc, dvc2, dp;
+    st_tensor q[3], k[3], v[3], qn[3], kn[3], kc[3], vc[3], p[3]; /* [0] cpu, [1] cuda, [2] cuda copy */
+    st_fused_rope_store op[3];
+} rope_operands;
+
+static void rope_operands_init(rope_operands *o, st_type ct, int64_t hd, int64_t Hq, int64_t Hk, int64_t M,
+                               int64_t n_ctx, int64_t row_gap, bool norms, const int32_t *pos, const st_rope_params *rp) {
+    const int64_t R = (Hq + 2 * Hk) * hd;
+    const size_t row = (size_t)(R + row_gap) * 4;
+    o->vq = mkview(ST_TYPE_F32, hd, Hq, M, (size_t)hd * 4, row, 0);
+    o->vk = mkview(ST_TYPE_F32, hd, Hk, M, (size_t)hd * 4, row, (size_t)(Hq * hd) * 4);
+    o->vv = mkview(ST_TYPE_F32, hd, Hk, M, (size_t)hd * 4, row, (size_t)((Hq + Hk) * hd) * 4);
+    o->vall = mkview(ST_TYPE_F32, R, M, 1, row, row * (size_t)M, 0);
+    o->vn = mkpacked(ST_TYPE_F32, hd, 1, 1);
+    o->vp = ids_view(M, 1);
+    o->dqkv = dual_new(view_bytes(&o->vall)), o->dqn = dual_new(view_bytes(&o->vn)), o->dkn = dual_new(view_bytes(&o->vn));
+    dual_random_f32(&o->dqkv);
+    dual_random_f32(&o->dqn);
+    dual_random_f32(&o->dkn);
+    o->dkc = cache_new(ct, hd, Hk, n_ctx, false, &o->vkc), o->dvc = cache_new(ct, hd, Hk, n_ctx, false, &o->vvc);
+    o->dqkv2 = dual_clone(&o->dqkv), o->dkc2 = dual_clone(&o->dkc), o->dvc2 = dual_clone(&o->dvc);
+    o->dp = ids_new(pos, M);
+    for (int b = 0; b < 3; b++) {
+        const dual *qkv = b == 2 ? &o->dqkv2 : &o->dqkv, *kc = b == 2 ? &o->dkc2 : &o->dkc, *vc = b == 2 ? &o->dvc2 : &o->dvc;
+        char *qkv_b = b ? qkv->gpu : qkv->cpu, *kc_b = b ? kc->gpu : kc->cpu, *vc_b = b ? vc->gpu : vc->cpu;
+        o->q[b] = on(&o->vq, qkv_b), o->k[b] = on(&o->vk, qkv_b), o->v[b] = on(&o->vv, qkv_b);
+        o->qn[b] = on(&o->vn, b ? o->dqn.gpu : o->dqn.cpu), o->kn[b] = on(&o->vn, b ? o->dkn.gpu : o->dkn.cpu);
+        o->kc[b] = on(&o->vkc, kc_b), o->vc[b] = on(&o->vvc, vc_b);
+        o->p[b] = on(&o->vp, b ? o->dp.gpu : o->dp.cpu);
+    }
+    for (int b = 0; b < 3; b++) {
+        st_fused_rope_store op = {.q = &o->q[b], .k = &o->k[b], .v = &o->v[b], .eps = 1e-6f, .positions = &o->p[b],
+                                  .rope = rp, .k_cache = &o->kc[b], .v_cache = &o->vc[b]};
+        if (norms) op.q_norm = &o->qn[b], op.k_norm = &o->kn[b];
+        o->op[b] = op;
+    }
+}
+
+/* The two CUDA runs' caches bitwise equal (the fused op against the composite, recorded
+ * under op_bits), and an F32 k cache against the CPU's (under op_cpu). */
+static void rope_operands_check_caches(const rope_operands *o, const char *op_bits, const char *op_cpu) {
+    char *kgot = dual_fetch(&o->dkc), *kgot2 = dual_fetch(&o->dkc2), *vgot = dual_fetch(&o->dvc),
+         *vgot2 = dual_fetch(&o->dvc2);
+    cmp_result rk = compare_bytes(kgot2, kgot, o->dkc.bytes), rv = compare_bytes(vgot2, vgot, o->dvc.bytes);
+    record(op_bits, "k cache", &rk, TOL_EXACT);
+    record(op_bits, "v cache", &rv, TOL_EXACT);
+    free(kgot2), free(vgot), free(vgot2);
+    if (o->kc[0].type == ST_TYPE_F32) {
+        cmp_result rkc = compare_f32(&o->vkc, o->dkc.cpu, kgot, o->dkc.bytes);
+        record(op_cpu, "f32 k cache vs cpu", &rkc, TOL_ELEMENTWISE);
+    }
+    free(kgot);
+}
+
+static void rope_operands_free(rope_operands *o) {
+    dual_free(&o->dqkv), dual_free(&o->dqkv2), dual_free(&o->dqn), dual_free(&o->dkn), dual_free(&o->dp);
+    dual_free(&o->dkc), dual_free(&o->dkc2), dual_free(&o->dvc), dual_free(&o->dvc2);
+}
+
+/* The CUDA fused op against the CPU composite (q/k by normalised error; an F32 cache too),
+ * and against the CUDA composite of plain ops bitwise (the same arithmetic in one kernel). */
 static void test_rope_store(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, int32_t n_rot, st_rope_mode mode,
                             bool norms, int64_t M) {
-    const int64_t n_ctx = 24, R = (Hq + 2 * Hk) * hd;
-    const size_t row = (size_t)(R + 4) * 4; /* a gap after each token's qkv row */
-    view vq = mkview(ST_TYPE_F32, hd, Hq, M, (size_t)hd * 4, row, 0);
-    view vk = mkview(ST_TYPE_F32, hd, Hk, M, (size_t)hd * 4, row, (size_t)(Hq * hd) * 4);
-    view vv = mkview(ST_TYPE_F32, hd, Hk, M, (size_t)hd * 4, row, (size_t)((Hq + Hk) * hd) * 4);
-    view vall = mkview(ST_TYPE_F32, R, M, 1, row, row * (size_t)M, 0);
-    view vn = mkpacked(ST_TYPE_F32, hd, 1, 1), vkc, vvc;
-    dual dqkv = dual_new(view_bytes(&vall)), dqn = dual_new(view_bytes(&vn)), dkn = dual_new(view_bytes(&vn));
-    dual_random_f32(&dqkv);
-    dual_random_f32(&dqn);
-    dual_random_f32(&dkn);
-    dual dkc = cache_new(ct, hd, Hk, n_ctx, false, &vkc), dvc = cache_new(ct, hd, Hk, n_ctx, false, &vvc);
-    dual dqkv2 = dual_clone(&dqkv), dkc2 = dual_clone(&dkc), dvc2 = dual_clone(&dvc);
+    const int64_t n_ctx = 24;
     int32_t pos[16];
     for (int64_t m = 0; m < M; m++) pos[m] = (int32_t)((5 + 3 * m) % n_ctx); /* distinct for M <= 8 */
-    dual dp = ids_new(pos, M);
-    view vp = ids_view(M, 1);
     st_rope_params rp = st_rope_params_default(mode, n_rot, 10000.0f);
-
-    st_tensor qc = on(&vq, dqkv.cpu), kc = on(&vk, dqkv.cpu), vc = on(&vv, dqkv.cpu);
-    st_tensor qg = on(&vq, dqkv.gpu), kg = on(&vk, dqkv.gpu), vg = on(&vv, dqkv.gpu);
-    st_tensor q2 = on(&vq, dqkv2.gpu), k2 = on(&vk, dqkv2.gpu), v2 = on(&vv, dqkv2.gpu);
-    st_tensor qnc = on(&vn, dqn.cpu), knc = on(&vn, dkn.cpu), qng = on(&vn, dqn.gpu), kng = on(&vn, dkn.gpu);
-    st_tensor kcc = on(&vkc, dkc.cpu), vcc = on(&vvc, dvc.cpu), kcg = on(&vkc, dkc.gpu), vcg = on(&vvc, dvc.gpu);
-    st_tensor kcg2 = on(&vkc, dkc2.gpu), vcg2 = on(&vvc, dvc2.gpu);
-    st_tensor pc = on(&vp, dp.cpu), pg = on(&vp, dp.gpu);
-    st_fused_rope_store oc = {.q = &qc, .k = &kc, .v = &vc, .eps = 1e-6f, .positions = &pc, .rope = &rp,
-                              .k_cache = &kcc, .v_cache = &vcc};
-    st_fused_rope_store og = {.q = &qg, .k = &kg, .v = &vg, .eps = 1e-6f, .positions = &pg, .rope = &rp,
-                              .k_cache = &kcg, .v_cache = &vcg};
-    st_fused_rope_store og2 = {.q = &q2, .k = &k2, .v = &v2, .eps = 1e-6f, .positions = &pg, .rope = &rp,
-                               .k_cache = &kcg2, .v_cache = &vcg2};
-    if (norms) {
-        oc.q_norm = &qnc, oc.k_norm = &knc;
-        og.q_norm = og2.q_norm = &qng, og.k_norm = og2.k_norm = &kng;
-    }
+    rope_operands o;
+    rope_operands_init(&o, ct, hd, Hq, Hk, M, n_ctx, 4, norms, pos, &rp); /* a gap after each token's row */
     st_error err = {0};
-    if (st_backend_rope_store(g_cpu, &oc, &err) != ST_OK) test_die("cpu rope_store", &err);
-    if (st_backend_rope_store(g_gpu, &og, &err) != ST_OK) test_die("cuda rope_store", &err);
-    if (st_backend_rope_store_composite(g_gpu, &og2, &err) != ST_OK) test_die("cuda rope_store composite", &err);
+    if (st_backend_rope_store(g_cpu, &o.op[0], &err) != ST_OK) test_die("cpu rope_store", &err);
+    if (st_backend_rope_store(g_gpu, &o.op[1], &err) != ST_OK) test_die("cuda rope_store", &err);
+    if (st_backend_rope_store_composite(g_gpu, &o.op[2], &err) != ST_OK) test_die("cuda rope_store composite", &err);
     char desc[128];
     snprintf(desc, sizeof(desc), "%s cache hd=%lld Hq=%lld Hk=%lld n_rot=%d %s%s M=%lld", tname(ct), (long long)hd,
              (long long)Hq, (long long)Hk, n_rot, mode == ST_ROPE_MODE_NORM ? "norm" : "neox",
              norms ? " qk-norm" : "", (long long)M);
-    char *got = dual_fetch(&dqkv), *got2 = dual_fetch(&dqkv2);
-    cmp_result r = compare_f32(&vall, dqkv.cpu, got, dqkv.bytes);
+    char *got = dual_fetch(&o.dqkv), *got2 = dual_fetch(&o.dqkv2);
+    cmp_result r = compare_f32(&o.vall, o.dqkv.cpu, got, o.dqkv.bytes);
     record("rope_store", desc, &r, TOL_ELEMENTWISE);
-    cmp_result rb = compare_bytes(got2, got, dqkv.bytes);
+    cmp_result rb = compare_bytes(got2, got, o.dqkv.bytes);
     record("rope_store fused=plain", desc, &rb, TOL_EXACT);
-    char *kgot = dual_fetch(&dkc), *kgot2 = dual_fetch(&dkc2), *vgot = dual_fetch(&dvc), *vgot2 = dual_fetch(&dvc2);
-    cmp_result rk = compare_bytes(kgot2, kgot, dkc.bytes), rv = compare_bytes(vgot2, vgot, dvc.bytes);
-    record("rope_store fused=plain", "k cache", &rk, TOL_EXACT);
-    record("rope_store fused=plain", "v cache", &rv, TOL_EXACT);
-    if (ct == ST_TYPE_F32) {
-        cmp_result rkc = compare_f32(&vkc, dkc.cpu, kgot, dkc.bytes);
-        record("rope_store", "f32 k cache vs cpu", &rkc, TOL_ELEMENTWISE);
-    }
-    free(got), free(got2), free(kgot), free(kgot2), free(vgot), free(vgot2);
-    dual_free(&dqkv), dual_free(&dqkv2), dual_free(&dqn), dual_free(&dkn), dual_free(&dp);
-    dual_free(&dkc), dual_free(&dkc2), dual_free(&dvc), dual_free(&dvc2);
+    free(got), free(got2);
+    rope_operands_check_caches(&o, "rope_store fused=plain", "rope_store");
+    rope_operands_free(&o);
 }
 
 
@@ -767,48 +793,19 @@ static void test_attention_case(const attn_case *ac) {
  * cache (as a recorded decode step passes it). */
 static void test_rope_attention(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, int32_t n_rot, st_rope_mode mode,
                                 bool norms, int32_t pos, int32_t window, bool n_kv_ctx) {
-    const int64_t n_ctx = 800, R = (Hq + 2 * Hk) * hd;
-    view vq = mkview(ST_TYPE_F32, hd, Hq, 1, (size_t)hd * 4, (size_t)R * 4, 0);
-    view vk = mkview(ST_TYPE_F32, hd, Hk, 1, (size_t)hd * 4, (size_t)R * 4, (size_t)(Hq * hd) * 4);
-    view vv = mkview(ST_TYPE_F32, hd, Hk, 1, (size_t)hd * 4, (size_t)R * 4, (size_t)((Hq + Hk) * hd) * 4);
-    view vall = mkview(ST_TYPE_F32, R, 1, 1, (size_t)R * 4, (size_t)R * 4, 0);
+    const int64_t n_ctx = 800;
+    st_rope_params rp = st_rope_params_default(mode, n_rot, 10000.0f);
+    rope_operands o;
+    rope_operands_init(&o, ct, hd, Hq, Hk, 1, n_ctx, 0, norms, &pos, &rp);
     view vy = mkview(ST_TYPE_F32, hd, Hq, 1, (size_t)hd * 4, (size_t)(hd * Hq) * 4, 0);
-    view vn = mkpacked(ST_TYPE_F32, hd, 1, 1), vkc, vvc;
-    dual dqkv = dual_new(view_bytes(&vall)), dqn = dual_new(view_bytes(&vn)), dkn = dual_new(view_bytes(&vn));
-    dual_random_f32(&dqkv);
-    dual_random_f32(&dqn);
-    dual_random_f32(&dkn);
-    dual dkc = cache_new(ct, hd, Hk, n_ctx, false, &vkc), dvc = cache_new(ct, hd, Hk, n_ctx, false, &vvc);
-    dual dqkv2 = dual_clone(&dqkv), dkc2 = dual_clone(&dkc), dvc2 = dual_clone(&dvc);
     dual dy = dual_new(view_bytes(&vy)), dy2 = dual_new(view_bytes(&vy));
     dual_poison(&dy);
     dual_poison(&dy2);
-    dual dp = ids_new(&pos, 1);
-    view vp = ids_view(1, 1);
-    st_rope_params rp = st_rope_params_default(mode, n_rot, 10000.0f);
-    st_attn_params ap = {.n_kv = n_kv_ctx ? n_ctx : pos + 1, .window = window, .scale = 1.0f / sqrtf((float)hd)};
-
-    st_tensor qc = on(&vq, dqkv.cpu), kc = on(&vk, dqkv.cpu), vc = on(&vv, dqkv.cpu);
-    st_tensor qg = on(&vq, dqkv.gpu), kg = on(&vk, dqkv.gpu), vg = on(&vv, dqkv.gpu);
-    st_tensor q2 = on(&vq, dqkv2.gpu), k2 = on(&vk, dqkv2.gpu), v2 = on(&vv, dqkv2.gpu);
-    st_tensor qnc = on(&vn, dqn.cpu), knc = on(&vn, dkn.cpu), qng = on(&vn, dqn.gpu), kng = on(&vn, dkn.gpu);
-    st_tensor kcc = on(&vkc, dkc.cpu), vcc = on(&vvc, dvc.cpu), kcg = on(&vkc, dkc.gpu), vcg = on(&vvc, dvc.gpu);
-    st_tensor kcg2 = on(&vkc, dkc2.gpu), vcg2 = on(&vvc, dvc2.gpu);
     st_tensor yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu), yg2 = on(&vy, dy2.gpu);
-    st_tensor pc = on(&vp, dp.cpu), pg = on(&vp, dp.gpu);
-    st_fused_rope_attention oc = {.rs = {.q = &qc, .k = &kc, .v = &vc, .eps = 1e-6f, .positions = &pc, .rope = &rp,
-                                         .k_cache = &kcc, .v_cache = &vcc},
-                                  .out = &yc, .attn = &ap};
-    st_fused_rope_attention og = {.rs = {.q = &qg, .k = &kg, .v = &vg, .eps = 1e-6f, .positions = &pg, .rope = &rp,
-                                         .k_cache = &kcg, .v_cache = &vcg},
-                                  .out = &yg, .attn = &ap};
-    st_fused_rope_attention og2 = {.rs = {.q = &q2, .k = &k2, .v = &v2, .eps = 1e-6f, .positions = &pg, .rope = &rp,
-                                          .k_cache = &kcg2, .v_cache = &vcg2},
-                                   .out = &yg2, .attn = &ap};
-    if (norms) {
-        oc.rs.q_norm = &qnc, oc.rs.k_norm = &knc;
-        og.rs.q_norm = og2.rs.q_norm = &qng, og.rs.k_norm = og2.rs.k_norm = &kng;
-    }
+    st_attn_params ap = {.n_kv = n_kv_ctx ? n_ctx : pos + 1, .window = window, .scale = 1.0f / sqrtf((float)hd)};
+    st_fused_rope_attention oc = {.rs = o.op[0], .out = &yc, .attn = &ap};
+    st_fused_rope_attention og = {.rs = o.op[1], .out = &yg, .attn = &ap};
+    st_fused_rope_attention og2 = {.rs = o.op[2], .out = &yg2, .attn = &ap};
     st_error err = {0};
     if (st_backend_rope_attention(g_cpu, &oc, &err) != ST_OK) test_die("cpu rope_attention", &err);
     if (st_backend_rope_attention(g_gpu, &og, &err) != ST_OK) test_die("cuda rope_attention", &err);
@@ -823,13 +820,10 @@ static void test_rope_attention(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, 
     record("rope_attention", desc, &r, TOL_ATTENTION);
     cmp_result rb = compare_bytes(y2, y, dy.bytes);
     record("rope_attention fused=plain", desc, &rb, TOL_EXACT);
-    char *kgot = dual_fetch(&dkc), *kgot2 = dual_fetch(&dkc2), *vgot = dual_fetch(&dvc), *vgot2 = dual_fetch(&dvc2);
-    cmp_result rk = compare_bytes(kgot2, kgot, dkc.bytes), rv = compare_bytes(vgot2, vgot, dvc.bytes);
-    record("rope_attention fused=plain", "k cache", &rk, TOL_EXACT);
-    record("rope_attention fused=plain", "v cache", &rv, TOL_EXACT);
-    free(y), free(y2), free(kgot), free(kgot2), free(vgot), free(vgot2);
-    dual_free(&dqkv), dual_free(&dqkv2), dual_free(&dqn), dual_free(&dkn), dual_free(&dp);
-    dual_free(&dkc), dual_free(&dkc2), dual_free(&dvc), dual_free(&dvc2), dual_free(&dy), dual_free(&dy2);
+    free(y), free(y2);
+    rope_operands_check_caches(&o, "rope_attention fused=plain", "rope_attention");
+    dual_free(&dy), dual_free(&dy2);
+    rope_operands_free(&o);
 }
 
 /* positions: 0 the last M of n_kv (prefill), 1 random in [0, n_kv) */
