@@ -17,6 +17,8 @@
 #   sweep        the same bench against builds with other CUDA defines ($SWEEP: variants
 #                separated by ';', each its -D flags, e.g. "-DCUDA_GEMV_UNROLL=4;-DGEMV_NORM_IN_LOOP_ON=0");
 #                each build has the CLI too (build-sweep-N/stride, for decode-ab.sh)
+#   checks       the GPU test script's ops and models stages only (quick, for kernels in work)
+#   ab           tg128 of $MODELS: this checkout's build against each sweep build (decode-ab.sh)
 #   threshold    bench/kernels/gemv_gemm_threshold_bench.cu against build-gpu: the own GEMV vs
 #                cuBLAS for M = 1..16 on model shapes (where ST_CUDA_GEMM_MIN_M should be)
 #   persistent   bench/kernels/persistent_gemv_bench.cu: a layer's four products as separate
@@ -112,6 +114,17 @@ stage_sweep() {
         i=$((i + 1)); echo "== build-sweep-$i: $flags"; build-sweep-$i/decode_step_bench
     done >"$O/gemv-sweep.md" 2>&1
     grep -E "^==|^[a-z].*layers|attention|norm|back to back" "$O/gemv-sweep.md"; elapsed sweep
+}
+stage_checks() {
+    STAGES="ops models" OUT=/tmp/gpu-checks tests/gpu/run_gpu_tests.sh >/dev/null 2>&1
+    cp /tmp/gpu-checks/summary.txt "$O/gpu-checks-summary.txt"
+    grep -E "FAIL|WARN|ALL|SOME|test_cuda" "$O/gpu-checks-summary.txt"; elapsed checks
+}
+stage_ab() {
+    local d settings=("")
+    for d in build-sweep-*/; do settings+=("STRIDE=${d%/}/stride"); done
+    MODELS=$(model_list) scripts/device/decode-ab.sh "${settings[@]}" >"$O/decode-ab.md" 2>&1
+    cat "$O/decode-ab.md"; elapsed ab
 }
 stage_threshold() {
     nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Isrc -DSTRIDE_HAVE_CUDA=1 bench/kernels/gemv_gemm_threshold_bench.cu \
