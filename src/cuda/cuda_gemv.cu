@@ -21,14 +21,6 @@
 #include "cuda/cuda_gemv.cuh"
 
 #define GEMV_THREADS (CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE)
-#define GEMV_MAX_PARTS 3
-// Blocks per multiprocessor the one-column kernels are compiled for: 8 x 256 threads, the
-// most an SM holds, at <= 32 registers a thread (with CUDA_GEMV_UNROLL 2, ptxas: no spills
-// for F16; 8-12 bytes for BF16 and 8-40 for F32, whose decode was not re-measured).
-// Overridable with -D for tuning builds, as CUDA_GEMV_UNROLL.
-#ifndef GEMV_DECODE_MIN_BLOCKS
-#define GEMV_DECODE_MIN_BLOCKS 8
-#endif
 // A one-column product folds its norm into the loop (GEMV_NORM_IN_LOOP) rather than
 // staging h in every block (1; 0 keeps the staging, for A/B builds).
 #ifndef GEMV_NORM_IN_LOOP_ON
@@ -39,14 +31,24 @@
 // x and norm_w twice, once per weight) 7 us less at K = 4096 (qwen3-8b) but 1.8-3.2 us more
 // at K = 2048 (the 1-2B models), where they keep the staging.
 #ifndef GEMV_NORM_IN_LOOP_GLU_MIN_K
-#define GEMV_NORM_IN_LOOP_GLU_MIN_K 4096
+#define GEMV_NORM_IN_LOOP_GLU_MIN_K 0
+#endif
+// One column with aligned rows and x takes the decode kernel (cuda_gemv_decode.cu; 0 keeps
+// this file's kernel for every product, for A/B builds).
+#ifndef GEMV_DECODE_ON
+#define GEMV_DECODE_ON 1
+#endif
+// A one-column product's norm runs once into the context's norm_h and the product reads
+// the normed h (rather than every warp scaling x by norm_w in its loop or every block
+// staging h): for gated pairs (GEMV_NORM_SEPARATE_GLU) and for the plain products, q/k/v
+// and the output head (GEMV_NORM_SEPARATE_STORE). 0 or 1, for A/B builds.
+#ifndef GEMV_NORM_SEPARATE_GLU
+#define GEMV_NORM_SEPARATE_GLU 0
+#endif
+#ifndef GEMV_NORM_SEPARATE_STORE
+#define GEMV_NORM_SEPARATE_STORE 0
 #endif
 enum { GEMV_NO_NORM, GEMV_NORM_STAGED, GEMV_NORM_IN_LOOP };
-// Blocks per multiprocessor of the kernels with the norm in the loop, which hold x and
-// norm_w pieces beside the weights (at 8, ptxas spills).
-#ifndef GEMV_NORM_MIN_BLOCKS
-#define GEMV_NORM_MIN_BLOCKS 6
-#endif
 // A norm stages [M][K] floats: without an opt-in, dynamic shared memory stops at 48 KiB.
 #define GEMV_MAX_STAGED_BYTES (48 * 1024)
 
@@ -65,7 +67,7 @@ typedef struct gemv_part {
 } gemv_part;
 
 typedef struct gemv_args {
-    gemv_part part[GEMV_MAX_PARTS];
+    gemv_part part[CUDA_GEMV_MAX_PARTS];
     int n_parts;
     int64_t K, M;       // M: the columns of this pass (<= CUDA_GEMV_MAX_COLS)
     int64_t m0;         // its first column: column c is row m0 + c of the x, y and out views
@@ -241,6 +243,37 @@ static st_status gemv_launch_epi(st_cuda_ctx *c, const gemv_args &a, int epi, un
 
 static bool weight_rows_aligned16(const st_tensor *w) { return cuda_aligned16(w->data) && w->nb[1] % 16 == 0; }
 
+static int64_t gemv_piece_elems(st_type type) { return type == ST_TYPE_F32 ? 4 : 8; }
+
+// The decode kernel's case: one column, aligned rows and x, whole 16-byte pieces, no norm
+// to stage.
+static bool gemv_decode_takes(const gemv_args &a, st_type type) {
+    return GEMV_DECODE_ON && a.M == 1 && a.w_vec && a.x_vec && a.K % gemv_piece_elems(type) == 0 &&
+           (!a.norm_w || a.norm_in_loop);
+}
+
+static st_status gemv_decode(st_cuda_ctx *c, const gemv_args &a, st_type type, int epi, st_error *err) {
+    ST_ASSERT(a.m0 == 0); // one column: row 0 of each view is its data pointer
+    cuda_gemv_decode_args d;
+    memset(&d, 0, sizeof(d));
+    d.n_parts = a.n_parts;
+    for (int i = 0; i < a.n_parts; i++) {
+        d.w[i] = a.part[i].w;
+        d.nb1[i] = a.part[i].nb1;
+        d.n[i] = a.part[i].n;
+        d.y[i] = (float *)a.part[i].y.data;
+    }
+    d.epilogue = epi;
+    d.K = a.K;
+    d.x = (const float *)a.x.data;
+    d.norm_w = a.norm_w;
+    d.eps = a.eps;
+    d.w_up = a.w_up;
+    d.up_nb1 = a.up_nb1;
+    d.out = (float *)a.out.data;
+    return cuda_gemv_decode_run(c, &d, type, err);
+}
+
 // One launch over n_parts weights of one type sharing x (and, for GLU, w_up).
 static st_status gemv_run(st_cuda_ctx *c, gemv_args &a, st_type type, int epi, st_error *err) {
     int64_t blocks = 0;
@@ -257,6 +290,7 @@ static st_status gemv_run(st_cuda_ctx *c, gemv_args &a, st_type type, int epi, s
     a.norm_in_loop = a.norm_w && GEMV_NORM_IN_LOOP_ON && a.M == 1 && a.w_vec && a.x_vec && a.K % 4 == 0 &&
                      cuda_aligned16(a.norm_w) && (!glu || a.K >= GEMV_NORM_IN_LOOP_GLU_MIN_K);
     if (a.norm_w && !a.norm_in_loop) a.x_vec = a.K % 4 == 0;
+    if (gemv_decode_takes(a, type)) return gemv_decode(c, a, type, epi, err);
     switch (type) {
     case ST_TYPE_F32: return gemv_launch_epi<ST_TYPE_F32>(c, a, epi, (unsigned int)blocks, err);
     case ST_TYPE_F16: return gemv_launch_epi<ST_TYPE_F16>(c, a, epi, (unsigned int)blocks, err);
@@ -314,6 +348,14 @@ static bool fused_supported(const st_fused_mul_mat *op) {
     return true;
 }
 
+// Whether the norm of a one-column product runs on its own (GEMV_NORM_SEPARATE_*): h fits
+// norm_h and the product of h takes the decode kernel.
+static bool gemv_norm_separate(const st_cuda_ctx *c, const gemv_args &a, bool glu, st_type type) {
+    if (!(glu ? GEMV_NORM_SEPARATE_GLU : GEMV_NORM_SEPARATE_STORE)) return false;
+    return c->norm_h && a.M == 1 && a.K <= ST_CUDA_NORM_H_MAX && a.w_vec && a.K % gemv_piece_elems(type) == 0 &&
+           GEMV_DECODE_ON;
+}
+
 st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err) {
     if (!fused_supported(op)) return st_backend_mul_mat_fused_composite(b, op, err);
     st_cuda_ctx *c = cuda_ctx(b);
@@ -341,6 +383,16 @@ st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_er
     if (op->epilogue != ST_FUSED_EPILOGUE_STORE) {
         ST_ASSERT(cuda_is_f32_rows(op->out) && cuda_nrows(op->out) == a.M);
         a.out = cuda_view(op->out);
+    }
+    if (a.norm_w && gemv_norm_separate(c, a, glu, op->w[0]->type)) {
+        // h = rmsnorm(x) * norm_w once (st_cuda_rms_norm), then the product of h
+        st_tensor h = {ST_TYPE_F32, {a.K, 1, 1, 1}, {sizeof(float), 0, 0, 0}, c->norm_h};
+        h.nb[1] = h.nb[2] = h.nb[3] = (size_t)a.K * sizeof(float);
+        const st_status s = st_cuda_rms_norm(b, &h, op->x, op->norm_w, op->eps, err);
+        if (s != ST_OK) return s;
+        a.x = cuda_view(&h);
+        a.x_vec = true;
+        a.norm_w = NULL;
     }
     return gemv_run(c, a, op->w[0]->type, (int)op->epilogue, err);
 }

@@ -22,6 +22,40 @@
 #define CUDA_GEMV_MAX_COLS 7
 /* Warps (= weight rows) per block. */
 #define CUDA_GEMV_WARPS 8
+/* Blocks per multiprocessor the one-column kernels are compiled for: 8 x 256 threads, the
+ * most an SM holds, at <= 32 registers a thread (with CUDA_GEMV_UNROLL 2, ptxas: no spills
+ * for F16; 8-12 bytes for BF16 and 8-40 for F32, whose decode was not re-measured).
+ * Overridable with -D for tuning builds, as CUDA_GEMV_UNROLL. */
+#ifndef GEMV_DECODE_MIN_BLOCKS
+#define GEMV_DECODE_MIN_BLOCKS 8
+#endif
+/* Blocks per multiprocessor of the kernels with the norm in the loop, which hold x and
+ * norm_w pieces beside the weights (at 8, ptxas spills); the decode kernel's other bound
+ * (cuda_gemv_decode.cu). */
+#ifndef GEMV_NORM_MIN_BLOCKS
+#define GEMV_NORM_MIN_BLOCKS 6
+#endif
+#define CUDA_GEMV_MAX_PARTS 3
+
+/* cuda_gemv_decode.cu: one column, 16-byte aligned weight rows and x, K % (16 / type
+ * size) == 0. Up to three weights of one type sharing x form one grid (q, k, v); a gated
+ * pair is part 0 (gate) with w_up. */
+typedef struct cuda_gemv_decode_args {
+    const char *w[CUDA_GEMV_MAX_PARTS]; /* [K, n] at row stride nb1 */
+    int64_t nb1[CUDA_GEMV_MAX_PARTS], n[CUDA_GEMV_MAX_PARTS];
+    float *y[CUDA_GEMV_MAX_PARTS];      /* STORE: [n] */
+    int block0[CUDA_GEMV_MAX_PARTS];    /* the first block of each part (set by the run) */
+    int n_parts, epilogue;              /* st_fused_epilogue */
+    int64_t K;
+    int n_vec;                          /* 16-byte pieces a row (set by the run) */
+    const float *x;                     /* [K] */
+    const float *norm_w;                /* [K] or NULL: y = s * dot(w, x * norm_w) */
+    float eps;
+    const char *w_up;                   /* GLU: [K, n] */
+    int64_t up_nb1;
+    float *out;                         /* ADD: out += W x; GLU: out = act(gate) * up */
+} cuda_gemv_decode_args;
+st_status cuda_gemv_decode_run(st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type type, st_error *err);
 /* Index arithmetic within a row (pieces, elements): 64-bit; a tuning build may ask for
  * 32-bit (-DCUDA_GEMV_ROW_INDEX_32, bench/kernels/gemv_variants_bench.cu), rows being far
  * shorter than 2^31 elements. Row offsets (n * nb1) stay 64-bit either way. */

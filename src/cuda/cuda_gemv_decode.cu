@@ -1,0 +1,159 @@
+// The decode products' own kernel: one input column, every weight row and x 16-byte
+// aligned, K a whole number of 16-byte pieces. That is every dense decode product (q/k/v,
+// o, gate/up, down, the output head); cuda_gemv.cu's general kernel takes the rest
+// (several columns, unaligned rows or x, a K % 8 tail, a norm staged in shared memory).
+//
+//   W_i [K, N_i] F32/F16/BF16 at row stride nb1_i;  x [K] F32;  y_i [N_i] F32
+//
+// The general kernel in this case spends, before its first weight load, the row addresses
+// of strided views (64-bit divisions in every thread) and carries the runtime alignment and
+// column-count branches through its loop; a plain one-warp-a-row kernel streams the same
+// products 14-16% faster on the 1-2B models (bench/gemv-variants-h200.md). Here the host
+// passes plain pointers and the loop has no branch but its bound. A gated pair reads its
+// gate and up rows in one loop, each x (and norm_w) piece loaded once for both.
+//
+// One warp per weight row, CUDA_GEMV_WARPS rows a block, lane l owns the 16-byte pieces
+// l, l + 32, ... in order, then a shuffle tree: the summation order of cuda_gemv_row and of
+// the general kernel's norm in the loop, so the results are the same bits.
+//
+// Bytes: N*K*type_size of weights once (x, norm_w from L1/L2). FLOPs: 2*N*K.
+#include "cuda/cuda_gemv.cuh"
+
+// A gated pair's pieces in flight a lane, from each of its two rows (the loop then has
+// 2 x GEMV_DECODE_GLU_PIECES loads in flight, as a single row has CUDA_GEMV_UNROLL).
+#ifndef GEMV_DECODE_GLU_PIECES
+#define GEMV_DECODE_GLU_PIECES (CUDA_GEMV_UNROLL / 2 > 0 ? CUDA_GEMV_UNROLL / 2 : 1)
+#endif
+// acc += dot(gate piece, h), up += dot(up piece, h) (GLU) over one 16-byte piece at k0,
+// h = x * norm_w (NORM; ss += x . x) or x.
+template <st_type T, bool NORM, bool GLU>
+__device__ __forceinline__ void gemv_decode_piece(const uint4 &wg, const uint4 &wu, int k0,
+                                                  const float *__restrict__ x, const float *__restrict__ nw,
+                                                  float &acc, float &up, float &ss) {
+    constexpr int VEC = 16 / cuda_elem_bytes<T>::value;
+    float gf[VEC], h[VEC];
+    cuda_unpack16<T>(wg, gf);
+#pragma unroll
+    for (int i = 0; i < VEC; i += 4) {
+        const float4 q = __ldg((const float4 *)(x + k0 + i));
+        h[i] = q.x, h[i + 1] = q.y, h[i + 2] = q.z, h[i + 3] = q.w;
+    }
+    if (NORM) {
+#pragma unroll
+        for (int i = 0; i < VEC; i++) ss = fmaf(h[i], h[i], ss);
+#pragma unroll
+        for (int i = 0; i < VEC; i += 4) {
+            const float4 q = __ldg((const float4 *)(nw + k0 + i));
+            h[i] *= q.x, h[i + 1] *= q.y, h[i + 2] *= q.z, h[i + 3] *= q.w;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < VEC; i++) acc = fmaf(gf[i], h[i], acc);
+    if (GLU) {
+        float uf[VEC];
+        cuda_unpack16<T>(wu, uf);
+#pragma unroll
+        for (int i = 0; i < VEC; i++) up = fmaf(uf[i], h[i], up);
+    }
+}
+
+// This lane's partial sums over the n_vec 16-byte pieces of the gate row wg (and up row wu).
+template <st_type T, bool NORM, bool GLU>
+__device__ __forceinline__ void gemv_decode_row(const char *__restrict__ wg, const char *__restrict__ wu,
+                                                int n_vec, const float *__restrict__ x,
+                                                const float *__restrict__ nw, float &acc, float &up, float &ss) {
+    constexpr int VEC = 16 / cuda_elem_bytes<T>::value, W = ST_GPU_WARP_SIZE;
+    constexpr int U = GLU ? GEMV_DECODE_GLU_PIECES : CUDA_GEMV_UNROLL;
+    const uint4 *gv = (const uint4 *)wg, *uv = (const uint4 *)wu;
+    // A round loads its pieces first (guarded in the last round), then uses them in order.
+    for (int v = threadIdx.x % W; v < n_vec; v += U * W) {
+        uint4 g[U], u[U];
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            if (v + j * W >= n_vec) break;
+            g[j] = st_gpu_load_streaming(gv + v + j * W);
+            if (GLU) u[j] = st_gpu_load_streaming(uv + v + j * W);
+        }
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            if (v + j * W >= n_vec) break;
+            gemv_decode_piece<T, NORM, GLU>(g[j], GLU ? u[j] : g[j], (v + j * W) * VEC, x, nw, acc, up, ss);
+        }
+    }
+}
+
+template <st_type T, int EPI, bool NORM, int MIN_BLOCKS>
+__global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS)
+    gemv_decode_kernel(const cuda_gemv_decode_args a) {
+    constexpr bool GLU = EPI == ST_FUSED_EPILOGUE_SWIGLU || EPI == ST_FUSED_EPILOGUE_GEGLU;
+    int p = 0;
+    while (p + 1 < a.n_parts && blockIdx.x >= a.block0[p + 1]) p++;
+    const int64_t n = (int64_t)(blockIdx.x - a.block0[p]) * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
+    if (n >= a.n[p]) return;
+    float acc = 0.0f, up = 0.0f, ss = 0.0f;
+    gemv_decode_row<T, NORM, GLU>(a.w[p] + n * a.nb1[p], GLU ? a.w_up + n * a.up_nb1 : NULL, a.n_vec, a.x, a.norm_w,
+                                  acc, up, ss);
+    acc = cuda_warp_sum(acc);
+    if (GLU) up = cuda_warp_sum(up);
+    if (NORM) { // the scale as cuda_gemv.cu's norm in the loop forms it
+        const float s = (float)(1.0 / sqrt((double)cuda_warp_sum(ss) / (double)a.K + (double)a.eps));
+        acc *= s;
+        if (GLU) up *= s;
+    }
+    if (threadIdx.x % ST_GPU_WARP_SIZE != 0) return;
+    if (EPI == ST_FUSED_EPILOGUE_STORE) {
+        a.y[p][n] = acc;
+    } else if (EPI == ST_FUSED_EPILOGUE_ADD) {
+        a.out[n] = __fadd_rn(a.out[n], acc);
+    } else {
+        const float g = EPI == ST_FUSED_EPILOGUE_GEGLU ? cuda_gelu_tanh_f32(acc) : cuda_silu_f32(acc);
+        a.out[n] = __fmul_rn(g, up);
+    }
+}
+
+// Blocks an SM: GEMV_DECODE_MIN_BLOCKS (<= 32 registers); a norm in the loop, and a gated
+// pair of other than F16 rows (ptxas: 68-132 bytes of spills at 32 registers), take
+// GEMV_NORM_MIN_BLOCKS' registers. (Taking the 6-block build for the grids whose last wave
+// it fills better, qwen3-8b's gate/up without a norm, gained 0.3 us a layer: not kept.)
+template <st_type T, int EPI, bool NORM>
+static void gemv_decode_launch(st_cuda_ctx *c, const cuda_gemv_decode_args &a, unsigned int blocks) {
+    constexpr bool GLU = EPI == ST_FUSED_EPILOGUE_SWIGLU || EPI == ST_FUSED_EPILOGUE_GEGLU;
+    constexpr int MIN_BLOCKS = NORM || (GLU && T != ST_TYPE_F16) ? GEMV_NORM_MIN_BLOCKS : GEMV_DECODE_MIN_BLOCKS;
+    gemv_decode_kernel<T, EPI, NORM, MIN_BLOCKS><<<blocks, CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, 0, c->stream>>>(a);
+}
+
+template <st_type T, int EPI>
+static void gemv_decode_launch_norm(st_cuda_ctx *c, const cuda_gemv_decode_args &a, unsigned int blocks) {
+    if (a.norm_w) gemv_decode_launch<T, EPI, true>(c, a, blocks);
+    else gemv_decode_launch<T, EPI, false>(c, a, blocks);
+}
+
+template <st_type T>
+static void gemv_decode_launch_epi(st_cuda_ctx *c, const cuda_gemv_decode_args &a, unsigned int blocks) {
+    switch (a.epilogue) {
+    case ST_FUSED_EPILOGUE_STORE: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_STORE>(c, a, blocks); break;
+    case ST_FUSED_EPILOGUE_ADD: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_ADD>(c, a, blocks); break;
+    case ST_FUSED_EPILOGUE_SWIGLU: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_SWIGLU>(c, a, blocks); break;
+    default: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_GEGLU>(c, a, blocks); break;
+    }
+}
+
+st_status cuda_gemv_decode_run(st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type type, st_error *err) {
+    int64_t blocks = 0;
+    for (int i = 0; i < a->n_parts; i++) {
+        ST_ASSERT(blocks <= INT32_MAX);
+        a->block0[i] = (int)blocks;
+        blocks += (a->n[i] + CUDA_GEMV_WARPS - 1) / CUDA_GEMV_WARPS;
+    }
+    if (blocks == 0) return ST_OK;
+    const int64_t vec = type == ST_TYPE_F32 ? 4 : 8; // elements a 16-byte piece
+    ST_ASSERT(blocks <= INT32_MAX && a->K % vec == 0 && a->K <= INT32_MAX - 64 * vec); // int element offsets
+    a->n_vec = (int)(a->K / vec);
+    switch (type) {
+    case ST_TYPE_F32: gemv_decode_launch_epi<ST_TYPE_F32>(c, *a, (unsigned int)blocks); break;
+    case ST_TYPE_F16: gemv_decode_launch_epi<ST_TYPE_F16>(c, *a, (unsigned int)blocks); break;
+    default: gemv_decode_launch_epi<ST_TYPE_BF16>(c, *a, (unsigned int)blocks); break;
+    }
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
