@@ -26,10 +26,12 @@
 #ifndef GEMV_NORM_IN_LOOP_ON
 #define GEMV_NORM_IN_LOOP_ON 1
 #endif
-// Measured on the H200 (bench/cuda-decode.md, decode_step_bench, per layer): in the loop,
-// q/k/v take 1.4-1.7 us less on llama-3.2-1b, qwen3-1.7b and qwen3-8b; gate/up (which read
-// x and norm_w twice, once per weight) 7 us less at K = 4096 (qwen3-8b) but 1.8-3.2 us more
-// at K = 2048 (the 1-2B models), where they keep the staging.
+// Measured on the H200 (decode_step_bench, per layer): in this file's loop, q/k/v took
+// 1.4-1.7 us less than staged; a gated pair (each row's loop reading x and norm_w again)
+// 7 us less at K = 4096 but 1.8-3.2 us more at K = 2048 (bench/cuda-decode.md). The decode
+// kernel reads them once for both rows: 3.8 / 4.3 / 16.6 us less than staged or this
+// file's loop on llama-3.2-1b / qwen3-1.7b / qwen3-8b (bench/decode-kernel-h200.md), so at
+// every K.
 #ifndef GEMV_NORM_IN_LOOP_GLU_MIN_K
 #define GEMV_NORM_IN_LOOP_GLU_MIN_K 0
 #endif
@@ -41,7 +43,8 @@
 // A one-column product's norm runs once into the context's norm_h and the product reads
 // the normed h (rather than every warp scaling x by norm_w in its loop or every block
 // staging h): for gated pairs (GEMV_NORM_SEPARATE_GLU) and for the plain products, q/k/v
-// and the output head (GEMV_NORM_SEPARATE_STORE). 0 or 1, for A/B builds.
+// and the output head (GEMV_NORM_SEPARATE_STORE). 0 or 1, for A/B builds; both measured
+// slower than the norm in the decode kernel's loop (bench/decode-kernel-h200.md).
 #ifndef GEMV_NORM_SEPARATE_GLU
 #define GEMV_NORM_SEPARATE_GLU 0
 #endif

@@ -8,7 +8,7 @@
 // The general kernel in this case spends, before its first weight load, the row addresses
 // of strided views (64-bit divisions in every thread) and carries the runtime alignment and
 // column-count branches through its loop; a plain one-warp-a-row kernel streams the same
-// products 14-16% faster on the 1-2B models (bench/gemv-variants-h200.md). Here the host
+// products 14-15% faster on the 1-2B models (bench/decode-kernel-h200.md). Here the host
 // passes plain pointers and the loop has no branch but its bound. A gated pair reads its
 // gate and up rows in one loop, each x (and norm_w) piece loaded once for both.
 //
