@@ -340,7 +340,6 @@ static void cuda_ctx_destroy(st_cuda_ctx *c) {
     if (c->blas_workspace) (void)st_gpu_free(c->blas_workspace);
     if (c->scratch) (void)st_gpu_free(c->scratch);
     if (c->attn_partials) (void)st_gpu_free(c->attn_partials);
-    if (c->norm_h) (void)st_gpu_free(c->norm_h);
     if (c->d_op_error) (void)st_gpu_free(c->d_op_error);
     if (c->timer_start) (void)st_gpu_event_destroy(c->timer_start);
     if (c->timer_stop) (void)st_gpu_event_destroy(c->timer_stop);
@@ -410,7 +409,6 @@ static st_status cuda_ctx_create(int index, st_cuda_ctx *c, st_error *err) {
     ST_GPU_BLAS_CHECK(st_gpu_blas_set_workspace(c->blas, c->blas_workspace, CUDA_BLAS_WORKSPACE_BYTES));
     // Default math: F32 GEMMs stay in F32 (no TF32), so they match the CPU to f32 rounding.
     ST_GPU_BLAS_CHECK(st_gpu_blas_set_math_mode(c->blas, st_gpu_blas_default_math));
-    ST_GPU_CHECK(st_gpu_malloc((void **)&c->norm_h, ST_CUDA_NORM_H_MAX * sizeof(float)));
     ST_GPU_CHECK(st_gpu_malloc((void **)&c->d_op_error, sizeof(st_cuda_op_error)));
     ST_GPU_CHECK(st_gpu_memset_async(c->d_op_error, 0, sizeof(st_cuda_op_error), c->stream));
     ST_GPU_CHECK(st_gpu_host_alloc((void **)&c->h_op_error, sizeof(st_cuda_op_error), st_gpu_host_alloc_default));

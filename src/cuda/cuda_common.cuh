@@ -40,10 +40,6 @@ typedef struct st_cuda_op_error {
 
 #define ST_CUDA_PINNED_BUFFERS 2
 
-/* The longest input whose norm a one-column product runs on its own (cuda_gemv.cu): h
- * lives in a buffer of the context, allocated once so that recorded graphs keep it. */
-#define ST_CUDA_NORM_H_MAX 16384
-
 typedef struct st_cuda_ctx {
     int device;
     st_gpu_stream_t stream;              /* every op, copy and GEMM runs on it, in order */
@@ -65,7 +61,6 @@ typedef struct st_cuda_ctx {
     size_t attn_partials_bytes;
     unsigned int flash_smem_opted;       /* flash attention kernels given their shared memory (bits) */
     int sm_count;                        /* multiprocessors of the device */
-    float *norm_h;                       /* a decode product's normed input [ST_CUDA_NORM_H_MAX] */
 } st_cuda_ctx;
 
 static inline st_cuda_ctx *cuda_ctx(st_backend *b) { return (st_cuda_ctx *)b->ctx; }

@@ -31,7 +31,8 @@
 // 7 us less at K = 4096 but 1.8-3.2 us more at K = 2048 (bench/cuda-decode.md). The decode
 // kernel reads them once for both rows: 3.8 / 4.3 / 16.6 us less than staged or this
 // file's loop on llama-3.2-1b / qwen3-1.7b / qwen3-8b (bench/decode-kernel-h200.md), so at
-// every K.
+// every K. (Running the norm once on its own into a buffer, then the product without it,
+// was 0.7-6.3 us a layer slower for gated pairs and 1.3-3.3 us for q/k/v: removed.)
 #ifndef GEMV_NORM_IN_LOOP_GLU_MIN_K
 #define GEMV_NORM_IN_LOOP_GLU_MIN_K 0
 #endif
@@ -39,17 +40,6 @@
 // this file's kernel for every product, for A/B builds).
 #ifndef GEMV_DECODE_ON
 #define GEMV_DECODE_ON 1
-#endif
-// A one-column product's norm runs once into the context's norm_h and the product reads
-// the normed h (rather than every warp scaling x by norm_w in its loop or every block
-// staging h): for gated pairs (GEMV_NORM_SEPARATE_GLU) and for the plain products, q/k/v
-// and the output head (GEMV_NORM_SEPARATE_STORE). 0 or 1, for A/B builds; both measured
-// slower than the norm in the decode kernel's loop (bench/decode-kernel-h200.md).
-#ifndef GEMV_NORM_SEPARATE_GLU
-#define GEMV_NORM_SEPARATE_GLU 0
-#endif
-#ifndef GEMV_NORM_SEPARATE_STORE
-#define GEMV_NORM_SEPARATE_STORE 0
 #endif
 enum { GEMV_NO_NORM, GEMV_NORM_STAGED, GEMV_NORM_IN_LOOP };
 // A norm stages [M][K] floats: without an opt-in, dynamic shared memory stops at 48 KiB.
@@ -351,14 +341,6 @@ static bool fused_supported(const st_fused_mul_mat *op) {
     return true;
 }
 
-// Whether the norm of a one-column product runs on its own (GEMV_NORM_SEPARATE_*): h fits
-// norm_h and the product of h takes the decode kernel.
-static bool gemv_norm_separate(const st_cuda_ctx *c, const gemv_args &a, bool glu, st_type type) {
-    if (!(glu ? GEMV_NORM_SEPARATE_GLU : GEMV_NORM_SEPARATE_STORE)) return false;
-    return c->norm_h && a.M == 1 && a.K <= ST_CUDA_NORM_H_MAX && a.w_vec && a.K % gemv_piece_elems(type) == 0 &&
-           GEMV_DECODE_ON;
-}
-
 st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err) {
     if (!fused_supported(op)) return st_backend_mul_mat_fused_composite(b, op, err);
     st_cuda_ctx *c = cuda_ctx(b);
@@ -386,16 +368,6 @@ st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_er
     if (op->epilogue != ST_FUSED_EPILOGUE_STORE) {
         ST_ASSERT(cuda_is_f32_rows(op->out) && cuda_nrows(op->out) == a.M);
         a.out = cuda_view(op->out);
-    }
-    if (a.norm_w && gemv_norm_separate(c, a, glu, op->w[0]->type)) {
-        // h = rmsnorm(x) * norm_w once (st_cuda_rms_norm), then the product of h
-        st_tensor h = {ST_TYPE_F32, {a.K, 1, 1, 1}, {sizeof(float), 0, 0, 0}, c->norm_h};
-        h.nb[1] = h.nb[2] = h.nb[3] = (size_t)a.K * sizeof(float);
-        const st_status s = st_cuda_rms_norm(b, &h, op->x, op->norm_w, op->eps, err);
-        if (s != ST_OK) return s;
-        a.x = cuda_view(&h);
-        a.x_vec = true;
-        a.norm_w = NULL;
     }
     return gemv_run(c, a, op->w[0]->type, (int)op->epilogue, err);
 }
