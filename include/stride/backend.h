@@ -99,6 +99,11 @@ typedef struct st_backend_iface {
      * ST_ERROR_NOMEM/ST_ERROR_DEVICE with the sizes involved. */
     st_status (*alloc)(st_backend *b, size_t nbytes, void **out, st_error *err);
     void (*dealloc)(st_backend *b, void *ptr);
+    /* Optional (NULL: malloc/free serve): host memory the backend copies to and from
+     * fastest (page-locked on CUDA). write() from it is asynchronous: the source must not
+     * change until the next read or synchronize. */
+    st_status (*host_alloc)(st_backend *b, size_t nbytes, void **out, st_error *err);
+    void (*host_free)(st_backend *b, void *ptr);
     /* Host -> device, n contiguous bytes. */
     st_status (*write)(st_backend *b, void *dst, const void *src, size_t n, st_error *err);
     /* Device -> host, n contiguous bytes; completes before returning. */

@@ -150,6 +150,12 @@ int64_t st_session_n_past(const st_session *s);
 st_status st_session_eval(st_session *s, const int32_t *tokens, int64_t n, bool all_logits, float *logits,
                           st_error *err);
 
+/* Evaluates one token at position n_past (a decode step) and points *logits at its
+ * n_vocab logits (host, F32) in a buffer of the session's, valid until the next call on
+ * s: no copy beyond the device's, into page-locked memory on CUDA. The same checks and
+ * logits as st_session_eval of that one token. */
+st_status st_session_decode(st_session *s, int32_t token, const float **logits, st_error *err);
+
 /* Forgets tokens from position n_past on (n_past <= current). */
 void st_session_rewind(st_session *s, int64_t n_past);
 

@@ -127,11 +127,31 @@ static void cuda_dealloc(st_backend *b, void *ptr) {
     }
 }
 
+static st_status cuda_host_alloc(st_backend *b, size_t nbytes, void **out, st_error *err) {
+    (void)b;
+    *out = NULL;
+    st_gpu_error_t rc = st_gpu_host_alloc(out, nbytes ? nbytes : 1, st_gpu_host_alloc_default);
+    if (rc != st_gpu_success) {
+        (void)st_gpu_get_last_error();
+        *out = NULL;
+        return st_error_set(err, ST_ERROR_NOMEM, "page-locked host allocation of %zu bytes failed: %s", nbytes,
+                            st_gpu_get_error_string(rc));
+    }
+    return ST_OK;
+}
+
+static void cuda_host_free(st_backend *b, void *ptr) {
+    if (!ptr) return;
+    // queued copies that read ptr finish first
+    if (st_gpu_stream_synchronize(cuda_ctx(b)->stream) != st_gpu_success) (void)st_gpu_get_last_error();
+    (void)st_gpu_free_host(ptr);
+}
+
 static st_status cuda_write(st_backend *b, void *dst, const void *src, size_t n, st_error *err) {
     st_cuda_ctx *c = cuda_ctx(b);
     if (c->sticky.status != ST_OK) return cuda_sync_and_check(c, err);
     // From pageable memory the call returns once src has been staged: the caller may
-    // reuse or free src right away.
+    // reuse or free src right away. From cuda_host_alloc's memory it returns at once.
     if (n) ST_GPU_CHECK(st_gpu_memcpy_async(dst, src, n, st_gpu_memcpy_host_to_device, c->stream));
     return ST_OK;
 }
@@ -367,6 +387,8 @@ static st_backend_iface cuda_make_iface(void) {
     t.dealloc = cuda_dealloc;
     t.write = cuda_write;
     t.read = cuda_read;
+    t.host_alloc = cuda_host_alloc;
+    t.host_free = cuda_host_free;
     t.upload_weight = cuda_upload_weight;
     t.get_rows = st_cuda_get_rows;
     t.mul_mat = st_cuda_mul_mat;
@@ -402,6 +424,9 @@ static st_status cuda_ctx_create(int index, st_cuda_ctx *c, st_error *err) {
     ST_GPU_CHECK(st_gpu_set_device(index));
     ST_GPU_CHECK(st_gpu_device_get_attribute(&c->sm_count, st_gpu_dev_attr_multiprocessor_count, index));
     if (c->sm_count < 1) c->sm_count = 1;
+    int cc_major = 0;
+    ST_GPU_CHECK(st_gpu_device_get_attribute(&cc_major, st_gpu_dev_attr_compute_capability_major, index));
+    c->pdl = cc_major >= 9;
     ST_GPU_CHECK(st_gpu_stream_create_with_flags(&c->stream, st_gpu_stream_non_blocking));
     ST_GPU_BLAS_CHECK(st_gpu_blas_create(&c->blas));
     ST_GPU_BLAS_CHECK(st_gpu_blas_set_stream(c->blas, c->stream));

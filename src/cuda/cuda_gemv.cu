@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cuda/cuda_gemv.cuh"
+#include "cuda/cuda_pdl.cuh"
 
 #define GEMV_THREADS (CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE)
 // A one-column product folds its norm into the loop (GEMV_NORM_IN_LOOP) rather than
@@ -40,6 +41,11 @@
 // this file's kernel for every product, for A/B builds).
 #ifndef GEMV_DECODE_ON
 #define GEMV_DECODE_ON 1
+#endif
+// The residual-add products (o, down) take the decode kernel too (0: this file's kernel,
+// for A/B builds: they measured 0.5-3.4 us a layer slower in the decode kernel at 0eec068).
+#ifndef GEMV_DECODE_ADD
+#define GEMV_DECODE_ADD 1
 #endif
 enum { GEMV_NO_NORM, GEMV_NORM_STAGED, GEMV_NORM_IN_LOOP };
 // A norm stages [M][K] floats: without an opt-in, dynamic shared memory stops at 48 KiB.
@@ -152,6 +158,8 @@ __global__ void __launch_bounds__(GEMV_THREADS, NC > 1                        ? 
     while (p + 1 < a.n_parts && (int64_t)blockIdx.x >= a.part[p + 1].block0) p++;
     const gemv_part &pt = a.part[p];
     const int64_t n = ((int64_t)blockIdx.x - pt.block0) * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
+    cuda_pdl_wait(); // x, out and the staging's inputs come from earlier kernels
+    cuda_pdl_release();
     const float *xs[NC];
     if (NORM == GEMV_NORM_STAGED) {
         float *h = (float *)gemv_staged;
@@ -209,11 +217,10 @@ static st_status gemv_launch_typed(st_cuda_ctx *c, const gemv_args &a, unsigned 
                            (NORM != GEMV_NORM_IN_LOOP && ST_CUDA_GEMM_MIN_M > 2);
     const size_t smem = NORM == GEMV_NORM_STAGED ? (size_t)(a.K * a.M) * sizeof(float) : 0;
     ST_ASSERT(a.M == 1 || MULTI);
-    if (a.M == 1)
-        gemv_kernel<T, EPI, NORM, 1><<<blocks, GEMV_THREADS, smem, c->stream>>>(a);
+    if (a.M == 1) ST_GPU_CHECK(cuda_launch_pdl(c, gemv_kernel<T, EPI, NORM, 1>, blocks, GEMV_THREADS, smem, a));
     else
-        gemv_kernel<T, EPI, NORM, MULTI ? CUDA_GEMV_MAX_COLS : 1><<<blocks, GEMV_THREADS, smem, c->stream>>>(a);
-    ST_GPU_CHECK_LAUNCH();
+        ST_GPU_CHECK(cuda_launch_pdl(c, gemv_kernel<T, EPI, NORM, MULTI ? CUDA_GEMV_MAX_COLS : 1>, blocks,
+                                     GEMV_THREADS, smem, a));
     return ST_OK;
 }
 
@@ -240,8 +247,8 @@ static int64_t gemv_piece_elems(st_type type) { return type == ST_TYPE_F32 ? 4 :
 
 // The decode kernel's case: one column, aligned rows and x, whole 16-byte pieces, no norm
 // to stage.
-static bool gemv_decode_takes(const gemv_args &a, st_type type) {
-    return GEMV_DECODE_ON && a.M == 1 && a.w_vec && a.x_vec && a.K % gemv_piece_elems(type) == 0 &&
+static bool gemv_decode_takes(const gemv_args &a, st_type type, int epi) {
+    return GEMV_DECODE_ON && (GEMV_DECODE_ADD || epi != GEMV_ADD) && a.M == 1 && a.w_vec && a.x_vec && a.K % gemv_piece_elems(type) == 0 &&
            (!a.norm_w || a.norm_in_loop);
 }
 
@@ -283,7 +290,7 @@ static st_status gemv_run(st_cuda_ctx *c, gemv_args &a, st_type type, int epi, s
     a.norm_in_loop = a.norm_w && GEMV_NORM_IN_LOOP_ON && a.M == 1 && a.w_vec && a.x_vec && a.K % 4 == 0 &&
                      cuda_aligned16(a.norm_w) && (!glu || a.K >= GEMV_NORM_IN_LOOP_GLU_MIN_K);
     if (a.norm_w && !a.norm_in_loop) a.x_vec = a.K % 4 == 0;
-    if (gemv_decode_takes(a, type)) return gemv_decode(c, a, type, epi, err);
+    if (gemv_decode_takes(a, type, epi)) return gemv_decode(c, a, type, epi, err);
     switch (type) {
     case ST_TYPE_F32: return gemv_launch_epi<ST_TYPE_F32>(c, a, epi, (unsigned int)blocks, err);
     case ST_TYPE_F16: return gemv_launch_epi<ST_TYPE_F16>(c, a, epi, (unsigned int)blocks, err);

@@ -48,6 +48,18 @@ static size_t layout_scratch(st_session *s, void *base) {
     return off;
 }
 
+/* Host memory through the backend's host_alloc where it has one (page-locked on CUDA). */
+static st_status host_alloc(st_backend *b, size_t nbytes, void **out, st_error *err) {
+    if (b->iface->host_alloc) return b->iface->host_alloc(b, nbytes, out, err);
+    *out = malloc(nbytes ? nbytes : 1);
+    return *out ? ST_OK : st_error_set(err, ST_ERROR_NOMEM, "out of memory (%zu bytes)", nbytes);
+}
+
+static void host_free(st_backend *b, void *ptr) {
+    if (b->iface->host_free) b->iface->host_free(b, ptr);
+    else free(ptr);
+}
+
 static void drop_decode_graph(st_session *s) {
     st_backend *b = s->model->backend;
     if (s->decode_graph) b->iface->graph_free(b, s->decode_graph);
@@ -123,6 +135,11 @@ st_status st_session_init(st_model *m, const st_session_options *opt, st_session
     }
     layout_scratch(s, s->scratch);
     if ((st = ensure_logits(s, 1, err)) != ST_OK) goto fail;
+    if ((st = host_alloc(b, 2 * sizeof(int32_t), (void **)&s->step_in, err)) != ST_OK ||
+        (st = host_alloc(b, (size_t)hp->n_vocab * sizeof(float), (void **)&s->step_logits, err)) != ST_OK) {
+        st_error_wrap(err, "allocating the decode step's host buffers");
+        goto fail;
+    }
     *out = s;
     return ST_OK;
 fail:
@@ -136,6 +153,8 @@ void st_session_free(st_session *s) {
     drop_decode_graph(s);
     if (s->kv_buffer) b->iface->dealloc(b, s->kv_buffer);
     if (s->scratch) b->iface->dealloc(b, s->scratch);
+    if (s->step_in) host_free(b, s->step_in);
+    if (s->step_logits) host_free(b, s->step_logits);
     if (s->logits_buffer) b->iface->dealloc(b, s->logits_buffer);
     free(s->kv);
     free(s);
@@ -175,10 +194,9 @@ static st_status decode_step(st_session *s, st_error *err) {
     return b->iface->graph_launch(b, s->decode_graph, err);
 }
 
-st_status st_session_eval(st_session *s, const int32_t *tokens, int64_t n, bool all_logits, float *logits,
-                          st_error *err) {
+/* n tokens that fit the context and the vocabulary. */
+static st_status check_tokens(const st_session *s, const int32_t *tokens, int64_t n, st_error *err) {
     const st_hparams *hp = &s->model->hp;
-    st_backend *b = s->model->backend;
     if (n <= 0) return st_error_set(err, ST_ERROR_INVALID, "no tokens to evaluate");
     if (n > s->opt.n_ctx - s->n_past)
         return st_error_set(err, ST_ERROR_INVALID,
@@ -189,8 +207,34 @@ st_status st_session_eval(st_session *s, const int32_t *tokens, int64_t n, bool 
         if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
             return st_error_set(err, ST_ERROR_INVALID, "token id %d at index %lld is outside the vocabulary (0..%lld)",
                                 tokens[i], (long long)i, (long long)hp->n_vocab - 1);
+    return ST_OK;
+}
+
+st_status st_session_decode(st_session *s, int32_t token, const float **logits, st_error *err) {
+    *logits = NULL;
+    st_status st = check_tokens(s, &token, 1, err);
+    if (st != ST_OK) return st;
+    st_backend *b = s->model->backend;
+    s->step_in[0] = token;
+    s->step_in[1] = (int32_t)s->n_past;
+    if ((st = b->iface->write(b, s->ids.data, &s->step_in[0], sizeof(int32_t), err)) != ST_OK ||
+        (st = b->iface->write(b, s->pos.data, &s->step_in[1], sizeof(int32_t), err)) != ST_OK ||
+        (st = decode_step(s, err)) != ST_OK ||
+        (st = b->iface->read(b, s->step_logits, s->logits.data, (size_t)s->model->hp.n_vocab * sizeof(float), err)) !=
+            ST_OK)
+        return st;
+    s->n_past++;
+    *logits = s->step_logits;
+    return ST_OK;
+}
+
+st_status st_session_eval(st_session *s, const int32_t *tokens, int64_t n, bool all_logits, float *logits,
+                          st_error *err) {
+    const st_hparams *hp = &s->model->hp;
+    st_backend *b = s->model->backend;
+    st_status st = check_tokens(s, tokens, n, err);
+    if (st != ST_OK) return st;
     const int64_t U = s->opt.n_ubatch;
-    st_status st;
     if (all_logits && (st = ensure_logits(s, U < n ? U : n, err)) != ST_OK) return st;
     int32_t *pos = malloc((size_t)U * sizeof(int32_t));
     if (!pos) return st_error_set(err, ST_ERROR_NOMEM, "out of memory");

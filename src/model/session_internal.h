@@ -38,6 +38,12 @@ struct st_session {
     int64_t n_logits_cap;
     void *logits_buffer;
 
+    /* st_session_decode's host side, in the backend's host memory (page-locked on CUDA,
+     * so that the copies are asynchronous DMA): the step's token id and position, and
+     * the logits row it returns. */
+    int32_t *step_in;       /* [2]: id, pos */
+    float *step_logits;     /* [V] */
+
     /* Decode steps (one token, its logits) replay a recorded forward pass on backends
      * that record (CUDA graphs): the first step runs plainly (lazy allocations happen),
      * the second is recorded, every later one replays it. The recording reads the token

@@ -69,8 +69,8 @@ static st_status run_once(st_backend *b, bench_slot *slot, const bench_test *t, 
     if (timer && (s = b->iface->timer_start(b, err)) != ST_OK) return s;
     const double t0 = st_clock_seconds();
     if (t->kind == BENCH_KIND_TG) {
-        for (int64_t i = 0; i < t->n && s == ST_OK; i++)
-            s = st_session_eval(slot->session, &in->tokens[i], 1, false, in->logits, err);
+        const float *row; /* each step's logits, in host memory as a sampler would read them */
+        for (int64_t i = 0; i < t->n && s == ST_OK; i++) s = st_session_decode(slot->session, in->tokens[i], &row, err);
     } else {
         /* st_session_eval's logits read completes before it returns: for a TTFT the host
          * holds the logits when the clock stops */

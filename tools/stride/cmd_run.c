@@ -135,6 +135,16 @@ static void emit_end(emitter *e) {
     fflush(stdout);
 }
 
+/* One decode step of token: its logits into row when the run keeps every row (*last =
+ * row), else read in place from the session's buffer (*last points there, valid until
+ * the next step). */
+static st_status step(st_session *session, int32_t token, float *row, const float **last, st_error *err) {
+    if (!row) return st_session_decode(session, token, last, err);
+    st_status st = st_session_eval(session, &token, 1, false, row, err);
+    if (st == ST_OK) *last = row;
+    return st;
+}
+
 int st_cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *tokens_arg = NULL, *n_arg = NULL, *temp_arg = NULL, *ctx_arg = NULL,
                *ub_arg = NULL, *logits_path = NULL, *decode_arg = NULL, *prompt_arg = NULL, *file_arg = NULL, *top_k_arg = NULL,
@@ -312,17 +322,15 @@ int st_cmd_run(int argc, char **argv) {
     double t1 = st_clock_seconds();
     if (st_session_eval(session, prompt, n_prompt, keep_all, logits, &err) != ST_OK) goto done;
     double t_prompt = st_clock_seconds() - t1;
-    for (int64_t i = 0; i < n_forced; i++) {
-        float *row = logits + (keep_all ? (n_prompt + i) * V : 0);
-        if (st_session_eval(session, &forced[i], 1, false, row, &err) != ST_OK) goto done;
-    }
+    const float *last = logits + (keep_all ? (n_fed - 1) * V : 0);
+    for (int64_t i = 0; i < n_forced; i++)
+        if (step(session, forced[i], keep_all ? logits + (n_prompt + i) * V : NULL, &last, &err) != ST_OK) goto done;
     for (int64_t i = 0; i < n_prompt; i++) st_sampler_accept(sampler, prompt[i]);
     for (int64_t i = 0; i < n_forced; i++) st_sampler_accept(sampler, forced[i]);
 
     emitter out = {.tok = tok};
     if (tok) st_detokenizer_init(&out.detok, tok);
     int64_t n_rows = n_fed; /* logits rows written */
-    const float *last = logits + (keep_all ? (n_fed - 1) * V : 0);
     const char *stop = NULL;
     int64_t n_decoded = 0; /* one-token forward passes: what the generation rate counts */
     double t2 = st_clock_seconds();
@@ -336,11 +344,9 @@ int st_cmd_run(int argc, char **argv) {
         }
         emit(&out, next);
         if (i + 1 == n_predict && !keep_all) break;
-        float *row = logits + (keep_all ? n_rows * V : 0);
-        if (st_session_eval(session, &next, 1, false, row, &err) != ST_OK) goto done;
+        if (step(session, next, keep_all ? logits + n_rows * V : NULL, &last, &err) != ST_OK) goto done;
         n_decoded++;
         n_rows++;
-        last = row;
     }
     emit_end(&out);
     double t_gen = st_clock_seconds() - t2;

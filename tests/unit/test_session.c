@@ -1,0 +1,120 @@
+/* Sessions: st_session_decode (the decode step returning the session's own logits row)
+ * against st_session_eval of the same tokens, bit for bit, and its error cases. On the CPU
+ * backend always; on CUDA too where a device is present (the GPU machine's ctest run),
+ * where both go through the recorded decode graph and the page-locked step buffers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "stride/backend.h"
+#include "stride/device.h"
+#include "stride/model.h"
+
+#define FIXTURE STRIDE_TEST_DATA "/../fixtures/llama-f32.gguf"
+#define N_CTX 16
+
+typedef struct fx {
+    st_backend *backend;
+    st_model *model;
+    st_session *eval, *decode; /* the same tokens through each entry point */
+} fx;
+
+static int setup_on(void **state, st_backend_kind kind) {
+    fx *f = calloc(1, sizeof(*f));
+    st_error err = {0};
+    st_model_load_options lo = {0};
+    if (st_backend_init(kind, 0, &f->backend, &err) != ST_OK) {
+        free(f);
+        *state = NULL; /* no such device here: the test says so and skips */
+        return 0;
+    }
+    st_session_options so = st_session_options_default();
+    so.n_ctx = N_CTX;
+    if (st_layout_policy_resolve(&lo.policy, "on", NULL, NULL, &err) != ST_OK ||
+        st_model_load(FIXTURE, f->backend, &lo, &f->model, &err) != ST_OK ||
+        st_session_init(f->model, &so, &f->eval, &err) != ST_OK ||
+        st_session_init(f->model, &so, &f->decode, &err) != ST_OK) {
+        fprintf(stderr, "setup: %s\n", err.message);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int setup_cpu(void **state) { return setup_on(state, ST_BACKEND_CPU); }
+static int setup_cuda(void **state) { return setup_on(state, ST_BACKEND_CUDA); }
+
+static int teardown(void **state) {
+    fx *f = *state;
+    if (!f) return 0;
+    st_session_free(f->eval);
+    st_session_free(f->decode);
+    st_model_free(f->model);
+    st_backend_free(f->backend);
+    free(f);
+    return 0;
+}
+
+/* A prompt, then decode steps (the first runs plainly, the second records the graph, the
+ * rest replay it), then a rewind and the same steps again: every row the same bits. */
+static void test_decode_matches_eval(void **state) {
+    fx *f = *state;
+    if (!f) skip();
+    st_error err = {0};
+    const int64_t V = f->model->hp.n_vocab;
+    const int32_t prompt[3] = {1, 7, 3};
+    const int32_t steps[6] = {5, 2, 9, 4, 4, 8};
+    float *want = malloc((size_t)V * sizeof(float));
+    assert_non_null(want);
+    assert_int_equal(st_session_eval(f->eval, prompt, 3, false, want, &err), ST_OK);
+    assert_int_equal(st_session_eval(f->decode, prompt, 3, false, NULL, &err), ST_OK);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < 6; i++) {
+            const float *got = NULL;
+            assert_int_equal(st_session_eval(f->eval, &steps[i], 1, false, want, &err), ST_OK);
+            assert_int_equal(st_session_decode(f->decode, steps[i], &got, &err), ST_OK);
+            assert_non_null(got);
+            assert_memory_equal(got, want, (size_t)V * sizeof(float));
+            assert_int_equal(st_session_n_past(f->decode), st_session_n_past(f->eval));
+            assert_int_equal(st_session_n_past(f->decode), 3 + i + 1);
+        }
+        st_session_rewind(f->eval, 3);
+        st_session_rewind(f->decode, 3);
+    }
+    free(want);
+}
+
+static void test_decode_errors(void **state) {
+    fx *f = *state;
+    if (!f) skip();
+    st_error err = {0};
+    const int32_t V = (int32_t)f->model->hp.n_vocab;
+    const float *got = (const float *)&err; /* not NULL: an error must clear it */
+    assert_int_equal(st_session_decode(f->decode, V, &got, &err), ST_ERROR_INVALID);
+    assert_null(got);
+    assert_non_null(strstr(err.message, "outside the vocabulary"));
+    assert_int_equal(st_session_decode(f->decode, -1, &got, &err), ST_ERROR_INVALID);
+    assert_int_equal(st_session_n_past(f->decode), 0);
+    /* the context full: N_CTX steps fit, the next one does not */
+    for (int i = 0; i < N_CTX; i++) assert_int_equal(st_session_decode(f->decode, i % 5, &got, &err), ST_OK);
+    assert_int_equal(st_session_decode(f->decode, 1, &got, &err), ST_ERROR_INVALID);
+    assert_null(got);
+    assert_non_null(strstr(err.message, "do not fit"));
+    assert_int_equal(st_session_n_past(f->decode), N_CTX);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_decode_matches_eval, setup_cpu, teardown),
+        cmocka_unit_test_setup_teardown(test_decode_errors, setup_cpu, teardown),
+        cmocka_unit_test_setup_teardown(test_decode_matches_eval, setup_cuda, teardown),
+        cmocka_unit_test_setup_teardown(test_decode_errors, setup_cuda, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
