@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, NC > 1                        ? 
     const gemv_part &pt = a.part[p];
     const int64_t n = ((int64_t)blockIdx.x - pt.block0) * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
     cuda_pdl_wait(); // x, out and the staging's inputs come from earlier kernels
-    cuda_pdl_release();
+    if (!CUDA_PDL_RELEASE_LATE) cuda_pdl_release();
     const float *xs[NC];
     if (NORM == GEMV_NORM_STAGED) {
         float *h = (float *)gemv_staged;
@@ -192,6 +192,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, NC > 1                        ? 
         cuda_gemv_row<T, X_SHARED, NC>(pt.w + n * pt.nb1, a.K, a.w_vec, xs, n_cols, a.x_vec, acc);
         if (GLU) cuda_gemv_row<T, X_SHARED, NC>(a.w_up + n * a.up_nb1, a.K, a.w_vec, xs, n_cols, a.x_vec, up);
     }
+    if (CUDA_PDL_RELEASE_LATE) cuda_pdl_release();
     if (threadIdx.x % ST_GPU_WARP_SIZE != 0) return;
 #pragma unroll
     for (int c = 0; c < NC; c++) {

@@ -83,19 +83,6 @@ __device__ __forceinline__ void gemv_decode_row(const char *__restrict__ wg, con
     }
 }
 
-// Lane l asks L2 for the 128-byte line l of the row's first GEMV_PDL_PREFETCH_LINES: issued
-// before cuda_pdl_wait, in the tail of the kernel before (cuda_pdl.cuh), the first rounds'
-// loads then come from L2. 0 prefetches nothing.
-#ifndef GEMV_PDL_PREFETCH_LINES
-#define GEMV_PDL_PREFETCH_LINES 8
-#endif
-static_assert(GEMV_PDL_PREFETCH_LINES <= ST_GPU_WARP_SIZE, "one prefetch a lane");
-
-__device__ __forceinline__ void gemv_decode_prefetch(const char *row, int n_vec) {
-    const int line = threadIdx.x % ST_GPU_WARP_SIZE;
-    if (line < GEMV_PDL_PREFETCH_LINES && line * 128 < n_vec * 16) cuda_prefetch_l2(row + line * 128);
-}
-
 template <st_type T, int EPI, bool NORM, int MIN_BLOCKS>
 __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS)
     gemv_decode_kernel(const cuda_gemv_decode_args a) {
@@ -104,13 +91,12 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
     while (p + 1 < a.n_parts && blockIdx.x >= a.block0[p + 1]) p++;
     const int64_t n = (int64_t)(blockIdx.x - a.block0[p]) * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
     if (n >= a.n[p]) return;
-    const char *wg = a.w[p] + n * a.nb1[p], *wu = GLU ? a.w_up + n * a.up_nb1 : NULL;
-    gemv_decode_prefetch(wg, a.n_vec);
-    if (GLU) gemv_decode_prefetch(wu, a.n_vec);
     cuda_pdl_wait(); // x and out come from earlier kernels
-    cuda_pdl_release();
+    if (!CUDA_PDL_RELEASE_LATE) cuda_pdl_release();
     float acc = 0.0f, up = 0.0f, ss = 0.0f;
-    gemv_decode_row<T, NORM, GLU>(wg, wu, a.n_vec, a.x, a.norm_w, acc, up, ss);
+    gemv_decode_row<T, NORM, GLU>(a.w[p] + n * a.nb1[p], GLU ? a.w_up + n * a.up_nb1 : NULL, a.n_vec, a.x, a.norm_w,
+                                  acc, up, ss);
+    if (CUDA_PDL_RELEASE_LATE) cuda_pdl_release();
     acc = cuda_warp_sum(acc);
     if (GLU) up = cuda_warp_sum(up);
     if (NORM) { // the scale as cuda_gemv.cu's norm in the loop forms it

@@ -1,24 +1,26 @@
 /*
  * Programmatic dependent launch (sm_90+) for the decode path's kernels.
  *
- * A kernel launched with cuda_launch_pdl may begin while the kernel before it in the
- * stream is still running: its blocks take the SM slots that the earlier kernel's last
- * wave frees, and work that does not depend on earlier kernels (an L2 prefetch of the
- * weights it will stream) runs in that kernel's tail instead of after it. Inside a CUDA
- * graph the same overlap becomes a programmatic edge between the two kernel nodes.
+ * A kernel launched with cuda_launch_pdl may be launched before the kernel ahead of it in
+ * the stream has finished: once every block of that kernel has called cuda_pdl_release
+ * (or exited), so that the launch and the block scheduling of the next kernel overlap the
+ * tail of the one before. Inside a CUDA graph this becomes a programmatic edge between the
+ * two kernel nodes.
  *
  * The contract, for every kernel launched this way:
  *   - cuda_pdl_wait() before its first access to global memory that an earlier op of the
- *     stream writes or reads (activations, the KV cache, partials; also before any
- *     write). It returns when every earlier kernel has finished and its writes are
- *     visible, so the ordering stays transitive along the stream.
- *   - cuda_pdl_release() after that wait, so that the next kernel is launched only once
- *     this one is past its own wait (never two kernels ahead).
- * Weights are written by uploads (copies, never a kernel of the stream), and an L2
- * prefetch is a hint served by the device-coherent L2: both may come before the wait.
+ *     stream writes or reads (and before any write). It returns when every earlier kernel
+ *     has finished and its writes are visible, so the ordering stays transitive along the
+ *     stream whatever the release points are.
+ *   - cuda_pdl_release() somewhere after that wait, at most once a thread.
+ * Where the release goes decides which SM slots the next kernel's blocks get: released at
+ * the start of a grid of several waves, the next grid's blocks fill the slots its last
+ * wave frees first, crowded onto a few SMs (measured: tg128 -3% to -8%,
+ * bench/decode-pdl-h200.md). CUDA_PDL_RELEASE_LATE (default 1) releases after a GEMV's row
+ * loop, when only the reduction and the store are left; 0 right after the wait.
  *
- * ST_CUDA_PDL (default 1) = 0 launches plainly, for A/B builds; before sm_90 the
- * instructions are absent and the attribute is not set (cuda_ctx's `pdl`).
+ * ST_CUDA_PDL = 0 launches plainly, for A/B builds; before sm_90 the instructions are
+ * absent and the attribute is not set (st_cuda_ctx's `pdl`).
  */
 #ifndef STRIDE_CUDA_PDL_CUH
 #define STRIDE_CUDA_PDL_CUH
@@ -29,6 +31,9 @@
 
 #ifndef ST_CUDA_PDL
 #define ST_CUDA_PDL 1
+#endif
+#ifndef CUDA_PDL_RELEASE_LATE
+#define CUDA_PDL_RELEASE_LATE 1
 #endif
 
 __device__ __forceinline__ void cuda_pdl_wait() {
@@ -41,11 +46,6 @@ __device__ __forceinline__ void cuda_pdl_release() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-}
-
-/* A 128-byte line of p into L2 (a hint; no register, no wait). */
-__device__ __forceinline__ void cuda_prefetch_l2(const void *p) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 /* kernel<<<grid, block, smem, c->stream>>>(args...), allowed to overlap the kernel before
