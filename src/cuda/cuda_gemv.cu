@@ -45,7 +45,7 @@
 // The residual-add products (o, down) take the decode kernel too (0: this file's kernel,
 // for A/B builds: they measured 0.5-3.4 us a layer slower in the decode kernel at 0eec068).
 #ifndef GEMV_DECODE_ADD
-#define GEMV_DECODE_ADD 1
+#define GEMV_DECODE_ADD 0
 #endif
 enum { GEMV_NO_NORM, GEMV_NORM_STAGED, GEMV_NORM_IN_LOOP };
 // A norm stages [M][K] floats: without an opt-in, dynamic shared memory stops at 48 KiB.
