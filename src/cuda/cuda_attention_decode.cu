@@ -22,7 +22,6 @@
 #include <string.h>
 
 #include "cuda/cuda_attention.cuh"
-#include "cuda/cuda_pdl.cuh"
 #include "cuda/cuda_rope.cuh"
 
 #define DEC_THREADS 128
@@ -223,8 +222,6 @@ __global__ void __launch_bounds__(DEC_THREADS)
     const int M = (int)q.ne2, group = (int)(q.ne1 / kc.ne1), R = M * group;
     const int kvh = blockIdx.y, s = blockIdx.x, tid = threadIdx.x;
     const int warp = tid / ST_GPU_WARP_SIZE, lane = tid % ST_GPU_WARP_SIZE;
-    cuda_pdl_wait(); // q, the cache and the positions come from earlier ops
-    cuda_pdl_release();
     const dec_plan pl = dec_make_plan(positions, M, n_kv, window, n_split, C);
     if (s >= pl.n_eff) return; // the whole block: the range is short
     const int s_lo = pl.lo + s * pl.cl;
@@ -384,8 +381,6 @@ __global__ void __launch_bounds__(DEC_COMBINE_THREADS)
     __shared__ float l_sum;
     const int D = (int)dst.ne0, n_head = (int)dst.ne1, M = (int)dst.ne2;
     const int h = blockIdx.x % n_head, m = blockIdx.x / n_head;
-    cuda_pdl_wait(); // the partials come from the split kernel
-    cuda_pdl_release();
     const dec_plan pl = dec_make_plan(positions, M, n_kv, window, n_split, C);
     const int64_t base = ((int64_t)h * M + m) * n_split;
     if (threadIdx.x < ST_GPU_WARP_SIZE) {
@@ -452,18 +447,19 @@ static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, 
     using cfg = dec_cfg<T, D>;
     ST_ASSERT((R + cfg::NRG - 1) / cfg::NRG <= NR && cfg::smem(R) <= DEC_SMEM_MAX);
     const dim3 grid((unsigned int)n_split, (unsigned int)k_cache->ne[1]);
-    const size_t smem = cfg::smem(R);
     if (ra)
-        ST_GPU_CHECK(cuda_launch_pdl(c, attn_decode_split_kernel<T, D, NR, true>, grid, DEC_THREADS, smem, cuda_view(q),
-                                     cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale,
-                                     p->softcap, n_split, part_acc, part_ml, *ra));
+        attn_decode_split_kernel<T, D, NR, true><<<grid, DEC_THREADS, cfg::smem(R), c->stream>>>(
+            cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
+            n_split, part_acc, part_ml, *ra);
     else
-        ST_GPU_CHECK(cuda_launch_pdl(c, attn_decode_split_kernel<T, D, NR, false>, grid, DEC_THREADS, smem,
-                                     cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window,
-                                     p->scale, p->softcap, n_split, part_acc, part_ml, dec_rope_args{}));
+        attn_decode_split_kernel<T, D, NR, false><<<grid, DEC_THREADS, cfg::smem(R), c->stream>>>(
+            cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
+            n_split, part_acc, part_ml, dec_rope_args{});
+    ST_GPU_CHECK_LAUNCH();
     const unsigned int rows = (unsigned int)(q->ne[1] * q->ne[2]);
-    ST_GPU_CHECK(cuda_launch_pdl(c, attn_decode_combine_kernel, rows, DEC_COMBINE_THREADS, 0, cuda_view(dst), pos,
-                                 p->n_kv, p->window, n_split, cfg::C, part_acc, part_ml));
+    attn_decode_combine_kernel<<<rows, DEC_COMBINE_THREADS, 0, c->stream>>>(cuda_view(dst), pos, p->n_kv, p->window,
+                                                                           n_split, cfg::C, part_acc, part_ml);
+    ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }
 

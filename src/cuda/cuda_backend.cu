@@ -424,9 +424,6 @@ static st_status cuda_ctx_create(int index, st_cuda_ctx *c, st_error *err) {
     ST_GPU_CHECK(st_gpu_set_device(index));
     ST_GPU_CHECK(st_gpu_device_get_attribute(&c->sm_count, st_gpu_dev_attr_multiprocessor_count, index));
     if (c->sm_count < 1) c->sm_count = 1;
-    int cc_major = 0;
-    ST_GPU_CHECK(st_gpu_device_get_attribute(&cc_major, st_gpu_dev_attr_compute_capability_major, index));
-    c->pdl = cc_major >= 9;
     ST_GPU_CHECK(st_gpu_stream_create_with_flags(&c->stream, st_gpu_stream_non_blocking));
     ST_GPU_BLAS_CHECK(st_gpu_blas_create(&c->blas));
     ST_GPU_BLAS_CHECK(st_gpu_blas_set_stream(c->blas, c->stream));

@@ -61,7 +61,6 @@ typedef struct st_cuda_ctx {
     size_t attn_partials_bytes;
     unsigned int flash_smem_opted;       /* flash attention kernels given their shared memory (bits) */
     int sm_count;                        /* multiprocessors of the device */
-    bool pdl;                            /* sm_90+: decode kernels may overlap their predecessor (cuda_pdl.cuh) */
 } st_cuda_ctx;
 
 static inline st_cuda_ctx *cuda_ctx(st_backend *b) { return (st_cuda_ctx *)b->ctx; }

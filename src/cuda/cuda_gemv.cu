@@ -19,7 +19,6 @@
 #include <string.h>
 
 #include "cuda/cuda_gemv.cuh"
-#include "cuda/cuda_pdl.cuh"
 
 #define GEMV_THREADS (CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE)
 // A one-column product folds its norm into the loop (GEMV_NORM_IN_LOOP) rather than
@@ -42,8 +41,10 @@
 #ifndef GEMV_DECODE_ON
 #define GEMV_DECODE_ON 1
 #endif
-// The residual-add products (o, down) take the decode kernel too (0: this file's kernel,
-// for A/B builds: they measured 0.5-3.4 us a layer slower in the decode kernel at 0eec068).
+// The residual-add products (o, down) take this file's kernel, not the decode kernel (1:
+// the decode kernel, for A/B builds). tg128 +6.1% / +5.6% / +2.3% on llama-3.2-1b /
+// qwen3-1.7b / qwen3-8b (bench/decode-pdl-h200.md): in a whole step their decode-kernel
+// build is slower, as decode_step_bench showed for o and down (0.5-3.4 us a layer).
 #ifndef GEMV_DECODE_ADD
 #define GEMV_DECODE_ADD 0
 #endif
@@ -158,8 +159,6 @@ __global__ void __launch_bounds__(GEMV_THREADS, NC > 1                        ? 
     while (p + 1 < a.n_parts && (int64_t)blockIdx.x >= a.part[p + 1].block0) p++;
     const gemv_part &pt = a.part[p];
     const int64_t n = ((int64_t)blockIdx.x - pt.block0) * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
-    cuda_pdl_wait(); // x, out and the staging's inputs come from earlier kernels
-    if (!CUDA_PDL_RELEASE_LATE) cuda_pdl_release();
     const float *xs[NC];
     if (NORM == GEMV_NORM_STAGED) {
         float *h = (float *)gemv_staged;
@@ -192,7 +191,6 @@ __global__ void __launch_bounds__(GEMV_THREADS, NC > 1                        ? 
         cuda_gemv_row<T, X_SHARED, NC>(pt.w + n * pt.nb1, a.K, a.w_vec, xs, n_cols, a.x_vec, acc);
         if (GLU) cuda_gemv_row<T, X_SHARED, NC>(a.w_up + n * a.up_nb1, a.K, a.w_vec, xs, n_cols, a.x_vec, up);
     }
-    if (CUDA_PDL_RELEASE_LATE) cuda_pdl_release();
     if (threadIdx.x % ST_GPU_WARP_SIZE != 0) return;
 #pragma unroll
     for (int c = 0; c < NC; c++) {
@@ -218,10 +216,11 @@ static st_status gemv_launch_typed(st_cuda_ctx *c, const gemv_args &a, unsigned 
                            (NORM != GEMV_NORM_IN_LOOP && ST_CUDA_GEMM_MIN_M > 2);
     const size_t smem = NORM == GEMV_NORM_STAGED ? (size_t)(a.K * a.M) * sizeof(float) : 0;
     ST_ASSERT(a.M == 1 || MULTI);
-    if (a.M == 1) ST_GPU_CHECK(cuda_launch_pdl(c, gemv_kernel<T, EPI, NORM, 1>, blocks, GEMV_THREADS, smem, a));
+    if (a.M == 1)
+        gemv_kernel<T, EPI, NORM, 1><<<blocks, GEMV_THREADS, smem, c->stream>>>(a);
     else
-        ST_GPU_CHECK(cuda_launch_pdl(c, gemv_kernel<T, EPI, NORM, MULTI ? CUDA_GEMV_MAX_COLS : 1>, blocks,
-                                     GEMV_THREADS, smem, a));
+        gemv_kernel<T, EPI, NORM, MULTI ? CUDA_GEMV_MAX_COLS : 1><<<blocks, GEMV_THREADS, smem, c->stream>>>(a);
+    ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }
 

@@ -18,7 +18,6 @@
 //
 // Bytes: N*K*type_size of weights once (x, norm_w from L1/L2). FLOPs: 2*N*K.
 #include "cuda/cuda_gemv.cuh"
-#include "cuda/cuda_pdl.cuh"
 
 // A gated pair's pieces in flight a lane, from each of its two rows (the loop then has
 // 2 x GEMV_DECODE_GLU_PIECES loads in flight, as a single row has CUDA_GEMV_UNROLL).
@@ -91,12 +90,9 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
     while (p + 1 < a.n_parts && blockIdx.x >= a.block0[p + 1]) p++;
     const int64_t n = (int64_t)(blockIdx.x - a.block0[p]) * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
     if (n >= a.n[p]) return;
-    cuda_pdl_wait(); // x and out come from earlier kernels
-    if (!CUDA_PDL_RELEASE_LATE) cuda_pdl_release();
     float acc = 0.0f, up = 0.0f, ss = 0.0f;
     gemv_decode_row<T, NORM, GLU>(a.w[p] + n * a.nb1[p], GLU ? a.w_up + n * a.up_nb1 : NULL, a.n_vec, a.x, a.norm_w,
                                   acc, up, ss);
-    if (CUDA_PDL_RELEASE_LATE) cuda_pdl_release();
     acc = cuda_warp_sum(acc);
     if (GLU) up = cuda_warp_sum(up);
     if (NORM) { // the scale as cuda_gemv.cu's norm in the loop forms it
@@ -120,25 +116,25 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
 // GEMV_NORM_MIN_BLOCKS' registers. (Taking the 6-block build for the grids whose last wave
 // it fills better, qwen3-8b's gate/up without a norm, gained 0.3 us a layer: not kept.)
 template <st_type T, int EPI, bool NORM>
-static st_gpu_error_t gemv_decode_launch(st_cuda_ctx *c, const cuda_gemv_decode_args &a, unsigned int blocks) {
+static void gemv_decode_launch(st_cuda_ctx *c, const cuda_gemv_decode_args &a, unsigned int blocks) {
     constexpr bool GLU = EPI == ST_FUSED_EPILOGUE_SWIGLU || EPI == ST_FUSED_EPILOGUE_GEGLU;
     constexpr int MIN_BLOCKS = NORM || (GLU && T != ST_TYPE_F16) ? GEMV_NORM_MIN_BLOCKS : GEMV_DECODE_MIN_BLOCKS;
-    return cuda_launch_pdl(c, gemv_decode_kernel<T, EPI, NORM, MIN_BLOCKS>, blocks, CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE,
-                           0, a);
+    gemv_decode_kernel<T, EPI, NORM, MIN_BLOCKS><<<blocks, CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, 0, c->stream>>>(a);
 }
 
 template <st_type T, int EPI>
-static st_gpu_error_t gemv_decode_launch_norm(st_cuda_ctx *c, const cuda_gemv_decode_args &a, unsigned int blocks) {
-    return a.norm_w ? gemv_decode_launch<T, EPI, true>(c, a, blocks) : gemv_decode_launch<T, EPI, false>(c, a, blocks);
+static void gemv_decode_launch_norm(st_cuda_ctx *c, const cuda_gemv_decode_args &a, unsigned int blocks) {
+    if (a.norm_w) gemv_decode_launch<T, EPI, true>(c, a, blocks);
+    else gemv_decode_launch<T, EPI, false>(c, a, blocks);
 }
 
 template <st_type T>
-static st_gpu_error_t gemv_decode_launch_epi(st_cuda_ctx *c, const cuda_gemv_decode_args &a, unsigned int blocks) {
+static void gemv_decode_launch_epi(st_cuda_ctx *c, const cuda_gemv_decode_args &a, unsigned int blocks) {
     switch (a.epilogue) {
-    case ST_FUSED_EPILOGUE_STORE: return gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_STORE>(c, a, blocks);
-    case ST_FUSED_EPILOGUE_ADD: return gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_ADD>(c, a, blocks);
-    case ST_FUSED_EPILOGUE_SWIGLU: return gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_SWIGLU>(c, a, blocks);
-    default: return gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_GEGLU>(c, a, blocks);
+    case ST_FUSED_EPILOGUE_STORE: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_STORE>(c, a, blocks); break;
+    case ST_FUSED_EPILOGUE_ADD: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_ADD>(c, a, blocks); break;
+    case ST_FUSED_EPILOGUE_SWIGLU: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_SWIGLU>(c, a, blocks); break;
+    default: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_GEGLU>(c, a, blocks); break;
     }
 }
 
@@ -154,9 +150,10 @@ st_status cuda_gemv_decode_run(st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type
     ST_ASSERT(blocks <= INT32_MAX && a->K % vec == 0 && a->K <= INT32_MAX - 64 * vec); // int element offsets
     a->n_vec = (int)(a->K / vec);
     switch (type) {
-    case ST_TYPE_F32: ST_GPU_CHECK(gemv_decode_launch_epi<ST_TYPE_F32>(c, *a, (unsigned int)blocks)); break;
-    case ST_TYPE_F16: ST_GPU_CHECK(gemv_decode_launch_epi<ST_TYPE_F16>(c, *a, (unsigned int)blocks)); break;
-    default: ST_GPU_CHECK(gemv_decode_launch_epi<ST_TYPE_BF16>(c, *a, (unsigned int)blocks)); break;
+    case ST_TYPE_F32: gemv_decode_launch_epi<ST_TYPE_F32>(c, *a, (unsigned int)blocks); break;
+    case ST_TYPE_F16: gemv_decode_launch_epi<ST_TYPE_F16>(c, *a, (unsigned int)blocks); break;
+    default: gemv_decode_launch_epi<ST_TYPE_BF16>(c, *a, (unsigned int)blocks); break;
     }
+    ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }

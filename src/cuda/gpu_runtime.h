@@ -75,13 +75,6 @@ typedef cudaGraphExec_t st_gpu_graph_exec_t;
 #define st_gpu_graph_destroy cudaGraphDestroy
 #define st_gpu_graph_exec_destroy cudaGraphExecDestroy
 
-/* ---- launches with attributes (programmatic dependent launch, sm_90+) ---- */
-typedef cudaLaunchConfig_t st_gpu_launch_config_t;
-typedef cudaLaunchAttribute st_gpu_launch_attribute_t;
-#define st_gpu_launch_kernel_ex cudaLaunchKernelEx
-#define st_gpu_launch_attribute_programmatic_serialization cudaLaunchAttributeProgrammaticStreamSerialization
-#define st_gpu_dev_attr_compute_capability_major cudaDevAttrComputeCapabilityMajor
-
 /* A 16-byte load of data read once (weights during decode): evict-first in the caches. */
 #define st_gpu_load_streaming(p) __ldcs(p)
 
