@@ -246,10 +246,10 @@ static bool weight_rows_aligned16(const st_tensor *w) { return cuda_aligned16(w-
 static int64_t gemv_piece_elems(st_type type) { return type == ST_TYPE_F32 ? 4 : 8; }
 
 // The decode kernel's case: one column, aligned rows and x, whole 16-byte pieces, no norm
-// to stage.
+// to stage, no residual add (GEMV_DECODE_ADD).
 static bool gemv_decode_takes(const gemv_args &a, st_type type, int epi) {
-    return GEMV_DECODE_ON && (GEMV_DECODE_ADD || epi != GEMV_ADD) && a.M == 1 && a.w_vec && a.x_vec && a.K % gemv_piece_elems(type) == 0 &&
-           (!a.norm_w || a.norm_in_loop);
+    return GEMV_DECODE_ON && (GEMV_DECODE_ADD || epi != GEMV_ADD) && a.M == 1 && a.w_vec && a.x_vec &&
+           a.K % gemv_piece_elems(type) == 0 && (!a.norm_w || a.norm_in_loop);
 }
 
 static st_status gemv_decode(st_cuda_ctx *c, const gemv_args &a, st_type type, int epi, st_error *err) {

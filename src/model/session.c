@@ -167,11 +167,19 @@ void st_session_rewind(st_session *s, int64_t n_past) {
     s->n_past = n_past;
 }
 
-/* One token (ids/pos already written) through the model, its logits to s->logits: replays
- * the recorded decode step where the backend records (session_internal.h). */
-static st_status decode_step(st_session *s, st_error *err) {
+/* One token at position n_past through the model, its logits to s->logits: the id and
+ * position go through the page-locked step_in, then the recorded decode step is replayed
+ * where the backend records (session_internal.h). The copies out of step_in are
+ * asynchronous: the caller reads or synchronizes before the next call rewrites it. */
+static st_status decode_token(st_session *s, int32_t token, st_error *err) {
     st_backend *b = s->model->backend;
     const int64_t n_ctx = s->opt.n_ctx;
+    s->step_in[0] = token;
+    s->step_in[1] = (int32_t)s->n_past;
+    st_status ws;
+    if ((ws = b->iface->write(b, s->ids.data, &s->step_in[0], sizeof(int32_t), err)) != ST_OK ||
+        (ws = b->iface->write(b, s->pos.data, &s->step_in[1], sizeof(int32_t), err)) != ST_OK)
+        return ws;
     if (!s->graphs_enabled) return st_forward(s, 1, s->n_past + 1, 1, err);
     if (!s->decode_graph) {
         if (!s->decode_warm) {
@@ -215,13 +223,9 @@ st_status st_session_decode(st_session *s, int32_t token, const float **logits, 
     st_status st = check_tokens(s, &token, 1, err);
     if (st != ST_OK) return st;
     st_backend *b = s->model->backend;
-    s->step_in[0] = token;
-    s->step_in[1] = (int32_t)s->n_past;
-    if ((st = b->iface->write(b, s->ids.data, &s->step_in[0], sizeof(int32_t), err)) != ST_OK ||
-        (st = b->iface->write(b, s->pos.data, &s->step_in[1], sizeof(int32_t), err)) != ST_OK ||
-        (st = decode_step(s, err)) != ST_OK ||
-        (st = b->iface->read(b, s->step_logits, s->logits.data, (size_t)s->model->hp.n_vocab * sizeof(float), err)) !=
-            ST_OK)
+    const size_t row_bytes = (size_t)s->model->hp.n_vocab * sizeof(float);
+    if ((st = decode_token(s, token, err)) != ST_OK ||
+        (st = b->iface->read(b, s->step_logits, s->logits.data, row_bytes, err)) != ST_OK)
         return st;
     s->n_past++;
     *logits = s->step_logits;
@@ -242,12 +246,16 @@ st_status st_session_eval(st_session *s, const int32_t *tokens, int64_t n, bool 
         int64_t M = n - done < U ? n - done : U;
         bool last_batch = done + M == n;
         int64_t n_out = all_logits ? M : (last_batch ? 1 : 0);
-        for (int64_t i = 0; i < M; i++) pos[i] = (int32_t)(s->n_past + i);
-        if ((st = b->iface->write(b, s->ids.data, tokens + done, (size_t)M * sizeof(int32_t), err)) != ST_OK ||
-            (st = b->iface->write(b, s->pos.data, pos, (size_t)M * sizeof(int32_t), err)) != ST_OK ||
-            (st = (M == 1 && n_out == 1 ? decode_step(s, err) : st_forward(s, M, s->n_past + M, n_out, err))) !=
-                ST_OK)
-            break;
+        if (M == 1 && n_out == 1) {
+            st = decode_token(s, tokens[done], err);
+            if (st == ST_OK && !logits) st = b->iface->synchronize(b, err); /* step_in is free again */
+        } else {
+            for (int64_t i = 0; i < M; i++) pos[i] = (int32_t)(s->n_past + i);
+            if ((st = b->iface->write(b, s->ids.data, tokens + done, (size_t)M * sizeof(int32_t), err)) == ST_OK &&
+                (st = b->iface->write(b, s->pos.data, pos, (size_t)M * sizeof(int32_t), err)) == ST_OK)
+                st = st_forward(s, M, s->n_past + M, n_out, err);
+        }
+        if (st != ST_OK) break;
         s->n_past += M;
         if (logits && (all_logits || last_batch)) {
             float *dst = logits + (all_logits ? done : 0) * hp->n_vocab;

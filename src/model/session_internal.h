@@ -38,9 +38,9 @@ struct st_session {
     int64_t n_logits_cap;
     void *logits_buffer;
 
-    /* st_session_decode's host side, in the backend's host memory (page-locked on CUDA,
-     * so that the copies are asynchronous DMA): the step's token id and position, and
-     * the logits row it returns. */
+    /* A one-token step's host side, in the backend's host memory (page-locked on CUDA,
+     * so that the copies are asynchronous DMA): its token id and position (every
+     * one-token step), and the logits row st_session_decode returns. */
     int32_t *step_in;       /* [2]: id, pos */
     float *step_logits;     /* [V] */
 

@@ -90,6 +90,23 @@ static void test_decode_matches_eval(void **state) {
     free(want);
 }
 
+/* One-token evals that read no logits, then a decode step: the same bits as decode steps
+ * all along (each step's id and position pass through the same page-locked buffer). */
+static void test_eval_without_logits(void **state) {
+    fx *f = *state;
+    if (!f) skip();
+    st_error err = {0};
+    const int32_t steps[5] = {3, 1, 6, 2, 7};
+    const float *want = NULL, *got = NULL;
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(st_session_eval(f->eval, &steps[i], 1, false, NULL, &err), ST_OK);
+        assert_int_equal(st_session_decode(f->decode, steps[i], &want, &err), ST_OK);
+    }
+    assert_int_equal(st_session_decode(f->decode, steps[4], &want, &err), ST_OK);
+    assert_int_equal(st_session_decode(f->eval, steps[4], &got, &err), ST_OK);
+    assert_memory_equal(got, want, (size_t)f->model->hp.n_vocab * sizeof(float));
+}
+
 static void test_decode_errors(void **state) {
     fx *f = *state;
     if (!f) skip();
@@ -112,8 +129,10 @@ static void test_decode_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_decode_matches_eval, setup_cpu, teardown),
+        cmocka_unit_test_setup_teardown(test_eval_without_logits, setup_cpu, teardown),
         cmocka_unit_test_setup_teardown(test_decode_errors, setup_cpu, teardown),
         cmocka_unit_test_setup_teardown(test_decode_matches_eval, setup_cuda, teardown),
+        cmocka_unit_test_setup_teardown(test_eval_without_logits, setup_cuda, teardown),
         cmocka_unit_test_setup_teardown(test_decode_errors, setup_cuda, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
