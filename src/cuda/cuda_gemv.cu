@@ -41,10 +41,12 @@
 #ifndef GEMV_DECODE_ON
 #define GEMV_DECODE_ON 1
 #endif
-// The residual-add products (o, down) take this file's kernel, not the decode kernel (1:
-// the decode kernel, for A/B builds). tg128 +6.1% / +5.6% / +2.3% on llama-3.2-1b /
-// qwen3-1.7b / qwen3-8b (bench/decode-pdl-h200.md): in a whole step their decode-kernel
-// build is slower, as decode_step_bench showed for o and down (0.5-3.4 us a layer).
+// The residual-add products (o, down) take this file's kernel, not the decode kernel, unless
+// the decode kernel splits their rows over several warps (1: the decode kernel always, for
+// A/B builds). One warp a row: tg128 +6.1% / +5.6% / +2.3% on llama-3.2-1b / qwen3-1.7b /
+// qwen3-8b for this file's kernel (bench/decode-pdl-h200.md): in a whole step their
+// decode-kernel build is slower, as decode_step_bench showed for o and down (0.5-3.4 us a
+// layer).
 #ifndef GEMV_DECODE_ADD
 #define GEMV_DECODE_ADD 0
 #endif
@@ -246,13 +248,14 @@ static bool weight_rows_aligned16(const st_tensor *w) { return cuda_aligned16(w-
 static int64_t gemv_piece_elems(st_type type) { return type == ST_TYPE_F32 ? 4 : 8; }
 
 // The decode kernel's case: one column, aligned rows and x, whole 16-byte pieces, no norm
-// to stage, no residual add (GEMV_DECODE_ADD).
-static bool gemv_decode_takes(const gemv_args &a, st_type type, int epi) {
-    return GEMV_DECODE_ON && (GEMV_DECODE_ADD || epi != GEMV_ADD) && a.M == 1 && a.w_vec && a.x_vec &&
-           a.K % gemv_piece_elems(type) == 0 && (!a.norm_w || a.norm_in_loop);
+// to stage.
+static bool gemv_decode_takes(const gemv_args &a, st_type type) {
+    return GEMV_DECODE_ON && a.M == 1 && a.w_vec && a.x_vec && a.K % gemv_piece_elems(type) == 0 &&
+           (!a.norm_w || a.norm_in_loop);
 }
 
-static st_status gemv_decode(st_cuda_ctx *c, const gemv_args &a, st_type type, int epi, st_error *err) {
+// The decode kernel's arguments for a product it takes.
+static cuda_gemv_decode_args gemv_decode_args(const gemv_args &a, int epi) {
     ST_ASSERT(a.m0 == 0); // one column: row 0 of each view is its data pointer
     cuda_gemv_decode_args d;
     memset(&d, 0, sizeof(d));
@@ -271,7 +274,7 @@ static st_status gemv_decode(st_cuda_ctx *c, const gemv_args &a, st_type type, i
     d.w_up = a.w_up;
     d.up_nb1 = a.up_nb1;
     d.out = (float *)a.out.data;
-    return cuda_gemv_decode_run(c, &d, type, err);
+    return d;
 }
 
 // One launch over n_parts weights of one type sharing x (and, for GLU, w_up).
@@ -290,7 +293,11 @@ static st_status gemv_run(st_cuda_ctx *c, gemv_args &a, st_type type, int epi, s
     a.norm_in_loop = a.norm_w && GEMV_NORM_IN_LOOP_ON && a.M == 1 && a.w_vec && a.x_vec && a.K % 4 == 0 &&
                      cuda_aligned16(a.norm_w) && (!glu || a.K >= GEMV_NORM_IN_LOOP_GLU_MIN_K);
     if (a.norm_w && !a.norm_in_loop) a.x_vec = a.K % 4 == 0;
-    if (gemv_decode_takes(a, type, epi)) return gemv_decode(c, a, type, epi, err);
+    if (gemv_decode_takes(a, type)) {
+        cuda_gemv_decode_args d = gemv_decode_args(a, epi);
+        if (epi != GEMV_ADD || GEMV_DECODE_ADD || cuda_gemv_decode_split(c, &d, type) > 1)
+            return cuda_gemv_decode_run(c, &d, type, err);
+    }
     switch (type) {
     case ST_TYPE_F32: return gemv_launch_epi<ST_TYPE_F32>(c, a, epi, (unsigned int)blocks, err);
     case ST_TYPE_F16: return gemv_launch_epi<ST_TYPE_F16>(c, a, epi, (unsigned int)blocks, err);

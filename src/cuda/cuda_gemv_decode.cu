@@ -16,6 +16,13 @@
 // l, l + 32, ... in order, then a shuffle tree: the summation order of cuda_gemv_row and of
 // the general kernel's norm in the loop, so the results are the same bits.
 //
+// A grid that would leave the SMs short of warps (o and down of the 1-2B models: 256
+// blocks, 16 warps an SM of the 64 it holds, 16 KiB of loads in flight) splits each row
+// over S = 2 or 4 warps of a block instead (the S warps as one of 32 * S lanes, lane l
+// owning the pieces l, l + 32 S, ...; then each warp's shuffle tree and the S warp sums
+// added in warp order): S times the warps and the bytes in flight, the same bytes read.
+// Another summation order: the same bits for every run and every stride, not those of S = 1.
+//
 // Bytes: N*K*type_size of weights once (x, norm_w from L1/L2). FLOPs: 2*N*K.
 #include "cuda/cuda_gemv.cuh"
 
@@ -58,15 +65,16 @@ __device__ __forceinline__ void gemv_decode_piece(const uint4 &wg, const uint4 &
 }
 
 // This lane's partial sums over the n_vec 16-byte pieces of the gate row wg (and up row wu).
-template <st_type T, bool NORM, bool GLU>
+// S warps to a row: this lane is lane `sub * 32 + lane` of S * 32, its pieces that, + 32 S, ...
+template <st_type T, bool NORM, bool GLU, int S>
 __device__ __forceinline__ void gemv_decode_row(const char *__restrict__ wg, const char *__restrict__ wu,
-                                                int n_vec, const float *__restrict__ x,
+                                                int n_vec, int sub, const float *__restrict__ x,
                                                 const float *__restrict__ nw, float &acc, float &up, float &ss) {
-    constexpr int VEC = 16 / cuda_elem_bytes<T>::value, W = ST_GPU_WARP_SIZE;
+    constexpr int VEC = 16 / cuda_elem_bytes<T>::value, W = ST_GPU_WARP_SIZE * S;
     constexpr int U = GLU ? GEMV_DECODE_GLU_PIECES : CUDA_GEMV_UNROLL;
     const uint4 *gv = (const uint4 *)wg, *uv = (const uint4 *)wu;
     // A round loads its pieces first (guarded in the last round), then uses them in order.
-    for (int v = threadIdx.x % W; v < n_vec; v += U * W) {
+    for (int v = sub * ST_GPU_WARP_SIZE + threadIdx.x % ST_GPU_WARP_SIZE; v < n_vec; v += U * W) {
         uint4 g[U], u[U];
 #pragma unroll
         for (int j = 0; j < U; j++) {
@@ -82,21 +90,34 @@ __device__ __forceinline__ void gemv_decode_row(const char *__restrict__ wg, con
     }
 }
 
-template <st_type T, int EPI, bool NORM, int MIN_BLOCKS>
+template <st_type T, int EPI, bool NORM, int MIN_BLOCKS, int S>
 __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS)
     gemv_decode_kernel(const cuda_gemv_decode_args a) {
     constexpr bool GLU = EPI == ST_FUSED_EPILOGUE_SWIGLU || EPI == ST_FUSED_EPILOGUE_GEGLU;
+    constexpr int ROWS = CUDA_GEMV_WARPS / S; // rows a block
+    const int warp = threadIdx.x / ST_GPU_WARP_SIZE, sub = warp % S;
     int p = 0;
     while (p + 1 < a.n_parts && blockIdx.x >= a.block0[p + 1]) p++;
-    const int64_t n = (int64_t)(blockIdx.x - a.block0[p]) * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
-    if (n >= a.n[p]) return;
+    const int64_t n = (int64_t)(blockIdx.x - a.block0[p]) * ROWS + warp / S;
+    const bool live = n < a.n[p];
+    if (S == 1 && !live) return; // (S > 1: every warp reaches the barrier below)
     float acc = 0.0f, up = 0.0f, ss = 0.0f;
-    gemv_decode_row<T, NORM, GLU>(a.w[p] + n * a.nb1[p], GLU ? a.w_up + n * a.up_nb1 : NULL, a.n_vec, a.x, a.norm_w,
-                                  acc, up, ss);
+    if (live)
+        gemv_decode_row<T, NORM, GLU, S>(a.w[p] + n * a.nb1[p], GLU ? a.w_up + n * a.up_nb1 : NULL, a.n_vec, sub,
+                                         a.x, a.norm_w, acc, up, ss);
     acc = cuda_warp_sum(acc);
     if (GLU) up = cuda_warp_sum(up);
+    if (NORM) ss = cuda_warp_sum(ss);
+    if (S > 1) { // the row's S warp sums, added in warp order by its first warp
+        __shared__ float sums[CUDA_GEMV_WARPS][3];
+        if (threadIdx.x % ST_GPU_WARP_SIZE == 0) sums[warp][0] = acc, sums[warp][1] = up, sums[warp][2] = ss;
+        __syncthreads();
+        if (sub != 0 || !live) return;
+#pragma unroll
+        for (int j = 1; j < S; j++) acc += sums[warp + j][0], up += sums[warp + j][1], ss += sums[warp + j][2];
+    }
     if (NORM) { // the scale as cuda_gemv.cu's norm in the loop forms it
-        const float s = (float)(1.0 / sqrt((double)cuda_warp_sum(ss) / (double)a.K + (double)a.eps));
+        const float s = (float)(1.0 / sqrt((double)ss / (double)a.K + (double)a.eps));
         acc *= s;
         if (GLU) up *= s;
     }
@@ -115,44 +136,69 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
 // pair of other than F16 rows (ptxas: 68-132 bytes of spills at 32 registers), take
 // GEMV_NORM_MIN_BLOCKS' registers. (Taking the 6-block build for the grids whose last wave
 // it fills better, qwen3-8b's gate/up without a norm, gained 0.3 us a layer: not kept.)
-template <st_type T, int EPI, bool NORM>
-static void gemv_decode_launch(st_cuda_ctx *c, const cuda_gemv_decode_args &a, unsigned int blocks) {
-    constexpr bool GLU = EPI == ST_FUSED_EPILOGUE_SWIGLU || EPI == ST_FUSED_EPILOGUE_GEGLU;
-    constexpr int MIN_BLOCKS = NORM || (GLU && T != ST_TYPE_F16) ? GEMV_NORM_MIN_BLOCKS : GEMV_DECODE_MIN_BLOCKS;
-    gemv_decode_kernel<T, EPI, NORM, MIN_BLOCKS><<<blocks, CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, 0, c->stream>>>(a);
+static constexpr int gemv_decode_min_blocks(st_type t, int epi, bool norm) {
+    return norm || ((epi == ST_FUSED_EPILOGUE_SWIGLU || epi == ST_FUSED_EPILOGUE_GEGLU) && t != ST_TYPE_F16)
+               ? GEMV_NORM_MIN_BLOCKS
+               : GEMV_DECODE_MIN_BLOCKS;
 }
 
-template <st_type T, int EPI>
-static void gemv_decode_launch_norm(st_cuda_ctx *c, const cuda_gemv_decode_args &a, unsigned int blocks) {
-    if (a.norm_w) gemv_decode_launch<T, EPI, true>(c, a, blocks);
-    else gemv_decode_launch<T, EPI, false>(c, a, blocks);
-}
-
-template <st_type T>
-static void gemv_decode_launch_epi(st_cuda_ctx *c, const cuda_gemv_decode_args &a, unsigned int blocks) {
-    switch (a.epilogue) {
-    case ST_FUSED_EPILOGUE_STORE: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_STORE>(c, a, blocks); break;
-    case ST_FUSED_EPILOGUE_ADD: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_ADD>(c, a, blocks); break;
-    case ST_FUSED_EPILOGUE_SWIGLU: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_SWIGLU>(c, a, blocks); break;
-    default: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_GEGLU>(c, a, blocks); break;
-    }
-}
-
-st_status cuda_gemv_decode_run(st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type type, st_error *err) {
+// The blocks of a grid at S warps a row (a->block0 set for it).
+static int64_t gemv_decode_blocks(cuda_gemv_decode_args *a, int S) {
     int64_t blocks = 0;
     for (int i = 0; i < a->n_parts; i++) {
         ST_ASSERT(blocks <= INT32_MAX);
         a->block0[i] = (int)blocks;
-        blocks += (a->n[i] + CUDA_GEMV_WARPS - 1) / CUDA_GEMV_WARPS;
+        blocks += (a->n[i] + CUDA_GEMV_WARPS / S - 1) / (CUDA_GEMV_WARPS / S);
     }
+    return blocks;
+}
+
+int cuda_gemv_decode_split(const st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type type) {
+    const int64_t wave = (int64_t)c->sm_count * gemv_decode_min_blocks(type, a->epilogue, a->norm_w != NULL);
+    const int64_t blocks1 = gemv_decode_blocks(a, 1);
+    for (int S = 4; S > 1; S /= 2)
+        if (S <= c->gemv_max_split && blocks1 * S <= wave) return S;
+    return 1;
+}
+
+template <st_type T, int EPI, bool NORM>
+static void gemv_decode_launch(st_cuda_ctx *c, cuda_gemv_decode_args &a) {
+    constexpr int MIN_BLOCKS = gemv_decode_min_blocks(T, EPI, NORM);
+    const int S = cuda_gemv_decode_split(c, &a, T);
+    const int64_t blocks = gemv_decode_blocks(&a, S);
+    ST_ASSERT(blocks <= INT32_MAX);
+    const unsigned int grid = (unsigned int)blocks, threads = CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE;
+    if (S == 4) gemv_decode_kernel<T, EPI, NORM, MIN_BLOCKS, 4><<<grid, threads, 0, c->stream>>>(a);
+    else if (S == 2) gemv_decode_kernel<T, EPI, NORM, MIN_BLOCKS, 2><<<grid, threads, 0, c->stream>>>(a);
+    else gemv_decode_kernel<T, EPI, NORM, MIN_BLOCKS, 1><<<grid, threads, 0, c->stream>>>(a);
+}
+
+template <st_type T, int EPI>
+static void gemv_decode_launch_norm(st_cuda_ctx *c, cuda_gemv_decode_args &a) {
+    if (a.norm_w) gemv_decode_launch<T, EPI, true>(c, a);
+    else gemv_decode_launch<T, EPI, false>(c, a);
+}
+
+template <st_type T>
+static void gemv_decode_launch_epi(st_cuda_ctx *c, cuda_gemv_decode_args &a) {
+    switch (a.epilogue) {
+    case ST_FUSED_EPILOGUE_STORE: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_STORE>(c, a); break;
+    case ST_FUSED_EPILOGUE_ADD: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_ADD>(c, a); break;
+    case ST_FUSED_EPILOGUE_SWIGLU: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_SWIGLU>(c, a); break;
+    default: gemv_decode_launch_norm<T, ST_FUSED_EPILOGUE_GEGLU>(c, a); break;
+    }
+}
+
+st_status cuda_gemv_decode_run(st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type type, st_error *err) {
+    const int64_t blocks = gemv_decode_blocks(a, 1);
     if (blocks == 0) return ST_OK;
     const int64_t vec = type == ST_TYPE_F32 ? 4 : 8; // elements a 16-byte piece
     ST_ASSERT(blocks <= INT32_MAX && a->K % vec == 0 && a->K <= INT32_MAX - 64 * vec); // int element offsets
     a->n_vec = (int)(a->K / vec);
     switch (type) {
-    case ST_TYPE_F32: gemv_decode_launch_epi<ST_TYPE_F32>(c, *a, (unsigned int)blocks); break;
-    case ST_TYPE_F16: gemv_decode_launch_epi<ST_TYPE_F16>(c, *a, (unsigned int)blocks); break;
-    default: gemv_decode_launch_epi<ST_TYPE_BF16>(c, *a, (unsigned int)blocks); break;
+    case ST_TYPE_F32: gemv_decode_launch_epi<ST_TYPE_F32>(c, *a); break;
+    case ST_TYPE_F16: gemv_decode_launch_epi<ST_TYPE_F16>(c, *a); break;
+    default: gemv_decode_launch_epi<ST_TYPE_BF16>(c, *a); break;
     }
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
