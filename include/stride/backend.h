@@ -144,13 +144,6 @@ typedef struct st_backend_iface {
     st_status (*rope_store)(st_backend *b, const st_fused_rope_store *op, st_error *err);
     st_status (*rope_attention)(st_backend *b, const st_fused_rope_attention *op, st_error *err);
 
-    /* Optional (NULL: nothing). A hint, given before ops that move few bytes (attention
-     * over a short cache), that the weights w[0..n) are read next, in that order: the
-     * backend may start bringing them closer to the compute units alongside the ops that
-     * follow (CUDA: the first bytes of each into L2, on a second stream). Never changes a
-     * result, and the ops that read w need no ordering with it. */
-    void (*prefetch)(st_backend *b, const st_tensor *const *w, int n);
-
     /* Waits for queued work (a no-op where ops are synchronous). */
     st_status (*synchronize)(st_backend *b, st_error *err);
 

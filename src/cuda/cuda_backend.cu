@@ -4,9 +4,7 @@
 // cuda_elementwise.cu, cuda_attention.cu).
 //
 // Everything runs on one stream in issue order; cuBLAS is bound to the same stream, so no
-// op needs an event or a host synchronisation. Only read() and synchronize() wait. (The
-// prefetch hints' kernels run on a second stream that reads weights only and rejoins the
-// first before a wait and before a recording ends: cuda_prefetch.cu.)
+// op needs an event or a host synchronisation. Only read() and synchronize() wait.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +20,6 @@
 // mmap'd file into one while the DMA engine drains the other, so the upload runs at
 // min(file read, PCIe) speed instead of the pageable-copy speed.
 #define CUDA_PINNED_CHUNK_BYTES ((size_t)64 << 20)
-// The share of the L2 one prefetch hint may fill (cuda_prefetch.cu).
-#define CUDA_PREFETCH_L2_SHARE 0.5
 
 static const double GIB = 1024.0 * 1024.0 * 1024.0;
 
@@ -38,8 +34,6 @@ void st_cuda_keep_error(st_cuda_ctx *c, st_status s, const st_error *err) {
 // The first failure of a void op, then the first data error a kernel recorded. Waits for
 // the stream (the caller has queued what it needs before).
 static st_status cuda_sync_and_check(st_cuda_ctx *c, st_error *err) {
-    st_status js = st_cuda_prefetch_join(c, err);
-    if (js != ST_OK) return js;
     ST_GPU_CHECK(st_gpu_memcpy_async(c->h_op_error, c->d_op_error, sizeof(st_cuda_op_error),
                                      st_gpu_memcpy_device_to_host, c->stream));
     ST_GPU_CHECK(st_gpu_stream_synchronize(c->stream));
@@ -182,8 +176,6 @@ static st_status cuda_graph_begin(st_backend *b, st_error *err) {
     st_cuda_ctx *c = cuda_ctx(b);
     ST_ASSERT(!c->capturing);
     if (c->sticky.status != ST_OK) return cuda_sync_and_check(c, err);
-    st_status s = st_cuda_prefetch_join(c, err); // the recording starts with nothing forked
-    if (s != ST_OK) return s;
     ST_GPU_CHECK(st_gpu_stream_begin_capture(c->stream, st_gpu_stream_capture_mode_global));
     c->capturing = true;
     return ST_OK;
@@ -194,9 +186,6 @@ static st_status cuda_graph_end(st_backend *b, st_backend_graph **out, st_error 
     ST_ASSERT(c->capturing);
     *out = NULL;
     c->capturing = false;
-    // the prefetch branches rejoin the main stream before the recording ends
-    st_error join_err = {};
-    if (st_cuda_prefetch_join(c, &join_err) != ST_OK) st_cuda_keep_error(c, ST_ERROR_DEVICE, &join_err);
     st_gpu_graph_t graph = NULL;
     st_gpu_error_t rc = st_gpu_stream_end_capture(c->stream, &graph);
     if (c->sticky.status != ST_OK || rc != st_gpu_success) {
@@ -355,11 +344,6 @@ static void cuda_topk_route(st_backend *b, st_tensor *ids, st_tensor *weights, c
                        &err);
 }
 
-static void cuda_prefetch(st_backend *b, const st_tensor *const *w, int n) {
-    st_error err = {};
-    st_cuda_keep_error(cuda_ctx(b), st_cuda_prefetch(b, w, n, &err), &err);
-}
-
 static void cuda_moe_combine(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *weights) {
     st_error err = {};
     st_cuda_keep_error(cuda_ctx(b), st_cuda_moe_combine(b, dst, src, weights, &err), &err);
@@ -372,7 +356,6 @@ static void cuda_moe_combine(st_backend *b, st_tensor *dst, const st_tensor *src
 static void cuda_ctx_destroy(st_cuda_ctx *c) {
     if (!c) return;
     if (c->stream) (void)st_gpu_stream_synchronize(c->stream);
-    if (c->side) (void)st_gpu_stream_synchronize(c->side);
     if (c->blas) (void)st_gpu_blas_destroy(c->blas);
     if (c->blas_workspace) (void)st_gpu_free(c->blas_workspace);
     if (c->scratch) (void)st_gpu_free(c->scratch);
@@ -385,9 +368,6 @@ static void cuda_ctx_destroy(st_cuda_ctx *c) {
         if (c->pinned[i]) (void)st_gpu_free_host(c->pinned[i]);
         if (c->pinned_free[i]) (void)st_gpu_event_destroy(c->pinned_free[i]);
     }
-    if (c->prefetch_fork) (void)st_gpu_event_destroy(c->prefetch_fork);
-    if (c->prefetch_join) (void)st_gpu_event_destroy(c->prefetch_join);
-    if (c->side) (void)st_gpu_stream_destroy(c->side);
     if (c->stream) (void)st_gpu_stream_destroy(c->stream);
     (void)st_gpu_get_last_error();
     free(c);
@@ -427,7 +407,6 @@ static st_backend_iface cuda_make_iface(void) {
     t.attention = st_cuda_attention;
     t.topk_route = cuda_topk_route;
     t.moe_combine = cuda_moe_combine;
-    t.prefetch = cuda_prefetch;
     t.synchronize = cuda_synchronize;
     t.timer_start = cuda_timer_start;
     t.timer_stop = cuda_timer_stop;
@@ -454,17 +433,12 @@ static st_status cuda_env_override(const char *name, long lo, long hi, const cha
     return ST_OK;
 }
 
-// The decode tuning: the share of the L2 a prefetch hint may fill (cuda_prefetch.cu),
-// CUDA_PREFETCH_L2_SHARE of it or STRIDE_CUDA_PREFETCH_MB MiB (0: no prefetch); the most
-// warps a decode GEMV row may take (cuda_gemv_decode.cu), 4 or STRIDE_CUDA_GEMV_SPLIT.
-static st_status cuda_decode_tuning(st_cuda_ctx *c, int index, st_error *err) {
-    int l2 = 0;
-    ST_GPU_CHECK(st_gpu_device_get_attribute(&l2, st_gpu_dev_attr_l2_cache_size, index));
-    long mb = (long)((double)l2 * CUDA_PREFETCH_L2_SHARE) >> 20, split = 4;
-    st_status s = cuda_env_override("STRIDE_CUDA_PREFETCH_MB", 0, 1024, "MiB (0: no L2 prefetch)", &mb, err);
-    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_GEMV_SPLIT", 1, 4, "warps a row", &split, err);
+// The decode tuning: the most warps a decode GEMV row may take (cuda_gemv_decode.cu), 4,
+// or 1 or 2 from STRIDE_CUDA_GEMV_SPLIT (for A/B measurements in one build).
+static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
+    long split = 4;
+    st_status s = cuda_env_override("STRIDE_CUDA_GEMV_SPLIT", 1, 4, "warps a row", &split, err);
     if (s != ST_OK) return s;
-    c->prefetch_budget = (size_t)mb << 20;
     c->gemv_max_split = (int)split;
     return ST_OK;
 }
@@ -487,10 +461,7 @@ static st_status cuda_ctx_create(int index, st_cuda_ctx *c, st_error *err) {
     memset(c->h_op_error, 0, sizeof(*c->h_op_error));
     ST_GPU_CHECK(st_gpu_event_create(&c->timer_start));
     ST_GPU_CHECK(st_gpu_event_create(&c->timer_stop));
-    ST_GPU_CHECK(st_gpu_stream_create_with_flags(&c->side, st_gpu_stream_non_blocking));
-    ST_GPU_CHECK(st_gpu_event_create_with_flags(&c->prefetch_fork, st_gpu_event_disable_timing));
-    ST_GPU_CHECK(st_gpu_event_create_with_flags(&c->prefetch_join, st_gpu_event_disable_timing));
-    st_status s = cuda_decode_tuning(c, index, err);
+    st_status s = cuda_decode_tuning(c, err);
     if (s != ST_OK) return s;
     ST_GPU_CHECK(st_gpu_stream_synchronize(c->stream));
     return ST_OK;

@@ -61,10 +61,6 @@ typedef struct st_cuda_ctx {
     size_t attn_partials_bytes;
     unsigned int flash_smem_opted;       /* flash attention kernels given their shared memory (bits) */
     int sm_count;                        /* multiprocessors of the device */
-    st_gpu_stream_t side;                /* the prefetch hints' kernels (cuda_prefetch.cu) */
-    st_gpu_event_t prefetch_fork, prefetch_join; /* main -> side, side -> main */
-    bool prefetch_pending;               /* side has work the main stream has not joined */
-    size_t prefetch_budget;              /* bytes a hint may bring into L2 (0: hints off) */
     int gemv_max_split;                  /* the most warps a decode GEMV row may take (cuda_gemv_decode.cu) */
 } st_cuda_ctx;
 
@@ -284,10 +280,7 @@ st_status st_cuda_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const 
 st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_error *err);
 /* One token: rope_store folded into the split-KV attention; otherwise the composite. */
 st_status st_cuda_rope_attention(st_backend *b, const st_fused_rope_attention *op, st_error *err);
-/* cuda_prefetch.cu: the prefetch hint (a kernel on ctx->side), and the main stream's wait
- * for it (before a recording ends, before a host wait). */
-st_status st_cuda_prefetch(st_backend *b, const st_tensor *const *w, int n, st_error *err);
-st_status st_cuda_prefetch_join(st_cuda_ctx *c, st_error *err);
+
 
 /* cuda_elementwise.cu */
 st_status st_cuda_glu(st_backend *b, st_tensor *dst, const st_tensor *gate, const st_tensor *up, bool gelu,

@@ -51,7 +51,6 @@ typedef struct cudaDeviceProp st_gpu_device_prop_t;
 #define st_gpu_get_device cudaGetDevice
 #define st_gpu_device_get_attribute cudaDeviceGetAttribute
 #define st_gpu_dev_attr_multiprocessor_count cudaDevAttrMultiProcessorCount
-#define st_gpu_dev_attr_l2_cache_size cudaDevAttrL2CacheSize
 /* kernels that need more than 48 KiB of dynamic shared memory opt in per kernel */
 #define st_gpu_func_set_attribute cudaFuncSetAttribute
 #define st_gpu_func_attr_max_dynamic_smem cudaFuncAttributeMaxDynamicSharedMemorySize
@@ -64,7 +63,6 @@ typedef cudaEvent_t st_gpu_event_t;
 #define st_gpu_event_synchronize cudaEventSynchronize
 #define st_gpu_event_create cudaEventCreate
 #define st_gpu_event_elapsed_time cudaEventElapsedTime
-#define st_gpu_stream_wait_event cudaStreamWaitEvent
 
 /* ---- graphs (stream capture) ---- */
 typedef cudaGraph_t st_gpu_graph_t;

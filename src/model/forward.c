@@ -130,13 +130,6 @@ static st_status attention_block(st_session *s, const st_layer_weights *l, int64
     st_attn_params ap = {.n_kv = n_kv, .window = swa ? (int32_t)hp->sliding_window : 0, .scale = hp->attn_scale};
     st_tensor attn = heads(&s->attn, 0, Hq, hd, M); /* [hd, n_head, M] */
     st_fused_rope_attention ra = {.rs = rs, .out = &attn, .attn = &ap};
-    if (M == 1 && be->prefetch) { /* decode: attention moves few bytes, the next weights can */
-        const st_tensor *next[3] = {l->wo};
-        int n_next = 1;
-        if (hp->n_expert == 0 && l->w_gate) next[n_next++] = l->w_gate;
-        if (hp->n_expert == 0) next[n_next++] = l->w_up;
-        be->prefetch(b, next, n_next);
-    }
     TRY(st_backend_rope_attention(b, &ra, err));
 
     st_tensor a2 = cols(&s->attn, M), o = cols(&s->proj, M);

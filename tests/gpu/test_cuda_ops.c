@@ -284,53 +284,6 @@ static void test_mul_mat_fused(st_type t, int64_t K, int64_t N, int64_t M, size_
     dual_free(&dout);
 }
 
-/* ---- prefetch hints -------------------------------------------------------------------- */
-
-/* A prefetch hint changes no result: a decode product after hints, run eagerly and then
- * recorded in a graph (the hints its branches) and replayed, gives the bits it gives
- * without them. The hints: weights smaller and larger than their share of the budget, a
- * 3D expert tensor, one not 16-byte aligned, and a NULL entry. */
-static void test_prefetch(void) {
-    weight w = weight_new(ST_TYPE_F16, 2048, 300, 1, 64), big = weight_new(ST_TYPE_F16, 2048, 4500, 1, 0);
-    weight exps = weight_new(ST_TYPE_F32, 37, 13, 3, 0);
-    view vx = mkpacked(ST_TYPE_F32, 2048, 1, 1), vy = mkpacked(ST_TYPE_F32, 300, 1, 1);
-    dual dx = dual_new(view_bytes(&vx)), dy = dual_new(view_bytes(&vy));
-    dual_random_f32(&dx);
-    dual_poison(&dy);
-    st_tensor tw = on(&w.v, w.d.gpu), tbig = on(&big.v, big.d.gpu), texps = on(&exps.v, exps.d.gpu);
-    st_tensor tx = on(&vx, dx.gpu), ty = on(&vy, dy.gpu), odd = tw;
-    odd.data = (char *)odd.data + 2;
-    const st_tensor *hint[4] = {&tbig, NULL, &texps, &odd};
-    st_error err = {0};
-    if (!g_gpu->iface->prefetch) test_die("the CUDA backend has no prefetch", NULL);
-    if (g_gpu->iface->mul_mat(g_gpu, &ty, &tw, &tx, &err) != ST_OK) test_die("cuda mul_mat", &err);
-    char *ref = dual_fetch(&dy);
-
-    g_gpu->iface->prefetch(g_gpu, hint, 4);
-    dual_poison(&dy);
-    if (g_gpu->iface->mul_mat(g_gpu, &ty, &tw, &tx, &err) != ST_OK) test_die("cuda mul_mat", &err);
-    char *eager = dual_fetch(&dy);
-    cmp_result r = compare_bytes(ref, eager, dy.bytes);
-    record("prefetch", "F16 K=2048 N=300 after a hint", &r, TOL_EXACT);
-
-    st_backend_graph *g = NULL;
-    if (g_gpu->iface->graph_begin(g_gpu, &err) != ST_OK) test_die("cuda graph_begin", &err);
-    g_gpu->iface->prefetch(g_gpu, hint, 4);
-    if (g_gpu->iface->mul_mat(g_gpu, &ty, &tw, &tx, &err) != ST_OK) test_die("cuda mul_mat (recording)", &err);
-    g_gpu->iface->prefetch(g_gpu, hint, 2);
-    if (g_gpu->iface->graph_end(g_gpu, &g, &err) != ST_OK) test_die("cuda graph_end with prefetch branches", &err);
-    dual_poison(&dy);
-    for (int i = 0; i < 3; i++)
-        if (g_gpu->iface->graph_launch(g_gpu, g, &err) != ST_OK) test_die("cuda graph_launch", &err);
-    char *replayed = dual_fetch(&dy);
-    r = compare_bytes(ref, replayed, dy.bytes);
-    record("prefetch", "F16 K=2048 N=300 recorded with hints, replayed", &r, TOL_EXACT);
-    g_gpu->iface->graph_free(g_gpu, g);
-    free(ref), free(eager), free(replayed);
-    dual_free(&dx), dual_free(&dy);
-    weight_free(&w), weight_free(&big), weight_free(&exps);
-}
-
 /* ---- mul_mat_id ---------------------------------------------------------------------- */
 
 typedef enum moe_x { MOE_PER_SLOT = 0, MOE_SHARED_2D = 1, MOE_SHARED_3D = 2 } moe_x;
@@ -1190,8 +1143,6 @@ static void run_all(void) {
                         test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_SWIGLU);
                         test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_GEGLU);
                     }
-
-    test_prefetch();
 
     for (int ti = 0; ti < 3; ti++)
         for (int64_t K = 37; K <= 64; K += 27)
