@@ -152,8 +152,9 @@ __device__ __forceinline__ void cuda_gemv_piece(const uint4 &wq, cuda_gemv_idx k
  *
  * Measured on the H200 (bench/cuda-decode.md), whole-model tg128: 2 loads a lane at 64
  * warps an SM beat 8 loads at 32 warps (the earlier choice) by 11-24%, 4 at 48 and 4 at
- * 64 (with spills) by less; 4 warps a block, splitting a row's K over several warps,
- * guarding the last round instead of finishing it piece by piece, loading a row's first
+ * 64 (with spills) by less; 4 warps a block, splitting a row's K over several warps (for
+ * every grid, at 8 loads a lane; the decode kernel now does it for grids short of a wave,
+ * cuda_gemv_decode.cu, which gained 4-6% tg128), guarding the last round instead of finishing it piece by piece, loading a row's first
  * round before waiting on the previous kernel (programmatic dependent launch), staging x
  * in shared memory for the products without a norm, and 8 loads a lane for grids that
  * fit one wave of such a kernel (o and down of the 1-2B models) were each slower or no
