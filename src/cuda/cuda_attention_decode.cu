@@ -10,6 +10,8 @@
 //   P.V       one pair of output dimensions per thread, NR rows (a template bucket)
 // and writes its partial result (max, sum, unnormalised acc[head_dim]) per row. A second
 // kernel combines the splits of a row: out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s.
+// When the range is one split (a short cache: up to DEC_MIN_SPLIT_KEYS keys), that split
+// writes out = acc / l itself and the combine kernel returns after its plan.
 //
 // CUDA graphs: the launch (grid, block, shared memory, n_split) depends on the head counts,
 // head_dim, M and the device's SM count, NEVER on n_kv. The key range is computed on the
@@ -215,7 +217,8 @@ template <st_type T, int D, int NR, bool ROPE>
 __global__ void __launch_bounds__(DEC_THREADS)
     attn_decode_split_kernel(st_cuda_view q, st_cuda_view kc, st_cuda_view vc, const int32_t *__restrict__ positions,
                              int64_t n_kv, int32_t window, float scale, float softcap, int n_split,
-                             float *__restrict__ part_acc, float2 *__restrict__ part_ml, const dec_rope_args ra) {
+                             float *__restrict__ part_acc, float2 *__restrict__ part_ml, const dec_rope_args ra,
+                             st_cuda_view dst) {
     using cfg = dec_cfg<T, D>;
     constexpr int C = cfg::C, ROWB = cfg::ROWB, QLD = cfg::QLD;
     extern __shared__ __align__(16) unsigned char dec_smem[];
@@ -357,6 +360,20 @@ __global__ void __launch_bounds__(DEC_THREADS)
     }
     __syncthreads(); // m_s, l_s final
 
+    if (pl.n_eff == 1) { // the only split: the output itself (a row that sees nothing: zeros)
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+            const int r = rg + i * cfg::NRG;
+            if (r < R) {
+                const int64_t m = r / group, h = (int64_t)kvh * group + r % group;
+                const float l = l_s[r];
+                float *out = (float *)(dst.data + h * dst.nb1 + m * dst.nb2); // rows 4-byte aligned only
+                out[2 * dp] = l > 0.0f ? acc[i].x / l : 0.0f;
+                out[2 * dp + 1] = l > 0.0f ? acc[i].y / l : 0.0f;
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < NR; i++) {
         const int r = rg + i * cfg::NRG;
@@ -382,6 +399,7 @@ __global__ void __launch_bounds__(DEC_COMBINE_THREADS)
     const int D = (int)dst.ne0, n_head = (int)dst.ne1, M = (int)dst.ne2;
     const int h = blockIdx.x % n_head, m = blockIdx.x / n_head;
     const dec_plan pl = dec_make_plan(positions, M, n_kv, window, n_split, C);
+    if (pl.n_eff == 1) return; // the split kernel wrote the output
     const int64_t base = ((int64_t)h * M + m) * n_split;
     if (threadIdx.x < ST_GPU_WARP_SIZE) {
         const int lane = threadIdx.x;
@@ -450,11 +468,11 @@ static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, 
     if (ra)
         attn_decode_split_kernel<T, D, NR, true><<<grid, DEC_THREADS, cfg::smem(R), c->stream>>>(
             cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
-            n_split, part_acc, part_ml, *ra);
+            n_split, part_acc, part_ml, *ra, cuda_view(dst));
     else
         attn_decode_split_kernel<T, D, NR, false><<<grid, DEC_THREADS, cfg::smem(R), c->stream>>>(
             cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
-            n_split, part_acc, part_ml, dec_rope_args{});
+            n_split, part_acc, part_ml, dec_rope_args{}, cuda_view(dst));
     ST_GPU_CHECK_LAUNCH();
     const unsigned int rows = (unsigned int)(q->ne[1] * q->ne[2]);
     attn_decode_combine_kernel<<<rows, DEC_COMBINE_THREADS, 0, c->stream>>>(cuda_view(dst), pos, p->n_kv, p->window,

@@ -433,11 +433,11 @@ static st_status cuda_env_override(const char *name, long lo, long hi, const cha
     return ST_OK;
 }
 
-// The decode tuning: the most warps a decode GEMV row may take (cuda_gemv_decode.cu), 4,
-// or 1 or 2 from STRIDE_CUDA_GEMV_SPLIT (for A/B measurements in one build).
+// The decode tuning: the most warps a decode GEMV row may take (cuda_gemv_decode.cu), 2,
+// or 1 from STRIDE_CUDA_GEMV_SPLIT=1 (for A/B measurements in one build).
 static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
-    long split = 4;
-    st_status s = cuda_env_override("STRIDE_CUDA_GEMV_SPLIT", 1, 4, "warps a row", &split, err);
+    long split = 2;
+    st_status s = cuda_env_override("STRIDE_CUDA_GEMV_SPLIT", 1, 2, "warps a row", &split, err);
     if (s != ST_OK) return s;
     c->gemv_max_split = (int)split;
     return ST_OK;

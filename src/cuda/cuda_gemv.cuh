@@ -56,8 +56,8 @@ typedef struct cuda_gemv_decode_args {
     float *out;                         /* ADD: out += W x; GLU: out = act(gate) * up */
 } cuda_gemv_decode_args;
 st_status cuda_gemv_decode_run(st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type type, st_error *err);
-/* The warps a row the decode kernel gives the product a (1, 2 or 4): the most that keep its
- * grid within one wave of the SMs at the kernel's blocks an SM, up to ctx->gemv_max_split. */
+/* The warps a row the decode kernel gives the product a: 2 when that keeps its grid within
+ * one wave of the SMs at the kernel's blocks an SM (and ctx->gemv_max_split allows), else 1. */
 int cuda_gemv_decode_split(const st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type type);
 /* Index arithmetic within a row (pieces, elements): 64-bit; a tuning build may ask for
  * 32-bit (-DCUDA_GEMV_ROW_INDEX_32, bench/kernels/gemv_variants_bench.cu), rows being far

@@ -18,10 +18,13 @@
 //
 // A grid that would leave the SMs short of warps (o and down of the 1-2B models: 256
 // blocks, 16 warps an SM of the 64 it holds, 16 KiB of loads in flight) splits each row
-// over S = 2 or 4 warps of a block instead (the S warps as one of 32 * S lanes, lane l
-// owning the pieces l, l + 32 S, ...; then each warp's shuffle tree and the S warp sums
-// added in warp order): S times the warps and the bytes in flight, the same bytes read.
-// Another summation order: the same bits for every run and every stride, not those of S = 1.
+// over S = 2 warps of a block instead (the S warps as one of 32 * S lanes, lane l owning
+// the pieces l, l + 32 S, ...; then each warp's shuffle tree and the S warp sums added in
+// warp order): S times the warps and the bytes in flight, the same bytes read. Another
+// summation order: the same bits for every run and every stride, not those of S = 1.
+// Measured on the H200 (bench/decode-split-h200.md), tg128 llama-3.2-1b / qwen3-1.7b /
+// qwen3-8b: up to 4 warps a row +5.7% / +6.4% / +4.4% over one; up to 2 another +0.5% /
+// +1.3% / 0%; letting a split grid take two waves (q/k/v split too) -2% / -8% / -4%.
 //
 // Bytes: N*K*type_size of weights once (x, norm_w from L1/L2). FLOPs: 2*N*K.
 #include "cuda/cuda_gemv.cuh"
@@ -156,9 +159,7 @@ static int64_t gemv_decode_blocks(cuda_gemv_decode_args *a, int S) {
 int cuda_gemv_decode_split(const st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type type) {
     const int64_t wave = (int64_t)c->sm_count * gemv_decode_min_blocks(type, a->epilogue, a->norm_w != NULL);
     const int64_t blocks1 = gemv_decode_blocks(a, 1);
-    for (int S = 4; S > 1; S /= 2)
-        if (S <= c->gemv_max_split && blocks1 * S <= wave) return S;
-    return 1;
+    return c->gemv_max_split >= 2 && blocks1 * 2 <= wave ? 2 : 1;
 }
 
 template <st_type T, int EPI, bool NORM>
@@ -168,8 +169,7 @@ static void gemv_decode_launch(st_cuda_ctx *c, cuda_gemv_decode_args &a) {
     const int64_t blocks = gemv_decode_blocks(&a, S);
     ST_ASSERT(blocks <= INT32_MAX);
     const unsigned int grid = (unsigned int)blocks, threads = CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE;
-    if (S == 4) gemv_decode_kernel<T, EPI, NORM, MIN_BLOCKS, 4><<<grid, threads, 0, c->stream>>>(a);
-    else if (S == 2) gemv_decode_kernel<T, EPI, NORM, MIN_BLOCKS, 2><<<grid, threads, 0, c->stream>>>(a);
+    if (S == 2) gemv_decode_kernel<T, EPI, NORM, MIN_BLOCKS, 2><<<grid, threads, 0, c->stream>>>(a);
     else gemv_decode_kernel<T, EPI, NORM, MIN_BLOCKS, 1><<<grid, threads, 0, c->stream>>>(a);
 }
 

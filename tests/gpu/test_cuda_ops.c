@@ -1124,8 +1124,8 @@ static void run_all(void) {
      * norm staged), 256 and 2048 (the unrolled 16-byte path; the norm in the loop for
      * q/k/v-like products, staged for gated pairs) and 4096 (gated pairs in the loop too);
      * M = 1 fused (packed and padded), 2 and 8 the composite (cuBLAS). At K = 2048 and
-     * M = 1, N = 300, 2500 and 4500 rows: on an H200 (132 SMs) the decode kernel runs at
-     * each of its splits, 4, 2 and 1 warps a row (cuda_gemv_decode_split) */
+     * M = 1, N = 300, 2500 and 4500 rows: on an H200 (132 SMs) the decode kernel splits the
+     * rows of the first two over 2 warps, of the last not (cuda_gemv_decode_split) */
     const int64_t fused_Ks[] = {37, 256, 2048, 4096};
     const int64_t fused_Ms[] = {1, 1, 2, 8};
     const int64_t split_Ns[] = {300, 2500, 4500};
