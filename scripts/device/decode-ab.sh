@@ -4,7 +4,7 @@
 # "NAME=V NAME2=V" sets environment variables; STRIDE=path picks another build), rounds interleaving the settings
 # (A B C A B C ...) so that a drift of the machine spreads over all of them.
 #
-#   MODELS=a.gguf,b.gguf ROUNDS=2 scripts/device/decode-ab.sh "" "STRIDE_DISABLE_PDL=1"
+#   MODELS=a.gguf,b.gguf ROUNDS=2 scripts/device/decode-ab.sh "" "STRIDE_CUDA_GEMV_SPLIT=1"
 #
 # Prints one markdown row per model, setting and round.
 set -uo pipefail

@@ -140,6 +140,11 @@ st_status st_session_init(st_model *m, const st_session_options *opt, st_session
         st_error_wrap(err, "allocating the decode step's host buffers");
         goto fail;
     }
+    s->batch_pos = malloc((size_t)s->opt.n_ubatch * sizeof(int32_t));
+    if (!s->batch_pos) {
+        st = st_error_set(err, ST_ERROR_NOMEM, "out of memory");
+        goto fail;
+    }
     *out = s;
     return ST_OK;
 fail:
@@ -156,6 +161,7 @@ void st_session_free(st_session *s) {
     if (s->step_in) host_free(b, s->step_in);
     if (s->step_logits) host_free(b, s->step_logits);
     if (s->logits_buffer) b->iface->dealloc(b, s->logits_buffer);
+    free(s->batch_pos);
     free(s->kv);
     free(s);
 }
@@ -240,8 +246,7 @@ st_status st_session_eval(st_session *s, const int32_t *tokens, int64_t n, bool 
     if (st != ST_OK) return st;
     const int64_t U = s->opt.n_ubatch;
     if (all_logits && (st = ensure_logits(s, U < n ? U : n, err)) != ST_OK) return st;
-    int32_t *pos = malloc((size_t)U * sizeof(int32_t));
-    if (!pos) return st_error_set(err, ST_ERROR_NOMEM, "out of memory");
+    int32_t *pos = s->batch_pos;
     for (int64_t done = 0; done < n; done += U) {
         int64_t M = n - done < U ? n - done : U;
         bool last_batch = done + M == n;
@@ -263,6 +268,5 @@ st_status st_session_eval(st_session *s, const int32_t *tokens, int64_t n, bool 
             if (st != ST_OK) break;
         }
     }
-    free(pos);
     return st;
 }

@@ -43,6 +43,7 @@ struct st_session {
      * one-token step), and the logits row st_session_decode returns. */
     int32_t *step_in;       /* [2]: id, pos */
     float *step_logits;     /* [V] */
+    int32_t *batch_pos;     /* [U]: a micro-batch's positions (pageable: its copy completes at once) */
 
     /* Decode steps (one token, its logits) replay a recorded forward pass on backends
      * that record (CUDA graphs): the first step runs plainly (lazy allocations happen),
