@@ -17,6 +17,12 @@
 // running back to back). Synthetic F16 weights, packed (or padded with --pad: one
 // 128-byte line on rows that are a multiple of 2048 bytes, the layout rule's default).
 //
+// First, the floor under any decode step: chains of kernels that do (almost) nothing,
+// recorded as a graph on a stream of the bench's own and replayed, for the grid shapes of
+// the step (1 block; the 1,024 blocks of 256 threads of a full-SM GEMV), each kernel
+// reading one word the one before it wrote (the step's dependence). Microseconds per
+// kernel: what a kernel boundary costs before any bytes move.
+//
 // Build (after the library, from the repository root; build-gpu is run_gpu_tests.sh's):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Isrc -DSTRIDE_HAVE_CUDA=1 bench/kernels/decode_step_bench.cu \
 //        build-gpu/libstride.a -lcublas -lcublasLt -Xcompiler -fopenmp -lm -o build-gpu/decode_step_bench
@@ -176,6 +182,58 @@ static double time_ops(step *s, int ops, int reps) {
     return ms * 1e3 / reps;
 }
 
+// ---- the graph floor -------------------------------------------------------------------------
+
+// Adds 1 to the word the kernel before wrote (block 0, thread 0); every other thread exits.
+__global__ void floor_kernel(int *word) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) *word += 1;
+}
+
+static void cuda_check(cudaError_t rc, const char *what) {
+    if (rc != cudaSuccess) {
+        fprintf(stderr, "%s: %s: %s\n", g_bench_name, what, cudaGetErrorString(rc));
+        exit(1);
+    }
+}
+
+// Microseconds per kernel of a graph of n dependent floor kernels of `blocks` x `threads`.
+static double floor_us(int n, unsigned int blocks, unsigned int threads, int reps) {
+    cudaStream_t st;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaEvent_t t0, t1;
+    int *word;
+    cuda_check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+    cuda_check(cudaMalloc(&word, sizeof(int)), "malloc");
+    cuda_check(cudaMemsetAsync(word, 0, sizeof(int), st), "memset");
+    cuda_check(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), "begin capture");
+    for (int i = 0; i < n; i++) floor_kernel<<<blocks, threads, 0, st>>>(word);
+    cuda_check(cudaStreamEndCapture(st, &graph), "end capture");
+    cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    cuda_check(cudaEventCreate(&t0), "event");
+    cuda_check(cudaEventCreate(&t1), "event");
+    for (int i = 0; i < 3; i++) cuda_check(cudaGraphLaunch(exec, st), "launch");
+    cuda_check(cudaEventRecord(t0, st), "record");
+    for (int i = 0; i < reps; i++) cuda_check(cudaGraphLaunch(exec, st), "launch");
+    cuda_check(cudaEventRecord(t1, st), "record");
+    cuda_check(cudaEventSynchronize(t1), "sync");
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, t0, t1), "elapsed");
+    cudaEventDestroy(t0), cudaEventDestroy(t1), cudaGraphExecDestroy(exec), cudaGraphDestroy(graph);
+    cudaFree(word), cudaStreamDestroy(st);
+    return (double)ms * 1e3 / reps / n;
+}
+
+static void print_floor(int reps) {
+    const int n = 96; // about a llama-3.2-1b step's kernels (6 a layer, 16 layers)
+    printf("\ngraph floor: %d dependent kernels that do nothing, us a kernel (%d replays)\n", n, reps);
+    printf("| grid | us/kernel |\n|---|---:|\n");
+    printf("| 1 block of 32 threads | %.2f |\n", floor_us(n, 1, 32, reps));
+    printf("| 132 blocks of 256 threads | %.2f |\n", floor_us(n, 132, 256, reps));
+    printf("| 1,024 blocks of 256 threads | %.2f |\n", floor_us(n, 1024, 256, reps));
+    printf("| 4,096 blocks of 256 threads | %.2f |\n", floor_us(n, 4096, 256, reps));
+}
+
 static void run_model(const shape *sh, bool pad, int64_t depth, int reps, const uint16_t *f16p, const float *f32p) {
     const int64_t E = sh->n_embd, Q = sh->n_head * sh->head_dim, KV = sh->n_head_kv * sh->head_dim, F = sh->n_ff;
     step s;
@@ -292,6 +350,7 @@ int main(int argc, char **argv) {
     check(st_backend_init(ST_BACKEND_CUDA, 0, &g_b, &err), "CUDA backend", &err);
     printf("decode step kernels on %s (sm_%d%d)\n", g_b->device.name, g_b->device.compute_major,
            g_b->device.compute_minor);
+    print_floor(reps);
     // small values (|v| < 1/64) so that nothing overflows through the layers
     uint16_t *f16p = (uint16_t *)malloc((size_t)HOST_CHUNK_ELEMS * 2);
     float *f32p = (float *)malloc((size_t)HOST_CHUNK_ELEMS * 2);
