@@ -232,6 +232,7 @@ static void print_floor(int reps) {
     printf("| 132 blocks of 256 threads | %.2f |\n", floor_us(n, 132, 256, reps));
     printf("| 1,024 blocks of 256 threads | %.2f |\n", floor_us(n, 1024, 256, reps));
     printf("| 4,096 blocks of 256 threads | %.2f |\n", floor_us(n, 4096, 256, reps));
+    fflush(stdout);
 }
 
 static void run_model(const shape *sh, bool pad, int64_t depth, int reps, const uint16_t *f16p, const float *f32p) {
