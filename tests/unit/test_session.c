@@ -107,6 +107,33 @@ static void test_eval_without_logits(void **state) {
     assert_memory_equal(got, want, (size_t)f->model->hp.n_vocab * sizeof(float));
 }
 
+/* Decode steps (recorded), then an eval of several tokens (which may grow backend scratch
+ * the recording addresses: the session records again), then decode steps: the same bits
+ * as one-token evals of the same tokens. */
+static void test_decode_after_batch_eval(void **state) {
+    fx *f = *state;
+    if (!f) skip();
+    st_error err = {0};
+    const int64_t V = f->model->hp.n_vocab;
+    const int32_t before[3] = {2, 8, 5}, batch[4] = {1, 1, 6, 3}, after[3] = {7, 0, 4};
+    float *want = malloc((size_t)V * sizeof(float));
+    assert_non_null(want);
+    const float *got = NULL;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(st_session_eval(f->eval, &before[i], 1, false, want, &err), ST_OK);
+        assert_int_equal(st_session_decode(f->decode, before[i], &got, &err), ST_OK);
+    }
+    assert_int_equal(st_session_eval(f->eval, batch, 4, false, NULL, &err), ST_OK);
+    assert_int_equal(st_session_eval(f->decode, batch, 4, false, NULL, &err), ST_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(st_session_eval(f->eval, &after[i], 1, false, want, &err), ST_OK);
+        assert_int_equal(st_session_decode(f->decode, after[i], &got, &err), ST_OK);
+        assert_memory_equal(got, want, (size_t)V * sizeof(float));
+    }
+    assert_int_equal(st_session_n_past(f->decode), 10);
+    free(want);
+}
+
 static void test_decode_errors(void **state) {
     fx *f = *state;
     if (!f) skip();
@@ -130,9 +157,11 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_decode_matches_eval, setup_cpu, teardown),
         cmocka_unit_test_setup_teardown(test_eval_without_logits, setup_cpu, teardown),
+        cmocka_unit_test_setup_teardown(test_decode_after_batch_eval, setup_cpu, teardown),
         cmocka_unit_test_setup_teardown(test_decode_errors, setup_cpu, teardown),
         cmocka_unit_test_setup_teardown(test_decode_matches_eval, setup_cuda, teardown),
         cmocka_unit_test_setup_teardown(test_eval_without_logits, setup_cuda, teardown),
+        cmocka_unit_test_setup_teardown(test_decode_after_batch_eval, setup_cuda, teardown),
         cmocka_unit_test_setup_teardown(test_decode_errors, setup_cuda, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
