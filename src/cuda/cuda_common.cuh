@@ -281,7 +281,6 @@ st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_er
 /* One token: rope_store folded into the split-KV attention; otherwise the composite. */
 st_status st_cuda_rope_attention(st_backend *b, const st_fused_rope_attention *op, st_error *err);
 
-
 /* cuda_elementwise.cu */
 st_status st_cuda_glu(st_backend *b, st_tensor *dst, const st_tensor *gate, const st_tensor *up, bool gelu,
                       st_error *err);

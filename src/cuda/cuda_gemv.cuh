@@ -44,7 +44,7 @@ typedef struct cuda_gemv_decode_args {
     const char *w[CUDA_GEMV_MAX_PARTS]; /* [K, n] at row stride nb1 */
     int64_t nb1[CUDA_GEMV_MAX_PARTS], n[CUDA_GEMV_MAX_PARTS];
     float *y[CUDA_GEMV_MAX_PARTS];      /* STORE: [n] */
-    int block0[CUDA_GEMV_MAX_PARTS];    /* the first block of each part (set by the run) */
+    int block0[CUDA_GEMV_MAX_PARTS];    /* the first block of each part (set by the launch) */
     int n_parts, epilogue;              /* st_fused_epilogue */
     int64_t K;
     int n_vec;                          /* 16-byte pieces a row (set by the run) */
@@ -58,7 +58,7 @@ typedef struct cuda_gemv_decode_args {
 st_status cuda_gemv_decode_run(st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type type, st_error *err);
 /* The warps a row the decode kernel gives the product a: 2 when that keeps its grid within
  * one wave of the SMs at the kernel's blocks an SM (and ctx->gemv_max_split allows), else 1. */
-int cuda_gemv_decode_split(const st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type type);
+int cuda_gemv_decode_split(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type);
 /* Index arithmetic within a row (pieces, elements): 64-bit; a tuning build may ask for
  * 32-bit (-DCUDA_GEMV_ROW_INDEX_32, bench/kernels/gemv_variants_bench.cu), rows being far
  * shorter than 2^31 elements. Row offsets (n * nb1) stay 64-bit either way. */

@@ -145,28 +145,27 @@ static constexpr int gemv_decode_min_blocks(st_type t, int epi, bool norm) {
                : GEMV_DECODE_MIN_BLOCKS;
 }
 
-// The blocks of a grid at S warps a row (a->block0 set for it).
-static int64_t gemv_decode_blocks(cuda_gemv_decode_args *a, int S) {
+// The blocks of a grid at S warps a row; with block0, each part's first block is set there.
+static int64_t gemv_decode_blocks(const cuda_gemv_decode_args *a, int S, int *block0) {
     int64_t blocks = 0;
     for (int i = 0; i < a->n_parts; i++) {
         ST_ASSERT(blocks <= INT32_MAX);
-        a->block0[i] = (int)blocks;
+        if (block0) block0[i] = (int)blocks;
         blocks += (a->n[i] + CUDA_GEMV_WARPS / S - 1) / (CUDA_GEMV_WARPS / S);
     }
     return blocks;
 }
 
-int cuda_gemv_decode_split(const st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type type) {
+int cuda_gemv_decode_split(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type) {
     const int64_t wave = (int64_t)c->sm_count * gemv_decode_min_blocks(type, a->epilogue, a->norm_w != NULL);
-    const int64_t blocks1 = gemv_decode_blocks(a, 1);
-    return c->gemv_max_split >= 2 && blocks1 * 2 <= wave ? 2 : 1;
+    return c->gemv_max_split >= 2 && gemv_decode_blocks(a, 1, NULL) * 2 <= wave ? 2 : 1;
 }
 
 template <st_type T, int EPI, bool NORM>
 static void gemv_decode_launch(st_cuda_ctx *c, cuda_gemv_decode_args &a) {
     constexpr int MIN_BLOCKS = gemv_decode_min_blocks(T, EPI, NORM);
     const int S = cuda_gemv_decode_split(c, &a, T);
-    const int64_t blocks = gemv_decode_blocks(&a, S);
+    const int64_t blocks = gemv_decode_blocks(&a, S, a.block0);
     ST_ASSERT(blocks <= INT32_MAX);
     const unsigned int grid = (unsigned int)blocks, threads = CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE;
     if (S == 2) gemv_decode_kernel<T, EPI, NORM, MIN_BLOCKS, 2><<<grid, threads, 0, c->stream>>>(a);
@@ -190,7 +189,7 @@ static void gemv_decode_launch_epi(st_cuda_ctx *c, cuda_gemv_decode_args &a) {
 }
 
 st_status cuda_gemv_decode_run(st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type type, st_error *err) {
-    const int64_t blocks = gemv_decode_blocks(a, 1);
+    const int64_t blocks = gemv_decode_blocks(a, 1, NULL);
     if (blocks == 0) return ST_OK;
     const int64_t vec = type == ST_TYPE_F32 ? 4 : 8; // elements a 16-byte piece
     ST_ASSERT(blocks <= INT32_MAX && a->K % vec == 0 && a->K <= INT32_MAX - 64 * vec); // int element offsets
