@@ -447,9 +447,9 @@ bool st_cuda_attn_decode_supported(st_backend *b, const st_tensor *q, const st_t
            k_cache->ne[1] <= 65535 && R >= 1 && R <= dec_max_rows(k_cache->type, D);
 }
 
-// The partials buffer grows (synchronising first: queued kernels may read the old one)
-// only outside a graph recording; its size does not depend on n_kv, so a decode step that
-// ran once before the recording never grows in it.
+// The partials buffer grows (st_cuda_grow: the old one stays for the kernels and graphs
+// that address it) only outside a graph recording; its size does not depend on n_kv, so a
+// decode step that ran once before the recording never grows in it.
 static st_status dec_partials(st_cuda_ctx *c, size_t bytes, void **out, st_error *err) {
     st_status s = st_cuda_grow(c, &c->attn_partials, &c->attn_partials_bytes, bytes,
                                "attention: the split-KV partials", err);

@@ -68,22 +68,29 @@ static st_status cuda_sync_and_check(st_cuda_ctx *c, st_error *err) {
 // ---- memory ----------------------------------------------------------------------------
 
 st_status st_cuda_grow(st_cuda_ctx *c, void **buf, size_t *cap, size_t nbytes, const char *what, st_error *err) {
-    if (nbytes > *cap) {
-        if (c->capturing)
-            return st_error_set(err, ST_ERROR_DEVICE,
-                                "%s would grow from %zu to %zu bytes while recording a CUDA graph (run the step "
-                                "once before recording it)",
-                                what, *cap, nbytes);
-        // Queued kernels may still read the old buffer: wait for them. Growth happens only
-        // while the shapes seen so far grow.
-        ST_GPU_CHECK(st_gpu_stream_synchronize(c->stream));
-        if (*buf) ST_GPU_CHECK(st_gpu_free(*buf));
-        *buf = NULL;
-        *cap = 0;
-        size_t rounded = (nbytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
-        ST_GPU_CHECK(st_gpu_malloc(buf, rounded));
-        *cap = rounded;
+    if (nbytes <= *cap) return ST_OK;
+    if (c->capturing)
+        return st_error_set(err, ST_ERROR_DEVICE,
+                            "%s would grow from %zu to %zu bytes while recording a CUDA graph (run the step "
+                            "once before recording it)",
+                            what, *cap, nbytes);
+    // The old buffer stays until the context goes: kernels still queued and graphs recorded
+    // earlier (the decode step, whose attention partials an eval of a few tokens may outgrow)
+    // address it. Doubling bounds what is retired by the size of the live buffer.
+    if (*buf && c->n_retired == c->retired_cap) {
+        const int n = c->retired_cap ? 2 * c->retired_cap : 8;
+        void **r = (void **)realloc(c->retired, (size_t)n * sizeof(void *));
+        if (!r) return st_error_set(err, ST_ERROR_NOMEM, "out of host memory growing %s", what);
+        c->retired = r;
+        c->retired_cap = n;
     }
+    size_t rounded = (nbytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+    if (rounded < 2 * *cap) rounded = 2 * *cap;
+    void *fresh = NULL;
+    ST_GPU_CHECK(st_gpu_malloc(&fresh, rounded));
+    if (*buf) c->retired[c->n_retired++] = *buf;
+    *buf = fresh;
+    *cap = rounded;
     return ST_OK;
 }
 
@@ -360,6 +367,8 @@ static void cuda_ctx_destroy(st_cuda_ctx *c) {
     if (c->blas_workspace) (void)st_gpu_free(c->blas_workspace);
     if (c->scratch) (void)st_gpu_free(c->scratch);
     if (c->attn_partials) (void)st_gpu_free(c->attn_partials);
+    for (int i = 0; i < c->n_retired; i++) (void)st_gpu_free(c->retired[i]);
+    free(c->retired);
     if (c->d_op_error) (void)st_gpu_free(c->d_op_error);
     if (c->timer_start) (void)st_gpu_event_destroy(c->timer_start);
     if (c->timer_stop) (void)st_gpu_event_destroy(c->timer_stop);

@@ -61,16 +61,19 @@ typedef struct st_cuda_ctx {
     size_t attn_partials_bytes;
     unsigned int flash_smem_opted;       /* flash attention kernels given their shared memory (bits) */
     int sm_count;                        /* multiprocessors of the device */
+    void **retired;                      /* buffers st_cuda_grow replaced, freed with the context */
+    int n_retired, retired_cap;
     int gemv_max_split;                  /* the most warps a decode GEMV row may take (cuda_gemv_decode.cu) */
 } st_cuda_ctx;
 
 static inline st_cuda_ctx *cuda_ctx(st_backend *b) { return (st_cuda_ctx *)b->ctx; }
 
-/* *buf of at least nbytes on the device: grows (1 MiB steps) after a synchronisation, as
- * queued kernels may read the old buffer; growing while recording a graph is an error
- * naming `what`. */
+/* *buf of at least nbytes on the device. Growing allocates a new buffer (whole MiB, at
+ * least twice the old size) and retires the old one until the context goes, without
+ * waiting: queued kernels and recorded graphs (a decode step) may still use it. Growing
+ * while recording a graph is an error naming `what`. */
 st_status st_cuda_grow(st_cuda_ctx *c, void **buf, size_t *cap, size_t nbytes, const char *what, st_error *err);
-/* Scratch of at least nbytes on the device (grows; growing synchronises the device). */
+/* Scratch of at least nbytes on the device (grows as st_cuda_grow). */
 st_status st_cuda_scratch(st_cuda_ctx *c, size_t nbytes, void **out, st_error *err);
 
 /* Keeps the first failure of a void op for the next write/read/synchronize. */

@@ -784,6 +784,58 @@ static void test_attention_case(const attn_case *ac) {
     dual_free(&dp);
 }
 
+/* A recorded decode step keeps working after its scratch grew: split-KV attention of one
+ * token recorded as a graph, then an eager call of more rows that needs a larger partials
+ * buffer, then the graph replayed. The replay must give the recorded call's bits, and must
+ * not touch freed memory (the memcheck stage). Run before any other attention, so that
+ * the eager call is what grows the buffer. */
+static void test_graph_outlives_growth(void) {
+    const int64_t hd = 64, n_ctx = 128, n_kv = 100;
+    view vk, vv;
+    dual dk = cache_new(ST_TYPE_F16, hd, 8, n_ctx, false, &vk), dv = cache_new(ST_TYPE_F16, hd, 8, n_ctx, false, &vv);
+    st_tensor kg = on(&vk, dk.gpu), vg = on(&vv, dv.gpu);
+    st_attn_params p = {.n_kv = n_kv, .scale = 0.125f};
+    /* one token, 32 heads over 8 kv heads (partials of ~0.5 MiB); then 3 tokens of 64 heads
+     * over 4 (group 16, 48 rows a block: ~6.5 MiB) */
+    view vq1 = mkpacked(ST_TYPE_F32, hd, 32, 1), vy1 = mkpacked(ST_TYPE_F32, hd, 32, 1);
+    view vq4 = mkpacked(ST_TYPE_F32, hd, 64, 3), vy4 = mkpacked(ST_TYPE_F32, hd, 64, 3);
+    dual dq1 = dual_new(view_bytes(&vq1)), dy1 = dual_new(view_bytes(&vy1));
+    dual dq4 = dual_new(view_bytes(&vq4)), dy4 = dual_new(view_bytes(&vy4));
+    dual_random_f32(&dq1);
+    dual_random_f32(&dq4);
+    const int32_t pos1 = (int32_t)n_kv - 1, pos4[3] = {97, 98, 99};
+    dual dp1 = ids_new(&pos1, 1), dp4 = ids_new(pos4, 3);
+    view vp1 = ids_view(1, 1), vp4 = ids_view(3, 1);
+    st_tensor q1 = on(&vq1, dq1.gpu), y1 = on(&vy1, dy1.gpu), p1 = on(&vp1, dp1.gpu);
+    st_tensor q4 = on(&vq4, dq4.gpu), y4 = on(&vy4, dy4.gpu), p4 = on(&vp4, dp4.gpu);
+    st_tensor k4 = kg, v4 = vg; /* the 3-token call reads the first 4 kv heads */
+    k4.ne[1] = v4.ne[1] = 4;
+    st_error err = {0};
+    if (st_cuda_attention_choose(g_gpu, &q1, &kg, &vg, &p) != ST_CUDA_ATTN_PATH_DECODE ||
+        st_cuda_attention_choose(g_gpu, &q4, &k4, &v4, &p) != ST_CUDA_ATTN_PATH_DECODE)
+        test_die("graph_outlives_growth: the split-KV path does not take these shapes", NULL);
+
+    dual_poison(&dy1);
+    if (g_gpu->iface->attention(g_gpu, &y1, &q1, &kg, &vg, &p1, &p, &err) != ST_OK) test_die("cuda attention", &err);
+    char *ref = dual_fetch(&dy1);
+    st_backend_graph *g = NULL;
+    if (g_gpu->iface->graph_begin(g_gpu, &err) != ST_OK) test_die("cuda graph_begin", &err);
+    if (g_gpu->iface->attention(g_gpu, &y1, &q1, &kg, &vg, &p1, &p, &err) != ST_OK)
+        test_die("cuda attention (recording)", &err);
+    if (g_gpu->iface->graph_end(g_gpu, &g, &err) != ST_OK) test_die("cuda graph_end", &err);
+    if (g_gpu->iface->attention(g_gpu, &y4, &q4, &k4, &v4, &p4, &p, &err) != ST_OK) /* grows the partials */
+        test_die("cuda attention (3 tokens)", &err);
+    dual_poison(&dy1);
+    if (g_gpu->iface->graph_launch(g_gpu, g, &err) != ST_OK) test_die("cuda graph_launch", &err);
+    char *replayed = dual_fetch(&dy1);
+    cmp_result r = compare_bytes(ref, replayed, dy1.bytes);
+    record("graph after growth", "split-KV attention recorded, partials grown, replayed", &r, TOL_EXACT);
+    g_gpu->iface->graph_free(g_gpu, g);
+    free(ref), free(replayed);
+    dual_free(&dk), dual_free(&dv), dual_free(&dq1), dual_free(&dy1), dual_free(&dq4), dual_free(&dy4);
+    dual_free(&dp1), dual_free(&dp4);
+}
+
 /* ---- rope_attention (st_fused_rope_attention) -------------------------------------------- */
 
 /* One decode token: rope_store then attention over a cache holding `pos` earlier random
@@ -1092,6 +1144,8 @@ static void run_all(void) {
             test_mul_mat(types[ti], 2048, 512, 16, pad, X_PACKED);
             test_mul_mat(types[ti], 4096, 96, 64, pad, X_STRIDED);
         }
+
+    test_graph_outlives_growth(); /* before any other attention: see there */
 
     /* rope_attention (one decode token): head_dim 64/128/256, GQA groups 1-8, NORM/NEOX,
      * partial rotary, qk-norms or none, short and long context (one split and several),
