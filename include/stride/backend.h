@@ -65,7 +65,9 @@ typedef struct st_fused_mul_mat {
  * meaning is st_backend_rope_store_composite's sequence of plain ops.
  *   q [hd, n_head, M], k and v [hd, n_head_kv, M] F32 (q and k changed in place);
  *   q_norm, k_norm [hd] F32 or both NULL;  positions I32 [M];
- *   k_cache, v_cache [hd, n_head_kv, n_ctx] F16/F32 */
+ *   k_cache, v_cache [hd, n_head_kv, n_ctx] F16/F32;
+ *   rope_cs: NULL, or for one token (M = 1) rope_table's [n_rot] F32 at positions[0] with
+ *   these rope parameters, which a backend may read instead of forming the rotations. */
 typedef struct st_fused_rope_store {
     st_tensor *q, *k;
     const st_tensor *v;
@@ -74,6 +76,7 @@ typedef struct st_fused_rope_store {
     const st_tensor *positions;
     const st_rope_params *rope;
     st_tensor *k_cache, *v_cache;
+    const st_tensor *rope_cs;
 } st_fused_rope_store;
 
 /* rope_store, then attention over the cache with the roped q: the whole attention block
@@ -138,6 +141,12 @@ typedef struct st_backend_iface {
     /* dst[:, m] (+)= sum_j weights[j, m] * src[:, j, m]: combines the experts' outputs.
      * dst [D, M], src [D, k, M], weights [k, M]. */
     void (*moe_combine)(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *weights);
+
+    /* Optional (NULL: none). The rotations of position positions[0] under p, as RoPE forms
+     * them: dst [n_rot] F32 = (cos, sin) of each pair, for the rope_cs of the fused ops
+     * (every layer of a decode step shares its position). */
+    st_status (*rope_table)(st_backend *b, st_tensor *dst, const st_tensor *positions, const st_rope_params *p,
+                            st_error *err);
 
     /* Optional: a backend's fused version of op (NULL: the composite of plain ops). */
     st_status (*mul_mat_fused)(st_backend *b, const st_fused_mul_mat *op, st_error *err);

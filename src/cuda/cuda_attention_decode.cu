@@ -128,6 +128,7 @@ typedef struct dec_rope_args {
     int mode_neox, n_rot;
     float freq_base, freq_scale, attn_factor;
     const float *freq_factors;
+    const float2 *cs;               /* [n_rot/2] the rotations at the position (rope_table), or NULL */
     st_cuda_op_error *op_err;
 } dec_rope_args;
 
@@ -159,8 +160,10 @@ __device__ void dec_rope_row(float *y, const float *__restrict__ x, const float 
         src = tmp;
     }
     const int n_work = ra.n_rot / 2 + (D - ra.n_rot);
-    for (int i = t; i < n_work; i += n_thr)
-        rope_work(y, src, i, ra.mode_neox, ra.n_rot, pos, ra.freq_base, ra.freq_factors, ra.attn_factor);
+    for (int i = t; i < n_work; i += n_thr) {
+        if (ra.cs) rope_rotate(y, src, i, ra.mode_neox, ra.n_rot, i < ra.n_rot / 2 ? ra.cs[i] : make_float2(0.0f, 0.0f));
+        else rope_work(y, src, i, ra.mode_neox, ra.n_rot, pos, ra.freq_base, ra.freq_factors, ra.attn_factor);
+    }
     if (n_thr == ST_GPU_WARP_SIZE) __syncwarp(); else __syncthreads(); // tmp and red are free again
 }
 
@@ -568,6 +571,10 @@ st_status st_cuda_attn_decode_rope(st_backend *b, const st_fused_rope_attention 
     ra.freq_scale = r->freq_scale;
     ra.attn_factor = r->attn_factor;
     ra.freq_factors = r->freq_factors;
+    if (rs->rope_cs) {
+        ST_ASSERT(cuda_is_f32_rows(rs->rope_cs) && rs->rope_cs->ne[0] == r->n_rot && (uintptr_t)rs->rope_cs->data % 8 == 0);
+        ra.cs = (const float2 *)rs->rope_cs->data;
+    }
     ra.op_err = cuda_ctx(b)->d_op_error;
     return dec_run(b, op->out, rs->q, rs->k_cache, rs->v_cache, rs->positions, op->attn, &ra, err);
 }

@@ -405,6 +405,7 @@ static st_backend_iface cuda_make_iface(void) {
     t.mul_mat_fused = st_cuda_mul_mat_fused;
     t.rope_store = st_cuda_rope_store;
     t.rope_attention = st_cuda_rope_attention;
+    t.rope_table = st_cuda_rope_table;
     t.rms_norm = cuda_rms_norm;
     t.rope = cuda_rope;
     t.swiglu = cuda_swiglu;

@@ -283,6 +283,8 @@ st_status st_cuda_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const 
 st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_error *err);
 /* One token: rope_store folded into the split-KV attention; otherwise the composite. */
 st_status st_cuda_rope_attention(st_backend *b, const st_fused_rope_attention *op, st_error *err);
+st_status st_cuda_rope_table(st_backend *b, st_tensor *dst, const st_tensor *positions, const st_rope_params *p,
+                             st_error *err);
 
 /* cuda_elementwise.cu */
 st_status st_cuda_glu(st_backend *b, st_tensor *dst, const st_tensor *gate, const st_tensor *up, bool gelu,

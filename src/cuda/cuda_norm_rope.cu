@@ -86,6 +86,28 @@ __global__ void rope_f32(st_cuda_view dst, st_cuda_view x, const int32_t *__rest
 
 static int rope_threads(int64_t n_work) { return n_work <= 32 ? 32 : n_work <= 64 ? 64 : 128; }
 
+// The rotations of one position, for the kernels of a decode step to read instead of
+// forming them (every layer of a step has the same position): cs[t] = rope_cos_sin(t).
+__global__ void rope_table_kernel(float2 *cs, const int32_t *__restrict__ positions, int n_rot, float freq_base,
+                                  float freq_scale, const float *__restrict__ freq_factors, float attn_factor) {
+    const double pos = (double)positions[0] * (double)freq_scale;
+    for (int t = threadIdx.x; t < n_rot / 2; t += blockDim.x)
+        cs[t] = rope_cos_sin(t, n_rot, pos, freq_base, freq_factors, attn_factor);
+}
+
+st_status st_cuda_rope_table(st_backend *b, st_tensor *dst, const st_tensor *positions, const st_rope_params *p,
+                             st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    ST_ASSERT(cuda_is_f32_rows(dst) && dst->ne[0] == p->n_rot && (uintptr_t)dst->data % 8 == 0 &&
+              cuda_is_i32_index(positions) && positions->ne[0] >= 1);
+    if (p->n_rot < 2) return ST_OK;
+    rope_table_kernel<<<1, rope_threads(p->n_rot / 2), 0, c->stream>>>(
+        (float2 *)dst->data, (const int32_t *)positions->data, p->n_rot, p->freq_base, p->freq_scale,
+        p->freq_factors, p->attn_factor);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
 st_status st_cuda_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const st_tensor *positions,
                        const st_rope_params *p, st_error *err) {
     // x, dst F32 [head_dim, n_head, M]; positions I32 [M]; p->freq_factors device [n_rot/2]

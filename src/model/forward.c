@@ -82,8 +82,20 @@ static st_status project_add(st_session *s, st_tensor *x, const st_tensor *w, co
     return st_backend_mul_mat_fused(b, &op, err);
 }
 
+/* The rope of a layer: the sliding-window layers' base where the model has one. */
+static st_rope_params layer_rope(const st_model *m, bool swa) {
+    const st_hparams *hp = &m->hp;
+    st_rope_params rp = st_rope_params_default(hp->rope_mode, (int32_t)hp->n_rot,
+                                               swa ? hp->rope_freq_base_swa : hp->rope_freq_base);
+    rp.freq_scale = hp->rope_freq_scale;
+    rp.attn_factor = hp->rope_attn_factor;
+    rp.freq_factors = m->rope_factors ? m->rope_factors->data : NULL;
+    return rp;
+}
+
+/* tables: s->rope_cs holds this step's rotations (one token, a backend with rope_table). */
 static st_status attention_block(st_session *s, const st_layer_weights *l, int64_t il, int64_t M, int64_t n_kv,
-                                 st_error *err) {
+                                 bool tables, st_error *err) {
     st_model *m = s->model;
     const st_hparams *hp = &m->hp;
     st_backend *b = m->backend;
@@ -118,14 +130,10 @@ static st_status attention_block(st_session *s, const st_layer_weights *l, int64
         be->rms_norm(b, &k2, &k2, l->k_norm, hp->rms_eps);
     }
     const bool swa = st_hparams_layer_is_swa(hp, il);
-    st_rope_params rp = st_rope_params_default(hp->rope_mode, (int32_t)hp->n_rot,
-                                               swa ? hp->rope_freq_base_swa : hp->rope_freq_base);
-    rp.freq_scale = hp->rope_freq_scale;
-    rp.attn_factor = hp->rope_attn_factor;
-    rp.freq_factors = m->rope_factors ? m->rope_factors->data : NULL;
+    const st_rope_params rp = layer_rope(m, swa);
     st_kv_layer *kv = &s->kv[il];
     st_fused_rope_store rs = {.q = &q, .k = &k, .v = &v, .eps = hp->rms_eps, .positions = &pos, .rope = &rp,
-                              .k_cache = &kv->k, .v_cache = &kv->v};
+                              .k_cache = &kv->k, .v_cache = &kv->v, .rope_cs = tables ? &s->rope_cs[swa] : NULL};
     if (per_head_norm) rs.q_norm = l->q_norm, rs.k_norm = l->k_norm;
     st_attn_params ap = {.n_kv = n_kv, .window = swa ? (int32_t)hp->sliding_window : 0, .scale = hp->attn_scale};
     st_tensor attn = heads(&s->attn, 0, Hq, hd, M); /* [hd, n_head, M] */
@@ -196,9 +204,22 @@ st_status st_forward(st_session *s, int64_t M, int64_t n_kv, int64_t n_out, st_e
     TRY(be->get_rows(b, &x, m->token_embd, &ids, err)); /* [D, M] */
     if (hp->embd_scale != 1.0f) be->scale(b, &x, &x, hp->embd_scale);
 
+    /* one token: its rotations once for every layer (twice with sliding-window layers) */
+    const bool tables = M == 1 && be->rope_table && hp->n_rot >= 2;
+    if (tables) {
+        st_tensor pos = s->pos;
+        pos.ne[0] = 1;
+        bool swa_used = false;
+        for (int64_t il = 0; il < hp->n_layer; il++) swa_used |= st_hparams_layer_is_swa(hp, il);
+        for (int swa = 0; swa <= (swa_used ? 1 : 0); swa++) {
+            const st_rope_params rp = layer_rope(m, swa);
+            TRY(be->rope_table(b, &s->rope_cs[swa], &pos, &rp, err));
+        }
+    }
+
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const st_layer_weights *l = &m->layers[il];
-        TRY(attention_block(s, l, il, M, n_kv, err));
+        TRY(attention_block(s, l, il, M, n_kv, tables, err));
         TRY(hp->n_expert > 0 ? ffn_moe(s, l, M, err) : ffn_dense(s, l, M, err));
     }
 

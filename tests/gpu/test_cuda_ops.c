@@ -872,6 +872,24 @@ static void test_rope_attention(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, 
     record("rope_attention", desc, &r, TOL_ATTENTION);
     cmp_result rb = compare_bytes(y2, y, dy.bytes);
     record("rope_attention fused=plain", desc, &rb, TOL_EXACT);
+    if (st_cuda_attn_decode_rope_supported(g_gpu, &og) && n_rot >= 2) {
+        /* the rotations from rope_table instead of formed in the kernel: the same bits (the
+         * fused op leaves q and k as they came and stores the same k, v again) */
+        view vt = mkpacked(ST_TYPE_F32, n_rot, 1, 1);
+        dual dt = dual_new(view_bytes(&vt));
+        st_tensor tg = on(&vt, dt.gpu);
+        if (g_gpu->iface->rope_table(g_gpu, &tg, og.rs.positions, og.rs.rope, &err) != ST_OK)
+            test_die("cuda rope_table", &err);
+        st_fused_rope_attention og3 = og;
+        og3.rs.rope_cs = &tg;
+        dual_poison(&dy);
+        if (st_backend_rope_attention(g_gpu, &og3, &err) != ST_OK) test_die("cuda rope_attention (table)", &err);
+        char *y3 = dual_fetch(&dy);
+        cmp_result rt = compare_bytes(y, y3, dy.bytes);
+        record("rope_attention table=formed", desc, &rt, TOL_EXACT);
+        free(y3);
+        dual_free(&dt);
+    }
     free(y), free(y2);
     rope_operands_check_caches(&o, "rope_attention fused=plain", "rope_attention");
     dual_free(&dy), dual_free(&dy2);
