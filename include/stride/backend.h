@@ -168,7 +168,9 @@ typedef struct st_backend_iface {
     /* graph_begin starts recording: the ops called until graph_end are not run but kept
      * in *out, which graph_launch replays with the same arguments (the same tensors and
      * scalars; data in memory, such as positions and token ids, may change between
-     * launches). Ops that would allocate or wait while recording fail the recording. */
+     * launches). Ops that would allocate or wait while recording fail the recording. A
+     * recording stays valid while its tensors live: scratch the backend grows for later ops
+     * does not free what a recording addresses. */
     st_status (*graph_begin)(st_backend *b, st_error *err);
     st_status (*graph_end)(st_backend *b, st_backend_graph **out, st_error *err);
     st_status (*graph_launch)(st_backend *b, st_backend_graph *g, st_error *err);

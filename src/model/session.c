@@ -256,10 +256,6 @@ st_status st_session_eval(st_session *s, const int32_t *tokens, int64_t n, bool 
             st = decode_token(s, tokens[done], err);
             if (st == ST_OK && !logits) st = b->iface->synchronize(b, err); /* step_in is free again */
         } else {
-            /* A forward of several tokens may grow the backend's scratch (CUDA: the split-KV
-             * partials of a few tokens outgrow one token's), freeing buffers a recorded decode
-             * step still addresses: the next step records again. */
-            if (M > 1) drop_decode_graph(s);
             for (int64_t i = 0; i < M; i++) pos[i] = (int32_t)(s->n_past + i);
             if ((st = b->iface->write(b, s->ids.data, tokens + done, (size_t)M * sizeof(int32_t), err)) == ST_OK &&
                 (st = b->iface->write(b, s->pos.data, pos, (size_t)M * sizeof(int32_t), err)) == ST_OK)
