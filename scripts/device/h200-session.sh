@@ -7,7 +7,8 @@
 #   build        configure + build build-gpu (tests/gpu/run_gpu_tests.sh's build stage)
 #   synth        synthesize $MODELS (preset names; phi-4-mini as BF16, the rest F16) into
 #                models/, in parallel
-#   tests        the GPU test script's ops, quant, models and memcheck stages
+#   tests        the GPU test script's ctest (when .cm is carried), ops, quant, models and
+#                memcheck stages
 #   issue5       tg128/pp512 padding on vs off, -r 3, interleaved ($MODELS)
 #   greedy       64 greedy tokens with padding on vs off ($MODELS)
 #   seed         the seed-form table: pp128..pp8192, tg128, TTFT512 at depth 0/4096/8192,
@@ -45,6 +46,10 @@ O=${OUT:-/tmp/out}; mkdir -p "$O" models
 export PATH=/usr/local/cuda/bin:$PATH PYTHONPATH=$PWD/.whl XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/stride-xdg}
 MODELS=${MODELS:-llama-3.2-1b qwen3-1.7b qwen3-8b}
 S=build-gpu/stride
+# cmocka carried as .cm (scripts/device/carry-cmocka.sh): the builds include the ctest suite
+if [ -f .cm/include/cmocka.h ]; then
+    export CPATH=$PWD/.cm/include LIBRARY_PATH=$PWD/.cm/lib LD_LIBRARY_PATH=$PWD/.cm/lib CMAKE_PREFIX_PATH=$PWD/.cm
+fi
 t0=$(date +%s)
 elapsed() { echo "$1 $(( $(date +%s) - t0 )) s"; }
 model_type() { [ "$1" = phi-4-mini ] && echo bf16 || echo f16; }
@@ -62,7 +67,7 @@ stage_synth() {
     wait; ls -l models; elapsed synth
 }
 stage_tests() {
-    STAGES="ops quant models memcheck" OUT=/tmp/gpu-tests tests/gpu/run_gpu_tests.sh >/dev/null 2>&1
+    STAGES="ctest ops quant models memcheck" OUT=/tmp/gpu-tests tests/gpu/run_gpu_tests.sh >/dev/null 2>&1
     cp /tmp/gpu-tests/summary.txt "$O/gpu-tests-summary.txt"
     grep -E "FAIL|WARN|ALL|SOME|memcheck|test_cuda" "$O/gpu-tests-summary.txt"; elapsed tests
 }
