@@ -17,11 +17,11 @@
 // CUDA graphs: the launch (grid, block, shared memory, n_split) depends on the head counts,
 // head_dim, M and the device's SM count, NEVER on n_kv. The key range is computed on the
 // device from positions[] (t <= pos, t < n_kv, the window): the union [L, H] of the M
-// tokens' ranges is cut into n_eff <= n_split splits of cl keys (a multiple of C or of DEC_SPLIT_GRAIN, at least
-// DEC_MIN_SPLIT_KEYS while splits remain), and blocks past n_eff leave at once. n_kv only
-// bounds the range, so a caller may pass
-// the whole context: with n_kv > max(pos) the ranges, the splits and every rounding are the
-// same, and so are the results, bit for bit.
+// tokens' ranges is cut into n_eff <= n_split splits of cl keys (a multiple of C, or of
+// DEC_SPLIT_GRAIN; at least DEC_MIN_SPLIT_KEYS while splits remain), and blocks past n_eff
+// leave at once. n_kv only bounds the range, so a caller may pass the whole context: with
+// n_kv > max(pos) the ranges, the splits and every rounding are the same, and so are the
+// results, bit for bit.
 #include <string.h>
 
 #include "cuda/cuda_attention.cuh"
