@@ -11,6 +11,7 @@
 
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.cuh"
+#include "cuda/cuda_gemv.cuh"
 
 // cuBLAS workspace: 32 MiB is what NVIDIA recommends for Hopper (4 MiB before it).
 #define CUDA_BLAS_WORKSPACE_BYTES ((size_t)32 << 20)
@@ -444,13 +445,17 @@ static st_status cuda_env_override(const char *name, long lo, long hi, const cha
     return ST_OK;
 }
 
-// The decode tuning: the most warps a decode GEMV row may take (cuda_gemv_decode.cu), 2,
-// or 1 from STRIDE_CUDA_GEMV_SPLIT=1 (for A/B measurements in one build).
+// The decode tuning, overridable for A/B measurements in one build: the most warps a
+// decode GEMV row may take (cuda_gemv_decode.cu), 2, or 1 from STRIDE_CUDA_GEMV_SPLIT=1;
+// how many waves long a fused product must be to run its norm apart (cuda_gemv.cu),
+// GEMV_NORM_APART_WAVES, or STRIDE_CUDA_NORM_APART_WAVES (0: never).
 static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
-    long split = 2;
+    long split = 2, apart = GEMV_NORM_APART_WAVES;
     st_status s = cuda_env_override("STRIDE_CUDA_GEMV_SPLIT", 1, 2, "warps a row", &split, err);
+    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_NORM_APART_WAVES", 0, 1000000, "waves", &apart, err);
     if (s != ST_OK) return s;
     c->gemv_max_split = (int)split;
+    c->norm_apart_waves = (int)apart;
     return ST_OK;
 }
 

@@ -66,6 +66,8 @@ typedef struct st_cuda_ctx {
     void **retired;                      /* buffers st_cuda_grow replaced, freed with the context */
     int n_retired, retired_cap;
     int gemv_max_split;                  /* the most warps a decode GEMV row may take (cuda_gemv_decode.cu) */
+    int norm_apart_waves;                /* a fused one-column product with a norm this many waves long or
+                                            more runs the norm on its own first (0: never; cuda_gemv.cu) */
 } st_cuda_ctx;
 
 static inline st_cuda_ctx *cuda_ctx(st_backend *b) { return (st_cuda_ctx *)b->ctx; }

@@ -355,12 +355,31 @@ static bool fused_supported(const st_fused_mul_mat *op) {
     return true;
 }
 
+// A long one-column product with a norm (an output head: 15-20 waves of blocks) runs the
+// norm on its own first, into op->h, and streams its weights without it: the decode kernel
+// then holds GEMV_DECODE_MIN_BLOCKS blocks an SM instead of the norm's GEMV_NORM_MIN_BLOCKS
+// and loads no norm_w. Products of a wave or two (every layer's) keep the norm in their
+// loop, where the extra kernel costs more than it saves (above).
+static bool fused_norm_apart(const st_cuda_ctx *c, const st_fused_mul_mat *op) {
+    if (!op->norm_w || !op->h || c->norm_apart_waves == 0 || cuda_nrows(op->x) != 1) return false;
+    const bool glu = op->epilogue == ST_FUSED_EPILOGUE_SWIGLU || op->epilogue == ST_FUSED_EPILOGUE_GEGLU;
+    int64_t rows = 0;
+    for (int i = 0; i < (glu ? 1 : op->n_w); i++) rows += op->w[i]->ne[1];
+    const int64_t blocks = (rows + CUDA_GEMV_WARPS - 1) / CUDA_GEMV_WARPS;
+    return blocks >= (int64_t)c->norm_apart_waves * c->sm_count * GEMV_DECODE_MIN_BLOCKS;
+}
+
 st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err) {
     if (!fused_supported(op)) return st_backend_mul_mat_fused_composite(b, op, err);
     st_cuda_ctx *c = cuda_ctx(b);
-    gemv_args a = gemv_args_for(op->x);
+    const bool apart = fused_norm_apart(c, op);
+    if (apart) { // h = rmsnorm(x) * norm_w [K, 1], then the product of h
+        const st_status s = st_cuda_rms_norm(b, op->h, op->x, op->norm_w, op->eps, err);
+        if (s != ST_OK) return s;
+    }
+    gemv_args a = gemv_args_for(apart ? op->h : op->x);
     a.w_vec = weight_rows_aligned16(op->w[0]);
-    a.norm_w = op->norm_w ? (const float *)op->norm_w->data : NULL;
+    a.norm_w = op->norm_w && !apart ? (const float *)op->norm_w->data : NULL;
     a.eps = op->eps;
     if (op->norm_w) ST_ASSERT(cuda_is_f32_rows(op->norm_w) && op->norm_w->ne[0] == a.K);
     const bool glu = op->epilogue == ST_FUSED_EPILOGUE_SWIGLU || op->epilogue == ST_FUSED_EPILOGUE_GEGLU;

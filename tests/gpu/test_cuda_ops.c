@@ -1215,6 +1215,11 @@ static void run_all(void) {
                         test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_SWIGLU);
                         test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_GEGLU);
                     }
+    /* an output head's shape, 40,000 rows at K = 2048 and M = 1: at least GEMV_NORM_APART_WAVES
+     * waves of blocks on an H200, so its norm runs apart (cuda_gemv.cu); packed and padded */
+    for (int ti = 0; ti < 3; ti++)
+        for (size_t pad = 0; pad <= 64; pad += 64)
+            test_mul_mat_fused(types[ti], 2048, 40000, 1, pad, 1, 1, ST_FUSED_EPILOGUE_STORE);
 
     for (int ti = 0; ti < 3; ti++)
         for (int64_t K = 37; K <= 64; K += 27)
