@@ -8,20 +8,19 @@
 //   scores    one key per thread, f32 dot products against the f32 queries in shared memory
 //   softmax   one warp per row: running max and sum, the factor for the accumulator
 //   P.V       one pair of output dimensions per thread, NR rows (a template bucket)
-// and writes its partial result (max, sum, unnormalised acc[head_dim]) per row. The last
-// split of a kv head to finish (a counter per kv head, back to 0 after it) combines the
-// group's rows: out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s, the splits in order,
-// so the bits do not depend on which split came last. When the range is one split (a short
-// cache: up to DEC_MIN_SPLIT_KEYS keys), that split writes out = acc / l itself.
+// and writes its partial result (max, sum, unnormalised acc[head_dim]) per row. A second
+// kernel combines the splits of a row: out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s.
+// When the range is one split (a short cache: up to DEC_MIN_SPLIT_KEYS keys), that split
+// writes out = acc / l itself and the combine kernel returns after its plan.
 //
 // CUDA graphs: the launch (grid, block, shared memory, n_split) depends on the head counts,
 // head_dim, M and the device's SM count, NEVER on n_kv. The key range is computed on the
 // device from positions[] (t <= pos, t < n_kv, the window): the union [L, H] of the M
-// tokens' ranges is cut into n_eff <= n_split splits of cl keys (a multiple of C, or of
-// DEC_SPLIT_GRAIN; at least DEC_MIN_SPLIT_KEYS while splits remain), and blocks past n_eff
-// leave at once. n_kv only bounds the range, so a caller may pass the whole context: with
-// n_kv > max(pos) the ranges, the splits and every rounding are the same, and so are the
-// results, bit for bit.
+// tokens' ranges is cut into n_eff <= n_split splits of cl keys (a multiple of C, at least
+// DEC_MIN_SPLIT_KEYS while splits remain), and blocks past n_eff leave at once. The same
+// plan is recomputed by the combine kernel. n_kv only bounds the range, so a caller may pass
+// the whole context: with n_kv > max(pos) the ranges, the splits and every rounding are the
+// same, and so are the results, bit for bit.
 #include <string.h>
 
 #include "cuda/cuda_attention.cuh"
@@ -30,15 +29,11 @@
 #define DEC_THREADS 128
 #define DEC_WARPS (DEC_THREADS / ST_GPU_WARP_SIZE)
 #define DEC_MAX_SPLITS 128
-#ifndef DEC_MIN_SPLIT_KEYS
 #define DEC_MIN_SPLIT_KEYS 64
-#endif
-#ifndef DEC_SPLIT_GRAIN
-#define DEC_SPLIT_GRAIN 0 // a split's keys are a multiple of this (0: of the chunk, C)
-#endif
 #define DEC_BLOCKS_PER_SM 4 // splits are chosen to put about this many blocks on every SM
 #define DEC_SMEM_MAX (48 * 1024)
 #define DEC_MAX_NR 16 // rows per thread in P.V (the largest template bucket)
+#define DEC_COMBINE_THREADS 128
 
 template <st_type T, int D> struct dec_cfg {
     static constexpr int SZ = T == ST_TYPE_F16 ? 2 : 4;
@@ -93,8 +88,7 @@ __device__ __forceinline__ dec_plan dec_make_plan(const int32_t *__restrict__ po
     const int per = (len + n - 1) / n;
     pl.lo = L;
     pl.hi = H;
-    const int G = DEC_SPLIT_GRAIN > 0 ? DEC_SPLIT_GRAIN : C;
-    pl.cl = (per + G - 1) / G * G;
+    pl.cl = (per + C - 1) / C * C;
     pl.n_eff = (len + pl.cl - 1) / pl.cl; // <= n; no split is empty
     return pl;
 }
@@ -220,49 +214,14 @@ __device__ void dec_rope_prepare(const dec_rope_args &ra, st_cuda_view q, st_cud
     }
 }
 
-// The output rows of kv head kvh's group, out of the n_eff splits' partials: a warp per row
-// (the max and the sum over the splits lane-strided, as a warp tree), then each output
-// element's splits in order. w_s: DEC_WARPS * DEC_MAX_SPLITS floats of shared memory.
-// The partials come from other blocks of this launch: read past L1 (__ldcg).
-template <int D>
-__device__ void dec_combine_rows(st_cuda_view dst, int kvh, int group, int M, int n_split, int n_eff,
-                                 const float *__restrict__ part_acc, const float2 *__restrict__ part_ml, float *w_s) {
-    const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
-    float *w = w_s + warp * DEC_MAX_SPLITS;
-    for (int r = warp; r < M * group; r += DEC_WARPS) {
-        const int64_t m = r / group, h = (int64_t)kvh * group + r % group;
-        const int64_t base = (h * M + m) * n_split;
-        float mx = -INFINITY;
-        for (int s = lane; s < n_eff; s += ST_GPU_WARP_SIZE) mx = fmaxf(mx, __ldcg(&part_ml[base + s]).x);
-        mx = cuda_warp_max(mx);
-        float l = 0.0f;
-        for (int s = lane; s < n_eff; s += ST_GPU_WARP_SIZE) {
-            const float2 ml = __ldcg(&part_ml[base + s]);
-            const float ws = mx == -INFINITY ? 0.0f : exp2f(ml.x - mx);
-            w[s] = ws;
-            l = fmaf(ws, ml.y, l);
-        }
-        l = cuda_warp_sum(l);
-        __syncwarp();
-        float *out = (float *)(dst.data + h * dst.nb1 + m * dst.nb2);
-        for (int d = lane; d < D; d += ST_GPU_WARP_SIZE) {
-            float a = 0.0f;
-            for (int s = 0; s < n_eff; s++) a = fmaf(w[s], __ldcg(&part_acc[(base + s) * D + d]), a);
-            out[d] = l > 0.0f ? a / l : 0.0f; // a row that sees nothing: zeros
-        }
-        __syncwarp(); // w is this warp's again
-    }
-}
-
-// Partials: acc [n_head, M, n_split][D] f32, then (max, sum) [n_head, M, n_split] float2;
-// done [n_head_kv] the splits finished (0 before and after the launch).
+// Partials: acc [n_head, M, n_split][D] f32, then (max, sum) [n_head, M, n_split] float2.
 // ROPE (one token): the queries and the new key come unroped (dec_rope_prepare).
 template <st_type T, int D, int NR, bool ROPE>
 __global__ void __launch_bounds__(DEC_THREADS)
     attn_decode_split_kernel(st_cuda_view q, st_cuda_view kc, st_cuda_view vc, const int32_t *__restrict__ positions,
                              int64_t n_kv, int32_t window, float scale, float softcap, int n_split,
-                             float *__restrict__ part_acc, float2 *__restrict__ part_ml, int *__restrict__ done,
-                             const dec_rope_args ra, st_cuda_view dst) {
+                             float *__restrict__ part_acc, float2 *__restrict__ part_ml, const dec_rope_args ra,
+                             st_cuda_view dst) {
     using cfg = dec_cfg<T, D>;
     constexpr int C = cfg::C, ROWB = cfg::ROWB, QLD = cfg::QLD;
     extern __shared__ __align__(16) unsigned char dec_smem[];
@@ -280,7 +239,6 @@ __global__ void __launch_bounds__(DEC_THREADS)
     float *m_s = Ps + R * C, *l_s = m_s + R, *a_s = l_s + R; // [R] running max, sum, rescale factor
     int *lo_s = (int *)(a_s + R), *hi_s = lo_s + R;          // [R] visible keys
 
-    static_assert(2 * C * ROWB >= DEC_WARPS * DEC_MAX_SPLITS * 4, "the combine's weights fit the K/V chunk area");
     if (ROPE) {
         static_assert(2 * C * ROWB >= (DEC_WARPS + 1) * D * 4, "the rope scratch fits the K/V chunk area");
         dec_rope_prepare<T, D>(ra, q, kc, vc, positions[0], pl, kvh, s, group, Qs, QLD, (float *)Ks);
@@ -432,18 +390,43 @@ __global__ void __launch_bounds__(DEC_THREADS)
         const int64_t m = r / group, h = (int64_t)kvh * group + r % group;
         part_ml[(h * M + m) * n_split + s] = make_float2(m_s[r], l_s[r]);
     }
+}
 
-    // The last of the kv head's n_eff splits to get here combines (the pattern of a split-K
-    // reduction: partials written, fence, count; the last block fences again and reads).
-    __shared__ int last;
-    __threadfence();
+// One block per output row (head h, token m): the splits' partials, weighted by 2^(m_s - max).
+__global__ void __launch_bounds__(DEC_COMBINE_THREADS)
+    attn_decode_combine_kernel(st_cuda_view dst, const int32_t *__restrict__ positions, int64_t n_kv, int32_t window,
+                               int n_split, int C, const float *__restrict__ part_acc,
+                               const float2 *__restrict__ part_ml) {
+    __shared__ float w_s[DEC_MAX_SPLITS];
+    __shared__ float l_sum;
+    const int D = (int)dst.ne0, n_head = (int)dst.ne1, M = (int)dst.ne2;
+    const int h = blockIdx.x % n_head, m = blockIdx.x / n_head;
+    const dec_plan pl = dec_make_plan(positions, M, n_kv, window, n_split, C);
+    if (pl.n_eff == 1) return; // the split kernel wrote the output
+    const int64_t base = ((int64_t)h * M + m) * n_split;
+    if (threadIdx.x < ST_GPU_WARP_SIZE) {
+        const int lane = threadIdx.x;
+        float mx = -INFINITY;
+        for (int s = lane; s < pl.n_eff; s += ST_GPU_WARP_SIZE) mx = fmaxf(mx, part_ml[base + s].x);
+        mx = cuda_warp_max(mx);
+        float l = 0.0f;
+        for (int s = lane; s < pl.n_eff; s += ST_GPU_WARP_SIZE) {
+            const float2 ml = part_ml[base + s];
+            const float w = mx == -INFINITY ? 0.0f : exp2f(ml.x - mx);
+            w_s[s] = w;
+            l = fmaf(w, ml.y, l);
+        }
+        l = cuda_warp_sum(l);
+        if (lane == 0) l_sum = l;
+    }
     __syncthreads();
-    if (tid == 0) last = atomicAdd(&done[kvh], 1) == pl.n_eff - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (tid == 0) done[kvh] = 0; // the next launch (the next layer, a graph replay) counts from 0
-    dec_combine_rows<D>(dst, kvh, group, M, n_split, pl.n_eff, part_acc, part_ml, (float *)Ks);
+    const float l = l_sum;
+    float *out = (float *)(dst.data + (int64_t)h * dst.nb1 + (int64_t)m * dst.nb2);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float a = 0.0f;
+        for (int s = 0; s < pl.n_eff; s++) a = fmaf(w_s[s], part_acc[(base + s) * D + d], a);
+        out[d] = l > 0.0f ? a / l : 0.0f; // a row that sees nothing: zeros
+    }
 }
 
 // ---- host side ------------------------------------------------------------------------------
@@ -477,34 +460,26 @@ static st_status dec_partials(st_cuda_ctx *c, size_t bytes, void **out, st_error
     return s;
 }
 
-// The per-kv-head split counters, zero when (re)allocated; each launch leaves them at zero.
-static st_status dec_counters(st_cuda_ctx *c, int64_t n_head_kv, int **out, st_error *err) {
-    void *buf = c->attn_done;
-    st_status s = st_cuda_grow(c, &buf, &c->attn_done_bytes, (size_t)n_head_kv * sizeof(int),
-                               "attention: the split counters", err);
-    if (s != ST_OK) return s;
-    if (buf != c->attn_done) ST_GPU_CHECK(st_gpu_memset_async(buf, 0, c->attn_done_bytes, c->stream));
-    c->attn_done = (int *)buf;
-    *out = c->attn_done;
-    return ST_OK;
-}
-
 template <st_type T, int D, int NR>
 static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, const st_tensor *q,
                             const st_tensor *k_cache, const st_tensor *v_cache, const int32_t *pos,
-                            const st_attn_params *p, float *part_acc, float2 *part_ml, int *done,
-                            const dec_rope_args *ra, st_error *err) {
+                            const st_attn_params *p, float *part_acc, float2 *part_ml, const dec_rope_args *ra,
+                            st_error *err) {
     using cfg = dec_cfg<T, D>;
     ST_ASSERT((R + cfg::NRG - 1) / cfg::NRG <= NR && cfg::smem(R) <= DEC_SMEM_MAX);
     const dim3 grid((unsigned int)n_split, (unsigned int)k_cache->ne[1]);
     if (ra)
         attn_decode_split_kernel<T, D, NR, true><<<grid, DEC_THREADS, cfg::smem(R), c->stream>>>(
             cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
-            n_split, part_acc, part_ml, done, *ra, cuda_view(dst));
+            n_split, part_acc, part_ml, *ra, cuda_view(dst));
     else
         attn_decode_split_kernel<T, D, NR, false><<<grid, DEC_THREADS, cfg::smem(R), c->stream>>>(
             cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
-            n_split, part_acc, part_ml, done, dec_rope_args{}, cuda_view(dst));
+            n_split, part_acc, part_ml, dec_rope_args{}, cuda_view(dst));
+    ST_GPU_CHECK_LAUNCH();
+    const unsigned int rows = (unsigned int)(q->ne[1] * q->ne[2]);
+    attn_decode_combine_kernel<<<rows, DEC_COMBINE_THREADS, 0, c->stream>>>(cuda_view(dst), pos, p->n_kv, p->window,
+                                                                           n_split, cfg::C, part_acc, part_ml);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }
@@ -514,16 +489,14 @@ static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, 
 template <st_type T, int D>
 static st_status dec_launch_rows(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, const st_tensor *q,
                                  const st_tensor *k_cache, const st_tensor *v_cache, const int32_t *pos,
-                                 const st_attn_params *p, float *part_acc, float2 *part_ml, int *done,
-                            const dec_rope_args *ra,
+                                 const st_attn_params *p, float *part_acc, float2 *part_ml, const dec_rope_args *ra,
                                  st_error *err) {
     const int nr = (R + dec_cfg<T, D>::NRG - 1) / dec_cfg<T, D>::NRG;
     if (nr <= 2)
-        return dec_launch<T, D, 2>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, done, ra, err);
+        return dec_launch<T, D, 2>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, ra, err);
     if (nr <= 4)
-        return dec_launch<T, D, 4>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, done, ra, err);
-    return dec_launch<T, D, DEC_MAX_NR>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, done, ra,
-                                        err);
+        return dec_launch<T, D, 4>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, ra, err);
+    return dec_launch<T, D, DEC_MAX_NR>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, ra, err);
 }
 
 // The split-KV attention; with ra, its queries and new key roped in the kernel (one token).
@@ -540,9 +513,6 @@ static st_status dec_run(st_backend *b, st_tensor *dst, const st_tensor *q, cons
     void *buf = NULL;
     const st_status st = dec_partials(c, (size_t)slots * ((size_t)D * sizeof(float) + sizeof(float2)), &buf, err);
     if (st != ST_OK) return st;
-    int *done = NULL;
-    const st_status sc = dec_counters(c, n_head_kv, &done, err);
-    if (sc != ST_OK) return sc;
     float *part_acc = (float *)buf;
     float2 *part_ml = (float2 *)(part_acc + slots * D); // 8-byte aligned: D is even
     const int32_t *pos = (const int32_t *)positions->data;
@@ -551,9 +521,9 @@ static st_status dec_run(st_backend *b, st_tensor *dst, const st_tensor *q, cons
 #define DEC_CASE(d)                                                                                                \
     case d:                                                                                                        \
         return f16 ? dec_launch_rows<ST_TYPE_F16, d>(c, ns, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, \
-                                                     done, ra, err)                                                \
+                                                     ra, err)                                                      \
                    : dec_launch_rows<ST_TYPE_F32, d>(c, ns, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, \
-                                                     done, ra, err);
+                                                     ra, err);
     switch (D) {
         DEC_CASE(64)
         DEC_CASE(128)

@@ -59,8 +59,6 @@ typedef struct st_cuda_ctx {
     bool capturing;                      /* graph_begin .. graph_end: nothing may allocate or wait */
     void *attn_partials;                 /* split-KV attention: per-split (max, sum, acc[head_dim]) */
     size_t attn_partials_bytes;
-    int *attn_done;                      /* split-KV attention: splits finished per kv head, 0 between launches */
-    size_t attn_done_bytes;
     unsigned int flash_smem_opted;       /* flash attention kernels given their shared memory (bits) */
     int sm_count;                        /* multiprocessors of the device */
     void **retired;                      /* buffers st_cuda_grow replaced, freed with the context */
