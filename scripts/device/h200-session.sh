@@ -15,6 +15,9 @@
 #                on/off/auto, -r 2, with JSON and the SVG chart ($MODELS)
 #   kernels      bench/kernels/decode_step_bench.cu against build-gpu: each decode kernel's
 #                time per layer, alone and back to back, packed and padded
+#   depths       decode_step_bench's attention rows (padded) at depths $DEPTHS (64 1024
+#                4096) for build-gpu and every .wt tree built by `branches` (attention
+#                changes whose cost grows with the splits: measure them deep, not at tg128)
 #   sweep        the same bench against builds with other CUDA defines ($SWEEP: variants
 #                separated by ';', each its -D flags, e.g. "-DCUDA_GEMV_UNROLL=4;-DGEMV_NORM_IN_LOOP_ON=0");
 #                each build has the CLI too (build-sweep-N/stride, for decode-ab.sh)
@@ -103,6 +106,19 @@ stage_kernels() {
     decode_bench build-gpu || exit 1
     { build-gpu/decode_step_bench; build-gpu/decode_step_bench --pad; } >"$O/decode-step.md" 2>&1
     cat "$O/decode-step.md"; elapsed kernels
+}
+stage_depths() {
+    local b d
+    [ -x build-gpu/decode_step_bench ] || decode_bench build-gpu || exit 1
+    for b in build-gpu .wt/*/build-gpu; do
+        [ -d "$b" ] || continue
+        if [ ! -x "$b/decode_step_bench" ]; then ( cd "${b%/build-gpu}" && decode_bench build-gpu ) || continue; fi
+        for d in ${DEPTHS:-64 1024 4096}; do
+            echo "== $b, depth $d"
+            "$b/decode_step_bench" --pad --depth "$d" | grep -E "layers|attention"
+        done
+    done >"$O/depths.md" 2>&1
+    cat "$O/depths.md"; elapsed depths
 }
 stage_sweep() {
     local i=0 flags
