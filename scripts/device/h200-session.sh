@@ -16,7 +16,7 @@
 #   kernels      bench/kernels/decode_step_bench.cu against build-gpu: each decode kernel's
 #                time per layer, alone and back to back, packed and padded
 #   depths       decode_step_bench's attention rows (padded) at depths $DEPTHS (64 1024
-#                4096) for build-gpu and every .wt tree built by `branches` (attention
+#                4000) for build-gpu and every .wt tree built by `branches` (attention
 #                changes whose cost grows with the splits: measure them deep, not at tg128)
 #   sweep        the same bench against builds with other CUDA defines ($SWEEP: variants
 #                separated by ';', each its -D flags, e.g. "-DCUDA_GEMV_UNROLL=4;-DGEMV_NORM_IN_LOOP_ON=0");
@@ -113,7 +113,7 @@ stage_depths() {
     for b in build-gpu .wt/*/build-gpu; do
         [ -d "$b" ] || continue
         if [ ! -x "$b/decode_step_bench" ]; then ( cd "${b%/build-gpu}" && decode_bench build-gpu ) || continue; fi
-        for d in ${DEPTHS:-64 1024 4096}; do
+        for d in ${DEPTHS:-64 1024 4000}; do
             echo "== $b, depth $d"
             "$b/decode_step_bench" --pad --depth "$d" | grep -E "layers|attention"
         done
