@@ -32,13 +32,13 @@
 /* Blocks per multiprocessor of the kernels with the norm in the loop, which hold x and
  * norm_w pieces beside the weights (at 8, ptxas spills); the decode kernel's other bound
  * (cuda_gemv_decode.cu). */
+#ifndef GEMV_NORM_MIN_BLOCKS
+#define GEMV_NORM_MIN_BLOCKS 6
+#endif
 /* A fused one-column product with a norm whose grid is at least this many waves of
  * GEMV_DECODE_MIN_BLOCKS blocks an SM runs the norm on its own first (cuda_gemv.cu). */
 #ifndef GEMV_NORM_APART_WAVES
 #define GEMV_NORM_APART_WAVES 4
-#endif
-#ifndef GEMV_NORM_MIN_BLOCKS
-#define GEMV_NORM_MIN_BLOCKS 6
 #endif
 #define CUDA_GEMV_MAX_PARTS 3
 
