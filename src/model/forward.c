@@ -204,14 +204,13 @@ st_status st_forward(st_session *s, int64_t M, int64_t n_kv, int64_t n_out, st_e
     TRY(be->get_rows(b, &x, m->token_embd, &ids, err)); /* [D, M] */
     if (hp->embd_scale != 1.0f) be->scale(b, &x, &x, hp->embd_scale);
 
-    /* one token: its rotations once for every layer (twice with sliding-window layers) */
+    /* one token: its rotations once for the layers of each rope (global, sliding-window) */
     const bool tables = M == 1 && be->rope_table && hp->n_rot >= 2;
     if (tables) {
         st_tensor pos = s->pos;
         pos.ne[0] = 1;
-        bool swa_used = false;
-        for (int64_t il = 0; il < hp->n_layer; il++) swa_used |= st_hparams_layer_is_swa(hp, il);
-        for (int swa = 0; swa <= (swa_used ? 1 : 0); swa++) {
+        for (int swa = 0; swa < 2; swa++) {
+            if (!s->rope_cs_used[swa]) continue;
             const st_rope_params rp = layer_rope(m, swa);
             TRY(be->rope_table(b, &s->rope_cs[swa], &pos, &rp, err));
         }

@@ -135,6 +135,7 @@ st_status st_session_init(st_model *m, const st_session_options *opt, st_session
         goto fail;
     }
     layout_scratch(s, s->scratch);
+    for (int64_t il = 0; il < hp->n_layer; il++) s->rope_cs_used[st_hparams_layer_is_swa(hp, il)] = true;
     if ((st = ensure_logits(s, 1, err)) != ST_OK) goto fail;
     if ((st = host_alloc(b, 2 * sizeof(int32_t), (void **)&s->step_in, err)) != ST_OK ||
         (st = host_alloc(b, (size_t)hp->n_vocab * sizeof(float), (void **)&s->step_logits, err)) != ST_OK) {

@@ -35,6 +35,7 @@ struct st_session {
     st_tensor moe_weights;  /* [K, U] their weights */
     st_tensor moe_down;     /* [D, K, U] each chosen expert's output */
     st_tensor rope_cs[2];   /* [n_rot] a decode step's rotations (rope_table): global, sliding-window layers */
+    bool rope_cs_used[2];   /* some layer ropes with the global / the sliding-window parameters */
     st_tensor logits;       /* [V, n_logits_cap] */
     int64_t n_logits_cap;
     void *logits_buffer;
