@@ -30,7 +30,9 @@
 #define DEC_WARPS (DEC_THREADS / ST_GPU_WARP_SIZE)
 #define DEC_MAX_SPLITS 128
 #define DEC_MIN_SPLIT_KEYS 64
-#define DEC_BLOCKS_PER_SM 4 // splits are chosen to put about this many blocks on every SM
+#ifndef DEC_BLOCKS_PER_SM // (a define for tuning builds)
+#define DEC_BLOCKS_PER_SM 2 // splits are chosen to put about this many blocks on every SM (4: slower at every depth, bench/decode-branches-h200.md)
+#endif
 #define DEC_SMEM_MAX (48 * 1024)
 #define DEC_MAX_NR 16 // rows per thread in P.V (the largest template bucket)
 #define DEC_COMBINE_THREADS 128
