@@ -30,8 +30,13 @@
 #define DEC_WARPS (DEC_THREADS / ST_GPU_WARP_SIZE)
 #define DEC_MAX_SPLITS 128
 #define DEC_MIN_SPLIT_KEYS 64
-#ifndef DEC_BLOCKS_PER_SM // (a define for tuning builds)
-#define DEC_BLOCKS_PER_SM 2 // splits are chosen to put about this many blocks on every SM (4: slower at every depth, bench/decode-branches-h200.md)
+/* Splits are chosen to put about this many blocks on every SM. The grid is sized for the
+ * longest range (a recorded step cannot depend on n_kv), so at short depths nearly all of
+ * its blocks leave after the plan; 4 an SM was 0.6-2.1 us a layer slower than 2 at depths
+ * 64 to 4,000, and 1 slower from about 4,000 keys (bench/decode-branches-h200.md). A define
+ * for tuning builds. */
+#ifndef DEC_BLOCKS_PER_SM
+#define DEC_BLOCKS_PER_SM 2
 #endif
 #define DEC_SMEM_MAX (48 * 1024)
 #define DEC_MAX_NR 16 // rows per thread in P.V (the largest template bucket)
