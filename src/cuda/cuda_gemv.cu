@@ -337,6 +337,14 @@ st_status st_cuda_gemv(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const
 // The fused kernel takes the op when: M is below ST_CUDA_GEMM_MIN_M (and fits one pass),
 // every weight is a float type, one type; a norm's h fits the staging limit; GLU's gate
 // and up have one shape and stride (they are read by the same warp).
+// A gated pair (SwiGLU/GeGLU): w[0] and w[1] share one grid of rows, a part.
+static bool fused_glu(const st_fused_mul_mat *op) {
+    return op->epilogue == ST_FUSED_EPILOGUE_SWIGLU || op->epilogue == ST_FUSED_EPILOGUE_GEGLU;
+}
+
+// The parts of the product's grid: the gated pair's rows once, else each weight's.
+static int fused_parts(const st_fused_mul_mat *op) { return fused_glu(op) ? 1 : op->n_w; }
+
 static bool fused_supported(const st_fused_mul_mat *op) {
     const st_tensor *x = op->x;
     const int64_t K = x->ne[0], M = cuda_nrows(x);
@@ -349,7 +357,7 @@ static bool fused_supported(const st_fused_mul_mat *op) {
         if (w->ne[2] != 1 || w->ne[3] != 1) return false;
         if (weight_rows_aligned16(w) != weight_rows_aligned16(op->w[0])) return false;
     }
-    if (op->epilogue == ST_FUSED_EPILOGUE_SWIGLU || op->epilogue == ST_FUSED_EPILOGUE_GEGLU)
+    if (fused_glu(op))
         return op->n_w == 2 && op->w[1]->ne[1] == op->w[0]->ne[1] && op->out->ne[0] == op->w[0]->ne[1];
     if (op->epilogue == ST_FUSED_EPILOGUE_ADD) return op->n_w == 1 && op->out->ne[0] == op->w[0]->ne[1];
     return true;
@@ -362,9 +370,8 @@ static bool fused_supported(const st_fused_mul_mat *op) {
 // loop, where the extra kernel costs more than it saves (above).
 static bool fused_norm_apart(const st_cuda_ctx *c, const st_fused_mul_mat *op) {
     if (!op->norm_w || !op->h || c->norm_apart_waves == 0 || cuda_nrows(op->x) != 1) return false;
-    const bool glu = op->epilogue == ST_FUSED_EPILOGUE_SWIGLU || op->epilogue == ST_FUSED_EPILOGUE_GEGLU;
     int64_t rows = 0;
-    for (int i = 0; i < (glu ? 1 : op->n_w); i++) rows += op->w[i]->ne[1];
+    for (int i = 0; i < fused_parts(op); i++) rows += op->w[i]->ne[1];
     const int64_t blocks = (rows + CUDA_GEMV_WARPS - 1) / CUDA_GEMV_WARPS;
     return blocks >= (int64_t)c->norm_apart_waves * c->sm_count * GEMV_DECODE_MIN_BLOCKS;
 }
@@ -382,8 +389,7 @@ st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_er
     a.norm_w = op->norm_w && !apart ? (const float *)op->norm_w->data : NULL;
     a.eps = op->eps;
     if (op->norm_w) ST_ASSERT(cuda_is_f32_rows(op->norm_w) && op->norm_w->ne[0] == a.K);
-    const bool glu = op->epilogue == ST_FUSED_EPILOGUE_SWIGLU || op->epilogue == ST_FUSED_EPILOGUE_GEGLU;
-    a.n_parts = glu ? 1 : op->n_w;
+    a.n_parts = fused_parts(op);
     for (int i = 0; i < a.n_parts; i++) {
         a.part[i].w = (const char *)op->w[i]->data;
         a.part[i].nb1 = (int64_t)op->w[i]->nb[1];
@@ -394,7 +400,7 @@ st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_er
             a.part[i].y = cuda_view(op->y[i]);
         }
     }
-    if (glu) {
+    if (fused_glu(op)) {
         a.w_up = (const char *)op->w[1]->data;
         a.up_nb1 = (int64_t)op->w[1]->nb[1];
     }
