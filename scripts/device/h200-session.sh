@@ -28,6 +28,8 @@
 #   persistent   bench/kernels/persistent_gemv_bench.cu: a layer's four products as separate
 #                kernels in a graph vs one persistent cooperative kernel (llama-3.2-1b,
 #                qwen3-1.7b and qwen3-8b shapes)
+#   floor        bench/kernels/read_floor_bench.cu: one kernel reading N MB from HBM, back to
+#                back in a graph (the floor under a decode product of that size)
 #   variants     bench/kernels/gemv_variants_bench.cu: the plain one-warp-a-row GEMV under
 #                stride's traits one at a time (loads in flight, register bound, 64-bit
 #                indices), each product of the three issue-5 shapes
@@ -158,6 +160,11 @@ stage_persistent() {
     { /tmp/persistent_gemv_bench; /tmp/persistent_gemv_bench 2048 2048 1024 6144 28;
       /tmp/persistent_gemv_bench 4096 4096 1024 12288 36; } >"$O/persistent.md" 2>&1
     cat "$O/persistent.md"; elapsed persistent
+}
+stage_floor() {
+    nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/read_floor_bench.cu -o /tmp/read_floor_bench || exit 1
+    /tmp/read_floor_bench >"$O/read-floor.md" 2>&1
+    cat "$O/read-floor.md"; elapsed floor
 }
 stage_variants() {
     nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/gemv_variants_bench.cu -o /tmp/gemv_variants_bench || exit 1
