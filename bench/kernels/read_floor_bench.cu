@@ -12,21 +12,10 @@
 // Build and run (on the GPU machine):
 //   nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/read_floor_bench.cu -o /tmp/read_floor_bench
 //   /tmp/read_floor_bench
-#include <stdio.h>
-#include <stdlib.h>
-
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t rc_ = (call);                                                                  \
-        if (rc_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "read_floor_bench: %s: %s\n", #call, cudaGetErrorString(rc_));         \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "standalone_layer.cuh" // CHECK, COPY_GBS, graph_us
 
-#define COPY_GBS 4260.0 // the H200's device copy rate, the decode roofline's (SPEC.md)
 #define POOL_BYTES (2048ull << 20)
 #define REPS 20
 
@@ -82,21 +71,10 @@ static double time_read(const shape &s, int sms, const unsigned char *pool, size
     for (int i = 0; i < k; i++) launch(s, sms, (const uint4 *)(pool + (size_t)i * slice), bytes / 16, sink, st);
     CHECK(cudaStreamEndCapture(st, &g));
     CHECK(cudaGraphInstantiate(&ge, g, 0));
-    CHECK(cudaGraphLaunch(ge, st)); // warm-up
-    cudaEvent_t a, b;
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&b));
-    CHECK(cudaEventRecord(a, st));
-    for (int r = 0; r < REPS; r++) CHECK(cudaGraphLaunch(ge, st));
-    CHECK(cudaEventRecord(b, st));
-    CHECK(cudaEventSynchronize(b));
-    float ms = 0.0f;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
+    const double us = graph_us(ge, st, REPS) / k;
     CHECK(cudaGraphExecDestroy(ge));
     CHECK(cudaGraphDestroy(g));
-    CHECK(cudaEventDestroy(a));
-    CHECK(cudaEventDestroy(b));
-    return ms * 1e3 / ((double)REPS * k);
+    return us;
 }
 
 int main(void) {

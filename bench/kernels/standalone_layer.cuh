@@ -1,5 +1,6 @@
 // Shared by the standalone decode-product benchmarks (persistent_gemv_bench.cu,
-// gemv_variants_bench.cu; no stride library code): a dense layer's F16 product weights
+// gemv_variants_bench.cu, read_floor_bench.cu: CHECK, COPY_GBS, graph_us; no stride
+// library code): a dense layer's F16 product weights
 // for L layers in one allocation, the dims from the command line, and the plain
 // one-warp-a-row dot product they time.
 //
