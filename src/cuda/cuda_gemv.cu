@@ -334,9 +334,6 @@ st_status st_cuda_gemv(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const
     return ST_OK;
 }
 
-// The fused kernel takes the op when: M is below ST_CUDA_GEMM_MIN_M (and fits one pass),
-// every weight is a float type, one type; a norm's h fits the staging limit; GLU's gate
-// and up have one shape and stride (they are read by the same warp).
 // A gated pair (SwiGLU/GeGLU): w[0] and w[1] share one grid of rows, a part.
 static bool fused_glu(const st_fused_mul_mat *op) {
     return op->epilogue == ST_FUSED_EPILOGUE_SWIGLU || op->epilogue == ST_FUSED_EPILOGUE_GEGLU;
@@ -345,6 +342,9 @@ static bool fused_glu(const st_fused_mul_mat *op) {
 // The parts of the product's grid: the gated pair's rows once, else each weight's.
 static int fused_parts(const st_fused_mul_mat *op) { return fused_glu(op) ? 1 : op->n_w; }
 
+// The fused kernel takes the op when: M is below ST_CUDA_GEMM_MIN_M (and fits one pass),
+// every weight is a float type, one type; a norm's h fits the staging limit; GLU's gate
+// and up have one shape and stride (they are read by the same warp).
 static bool fused_supported(const st_fused_mul_mat *op) {
     const st_tensor *x = op->x;
     const int64_t K = x->ne[0], M = cuda_nrows(x);
