@@ -28,15 +28,13 @@
 #include "standalone_layer.cuh"
 
 #define THREADS 256
-#define WARPS (THREADS / 32)
 #define REPS 20
 
-enum { EPI_STORE, EPI_ADD, EPI_GLU };
-
-// One warp per row of W [N][K]; GLU: w2 is the up weight.
+// One warp per row of W [N][K]; GLU: w2 is the up weight (the header's gemv with its traits
+// as parameters).
 template <int EPI, int U, int MINB, typename IDX>
 __global__ void __launch_bounds__(THREADS, MINB)
-    gemv(const __half *__restrict__ w, const __half *__restrict__ w2, const float *__restrict__ x, float *y, int N,
+    gemv_variant(const __half *__restrict__ w, const __half *__restrict__ w2, const float *__restrict__ x, float *y, int N,
          int K) {
     const IDX r = ((IDX)blockIdx.x * THREADS + threadIdx.x) / 32;
     if (r >= N) return;
@@ -60,7 +58,7 @@ struct variant {
     kernel_t store, add, glu;
 };
 #define VARIANT(name, U, MINB, IDX)                                                                        \
-    { name, gemv<EPI_STORE, U, MINB, IDX>, gemv<EPI_ADD, U, MINB, IDX>, gemv<EPI_GLU, U, MINB, IDX> }
+    { name, gemv_variant<EPI_STORE, U, MINB, IDX>, gemv_variant<EPI_ADD, U, MINB, IDX>, gemv_variant<EPI_GLU, U, MINB, IDX> }
 static const variant VARIANTS[] = {
     VARIANT("U2 free int (persistent bench's)", 2, 1, int),
     VARIANT("U2 8/SM int", 2, 8, int),
@@ -74,8 +72,6 @@ static const variant VARIANTS[] = {
 
 enum { P_QKV, P_O, P_FFN, P_DOWN, N_PRODUCTS };
 static const char *PRODUCT_NAME[] = {"qkv", "o + add", "gate/up + SwiGLU", "down + add"};
-
-static unsigned blocks_for(int rows) { return (unsigned)((rows + WARPS - 1) / WARPS); }
 
 static void issue(cudaStream_t s, const variant &v, int p, const layer &l, const dims &d, const bufs &b) {
     switch (p) {

@@ -27,23 +27,6 @@ namespace cg = cooperative_groups;
 #define UNROLL 2
 #define REPS 20
 
-enum { EPI_STORE, EPI_ADD, EPI_GLU };
-
-// separate: one warp per row of W [N][K]
-template <int EPI>
-__global__ void __launch_bounds__(THREADS) gemv(const __half *w, const __half *w2, const float *x, float *y, int N,
-                                                int K) {
-    const int r = (blockIdx.x * THREADS + threadIdx.x) / 32;
-    if (r >= N) return;
-    const float a = row_dot<UNROLL, int>(w + (size_t)r * K, x, K);
-    if (EPI == EPI_GLU) {
-        const float b = row_dot<UNROLL, int>(w2 + (size_t)r * K, x, K);
-        if (threadIdx.x % 32 == 0) y[r] = silu(a) * b;
-    } else if (threadIdx.x % 32 == 0) {
-        y[r] = EPI == EPI_ADD ? y[r] + a : a;
-    }
-}
-
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // The first 2 KiB of row `first_row` of W [N][K] (if the warp has one), into L2.
@@ -87,17 +70,6 @@ __global__ void __launch_bounds__(THREADS, 5)
         }
         if (PREFETCH && l + 1 < d.L) prefetch_row(ls[l + 1].qkv, gw, d.QKV, d.E);
         grid.sync();
-    }
-}
-
-static unsigned blocks_for(int rows) { return (unsigned)((rows * 32 + THREADS - 1) / THREADS); }
-
-static void step_separate(cudaStream_t s, const layer *hl, const dims &d, float *x, float *qkv, float *g) {
-    for (int l = 0; l < d.L; l++) {
-        gemv<EPI_STORE><<<blocks_for(d.QKV), THREADS, 0, s>>>(hl[l].qkv, NULL, x, qkv, d.QKV, d.E);
-        gemv<EPI_ADD><<<blocks_for(d.E), THREADS, 0, s>>>(hl[l].o, NULL, qkv, x, d.E, d.Q);
-        gemv<EPI_GLU><<<blocks_for(d.F), THREADS, 0, s>>>(hl[l].gate, hl[l].up, x, g, d.F, d.E);
-        gemv<EPI_ADD><<<blocks_for(d.E), THREADS, 0, s>>>(hl[l].down, NULL, g, x, d.E, d.F);
     }
 }
 

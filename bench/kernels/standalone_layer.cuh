@@ -1,6 +1,6 @@
 // Shared by the standalone decode-product benchmarks (persistent_gemv_bench.cu,
-// gemv_variants_bench.cu, read_floor_bench.cu: CHECK, COPY_GBS, graph_us; no stride
-// library code): a dense layer's F16 product weights
+// stream_chain_bench.cu, gemv_variants_bench.cu, read_floor_bench.cu: CHECK, COPY_GBS,
+// graph_us; no stride library code): a dense layer's F16 product weights
 // for L layers in one allocation, the dims from the command line, and the plain
 // one-warp-a-row dot product they time.
 //
@@ -131,5 +131,37 @@ static double graph_us(cudaGraphExec_t exec, cudaStream_t s, int reps) {
 }
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+
+// The separate baseline: one kernel a product, one warp a row of W [N][K] (2 loads a lane
+// in flight), recorded by the caller in a graph.
+#define SEPARATE_THREADS 256
+enum { EPI_STORE, EPI_ADD, EPI_GLU };
+
+template <int EPI>
+__global__ void __launch_bounds__(SEPARATE_THREADS) gemv(const __half *w, const __half *w2, const float *x, float *y,
+                                                         int N, int K) {
+    const int r = (blockIdx.x * SEPARATE_THREADS + threadIdx.x) / 32;
+    if (r >= N) return;
+    const float a = row_dot<2, int>(w + (size_t)r * K, x, K);
+    if (EPI == EPI_GLU) {
+        const float b = row_dot<2, int>(w2 + (size_t)r * K, x, K);
+        if (threadIdx.x % 32 == 0) y[r] = silu(a) * b;
+    } else if (threadIdx.x % 32 == 0) {
+        y[r] = EPI == EPI_ADD ? y[r] + a : a;
+    }
+}
+
+static unsigned blocks_for(int rows) { return (unsigned)((rows * 32 + SEPARATE_THREADS - 1) / SEPARATE_THREADS); }
+
+// One step of L layers as separate kernels on s: qkv = Wqkv x; x += Wo qkv[0:Q];
+// g = silu(Wg x) * (Wu x); x += Wd g.
+static void step_separate(cudaStream_t s, const layer *hl, const dims &d, float *x, float *qkv, float *g) {
+    for (int l = 0; l < d.L; l++) {
+        gemv<EPI_STORE><<<blocks_for(d.QKV), SEPARATE_THREADS, 0, s>>>(hl[l].qkv, NULL, x, qkv, d.QKV, d.E);
+        gemv<EPI_ADD><<<blocks_for(d.E), SEPARATE_THREADS, 0, s>>>(hl[l].o, NULL, qkv, x, d.E, d.Q);
+        gemv<EPI_GLU><<<blocks_for(d.F), SEPARATE_THREADS, 0, s>>>(hl[l].gate, hl[l].up, x, g, d.F, d.E);
+        gemv<EPI_ADD><<<blocks_for(d.E), SEPARATE_THREADS, 0, s>>>(hl[l].down, NULL, g, x, d.E, d.F);
+    }
+}
 
 #endif /* STRIDE_BENCH_STANDALONE_LAYER_CUH */

@@ -28,6 +28,10 @@
 #   persistent   bench/kernels/persistent_gemv_bench.cu: a layer's four products as separate
 #                kernels in a graph vs one persistent cooperative kernel (llama-3.2-1b,
 #                qwen3-1.7b and qwen3-8b shapes)
+#   chain        bench/kernels/stream_chain_bench.cu: the four products as separate kernels vs
+#                one persistent block an SM whose producer warp streams the weights by
+#                cp.async.bulk across the products' dependencies (32 and 16 KiB stages;
+#                the three shapes)
 #   floor        bench/kernels/read_floor_bench.cu: one kernel reading N MB from HBM, back to
 #                back in a graph (the floor under a decode product of that size)
 #   variants     bench/kernels/gemv_variants_bench.cu: the plain one-warp-a-row GEMV under
@@ -160,6 +164,16 @@ stage_persistent() {
     { /tmp/persistent_gemv_bench; /tmp/persistent_gemv_bench 2048 2048 1024 6144 28;
       /tmp/persistent_gemv_bench 4096 4096 1024 12288 36; } >"$O/persistent.md" 2>&1
     cat "$O/persistent.md"; elapsed persistent
+}
+stage_chain() {
+    local kb
+    for kb in 32 16; do
+        nvcc -O3 -std=c++17 -arch=sm_90 -DSTAGE_BYTES=$((kb * 1024)) bench/kernels/stream_chain_bench.cu \
+            -o /tmp/stream_chain_bench || exit 1
+        /tmp/stream_chain_bench; /tmp/stream_chain_bench 2048 2048 1024 6144 28
+        /tmp/stream_chain_bench 4096 4096 1024 12288 36
+    done >"$O/chain.md" 2>&1
+    cat "$O/chain.md"; elapsed chain
 }
 stage_floor() {
     nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/read_floor_bench.cu -o /tmp/read_floor_bench || exit 1
