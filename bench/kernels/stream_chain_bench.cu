@@ -13,10 +13,14 @@
 //       gated product); it waits only for a stage to be released.
 //   consumer warps (CONSUMER_WARPS): at the start of each product wait until every block has
 //       raised the counter of the product before (its outputs written, release/acquire at gpu
-//       scope), stage the product's input vector in shared memory, then reduce each stage:
-//       R rows over the warps, CONSUMER_WARPS / R segments a row, the segments' sums added
-//       in order by one thread a row, which applies the epilogue (store, += or SwiGLU).
-//
+//       scope; one poller a warp), load the product's input for their pieces into registers
+//       (warp w owns the 16-byte pieces [w * K/64, (w + 1) * K/64) of every row, lane l every
+//       32nd of those), then reduce each stage's rows: one partial sum a row and warp into
+//       shared memory, added in warp order by one thread a row, which applies the epilogue
+//       (store, += with the residual it loaded at the product's start, or SwiGLU).
+//   (The first form, 284ed76, staged x in shared memory and split a stage's rows over the
+//   warps: its x reads cost twice the weights' shared-memory bandwidth, with bank conflicts,
+//   and each += read its residual from L2 inside the stage loop.)
 // Block b owns rows [N*b/G, N*(b+1)/G) of each product (G blocks, one an SM). Modes of the
 // same kernel: chain (the real dependencies), no-wait (the counters skipped: what the waits
 // cost; the values race) and stream (consumers release each stage unread: the ring's
@@ -27,7 +31,8 @@
 //
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/stream_chain_bench.cu -o stream_chain_bench
 // Run:   stream_chain_bench [E Q KV F L]   (default llama-3.2-1b: 2048 2048 512 8192 16)
-//        STAGES=n caps the ring's stages (default: as many as shared memory holds, at most 8)
+//        STAGES=n caps the ring's stages (default: as many as shared memory holds, at most 8);
+//        MODE=m runs that mode only (0 chain, 1 no-wait, 2 stream; for a profiler)
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -41,6 +46,7 @@
 #define CONSUMERS (CONSUMER_WARPS * 32)
 #define THREADS (CONSUMERS + 32)
 #define MAX_STAGES 8
+#define LANE_PIECES 6 // 16-byte pieces of a row a lane holds x for: K <= CONSUMER_WARPS * 32 * 8 * 6
 #define REPS 20
 
 enum { MODE_CHAIN, MODE_NO_WAIT, MODE_STREAM, N_MODES };
@@ -107,6 +113,7 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
 // The consumer warps' barrier (the producer warp never joins it).
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS) : "memory"); }
 
+// acc + the 8 products of piece q (F16) with x[0..8), in order.
 __device__ __forceinline__ float dot8(uint4 q, const float4 *x, float acc) {
     const __half2 *h = (const __half2 *)&q;
     const float4 a = x[0], b = x[1];
@@ -118,17 +125,16 @@ __device__ __forceinline__ float dot8(uint4 q, const float4 *x, float acc) {
     return acc;
 }
 
-// Shared memory: full[n_stages], empty[n_stages] | sums [2 parities][2 (gate, up)][warps] |
-// x [k_max] floats | ring [n_stages][STAGE_BYTES], each part 128-byte aligned.
+// Shared memory: full[MAX_STAGES], empty[MAX_STAGES] | sums [2 parities][2 (gate, up)]
+// [MAX_TILE_ROWS rows][warps] | ring [n_stages][STAGE_BYTES], each part 128-byte aligned.
+#define SUMS_BYTES (2 * 2 * CONSUMER_WARPS * CONSUMER_WARPS * 4)
 struct smem_plan {
-    int n_stages, x_off, ring_off, bytes;
+    int n_stages, ring_off, bytes;
 };
 
-static smem_plan plan_smem(int k_max, int optin, int cap) {
+static smem_plan plan_smem(int optin, int cap) {
     smem_plan p;
-    const int bars = 128, sums = 128;
-    p.x_off = bars + sums;
-    p.ring_off = p.x_off + (k_max * 4 + 127) / 128 * 128;
+    p.ring_off = 128 + SUMS_BYTES;
     p.n_stages = (optin - p.ring_off) / STAGE_BYTES;
     if (p.n_stages > MAX_STAGES) p.n_stages = MAX_STAGES;
     if (cap > 0 && p.n_stages > cap) p.n_stages = cap;
@@ -141,8 +147,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     chain_kernel(const product *ps, int n_prod, unsigned *done, smem_plan pl) {
     extern __shared__ __align__(128) unsigned char smem[];
     uint64_t *full = (uint64_t *)smem, *empty = full + MAX_STAGES;
-    float *sums = (float *)(smem + 128); // [parity][gate/up][warp]
-    float *xs = (float *)(smem + pl.x_off);
+    float *sums = (float *)(smem + 128);
     unsigned char *ring = smem + pl.ring_off;
     const int NS = pl.n_stages, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int G = gridDim.x, b = blockIdx.x;
@@ -174,55 +179,77 @@ __global__ void __launch_bounds__(THREADS, 1)
         return;
     }
 
+    // The consumers: warp w owns the 16-byte pieces [w * wv, (w + 1) * wv) of every row of a
+    // product, lane l the pieces l, l + 32, ... of those, whose x it holds in registers for
+    // the whole product; a stage's rows each give one partial sum a warp, added in warp order
+    // by the thread of the block's row (which also holds the row's residual for +=).
     const int tid = threadIdx.x;
     int it = 0, parity = 0;
+    product P = ps[0];
     for (int p = 0; p < n_prod; p++) {
-        const product P = ps[p];
+        const product next = ps[p + 1 < n_prod ? p + 1 : p];
         const int r0 = (int)((int64_t)P.N * b / G), r1 = (int)((int64_t)P.N * (b + 1) / G);
-        const int R = tile_rows(P.K, P.epi), row_bytes = P.K * 2, S = CONSUMER_WARPS / R;
-        const int n_vec = P.K / 8, seg_vec = (n_vec + S - 1) / S, row = warp / S, seg = warp % S;
+        const int R = tile_rows(P.K, P.epi), row_bytes = P.K * 2;
+        const int n_vec = P.K / 8, wv = (n_vec + CONSUMER_WARPS - 1) / CONSUMER_WARPS, v0 = warp * wv + lane,
+                  v1 = min(n_vec, (warp + 1) * wv);
+        const bool glu = P.epi == EPI_GLU;
+        float4 xr[2 * LANE_PIECES];
+        float res = 0.0f;
         if (MODE != MODE_STREAM) {
             if (MODE == MODE_CHAIN && p > 0) {
-                if (tid == 0)
+                if (lane == 0)
                     while (ld_acquire(&done[p - 1]) < (unsigned)G) {
                     }
-                consumers_sync();
+                __syncwarp();
             }
-            for (int k = tid * 4; k < P.K; k += CONSUMERS * 4)
-                *(float4 *)(xs + k) = __ldcg((const float4 *)(P.in + k));
-            consumers_sync();
+#pragma unroll
+            for (int j = 0; j < LANE_PIECES; j++)
+                if (v0 + 32 * j < v1) {
+                    xr[2 * j] = __ldcg((const float4 *)P.in + 2 * (v0 + 32 * j));
+                    xr[2 * j + 1] = __ldcg((const float4 *)P.in + 2 * (v0 + 32 * j) + 1);
+                }
+            if (P.epi == EPI_ADD && tid < r1 - r0) res = __ldcg(P.out + r0 + tid);
         }
         for (int r = r0; r < r1; r += R, it++) {
             const int slot = it % NS, nr = min(R, r1 - r);
+            float *sp = sums + parity * 2 * CONSUMER_WARPS * CONSUMER_WARPS;
             mbar_wait(&full[slot], (it / NS) & 1);
-            float a = 0.0f, u = 0.0f;
-            if (MODE != MODE_STREAM && row < nr) {
-                const uint4 *wg = (const uint4 *)(ring + slot * STAGE_BYTES + row * row_bytes);
-                const uint4 *wu = (const uint4 *)(ring + slot * STAGE_BYTES + (R + row) * row_bytes);
-                const int v1 = min(n_vec, (seg + 1) * seg_vec);
-#pragma unroll 4
-                for (int v = seg * seg_vec + lane; v < v1; v += 32) {
-                    const float4 *xv = (const float4 *)(xs + v * 8);
-                    a = dot8(wg[v], xv, a);
-                    if (P.epi == EPI_GLU) u = dot8(wu[v], xv, u);
+            if (MODE != MODE_STREAM) {
+                const unsigned char *st = ring + slot * STAGE_BYTES;
+                float a[CONSUMER_WARPS], u[CONSUMER_WARPS];
+#pragma unroll
+                for (int i = 0; i < CONSUMER_WARPS; i++) {
+                    a[i] = u[i] = 0.0f;
+                    if (i >= nr) continue;
+                    const uint4 *wg = (const uint4 *)(st + i * row_bytes), *wu = (const uint4 *)(st + (R + i) * row_bytes);
+#pragma unroll
+                    for (int j = 0; j < LANE_PIECES; j++)
+                        if (v0 + 32 * j < v1) {
+                            a[i] = dot8(wg[v0 + 32 * j], &xr[2 * j], a[i]);
+                            if (glu) u[i] = dot8(wu[v0 + 32 * j], &xr[2 * j], u[i]);
+                        }
                 }
 #pragma unroll
-                for (int off = 16; off > 0; off >>= 1) {
-                    a += __shfl_xor_sync(0xffffffffu, a, off);
-                    u += __shfl_xor_sync(0xffffffffu, u, off);
+                for (int i = 0; i < CONSUMER_WARPS; i++) {
+                    if (i >= nr) continue;
+#pragma unroll
+                    for (int off = 16; off > 0; off >>= 1) {
+                        a[i] += __shfl_xor_sync(0xffffffffu, a[i], off);
+                        if (glu) u[i] += __shfl_xor_sync(0xffffffffu, u[i], off);
+                    }
+                    if (lane == 0) sp[i * CONSUMER_WARPS + warp] = a[i], sp[(CONSUMER_WARPS + i) * CONSUMER_WARPS + warp] = u[i];
                 }
             }
             __syncwarp();
             if (lane == 0) mbar_arrive(&empty[slot]);
             if (MODE == MODE_STREAM) continue;
-            float *sp = sums + parity * 2 * CONSUMER_WARPS;
-            if (lane == 0) sp[warp] = a, sp[CONSUMER_WARPS + warp] = u;
             consumers_sync();
-            if (tid < nr) {
+            const int i = tid - (r - r0);
+            if (i >= 0 && i < nr) {
                 float sa = 0.0f, su = 0.0f;
-                for (int j = 0; j < S; j++) sa += sp[tid * S + j], su += sp[CONSUMER_WARPS + tid * S + j];
-                float *y = P.out + r + tid;
-                *y = P.epi == EPI_GLU ? silu(sa) * su : P.epi == EPI_ADD ? *y + sa : sa;
+                for (int w = 0; w < CONSUMER_WARPS; w++)
+                    sa += sp[i * CONSUMER_WARPS + w], su += sp[(CONSUMER_WARPS + i) * CONSUMER_WARPS + w];
+                P.out[r + i] = glu ? silu(sa) * su : P.epi == EPI_ADD ? res + sa : sa;
             }
             parity ^= 1;
         }
@@ -231,6 +258,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             consumers_sync();
             if (tid == 0) atomicAdd(&done[p], 1u);
         }
+        P = next;
     }
 }
 
@@ -244,14 +272,18 @@ int main(int argc, char **argv) {
     CHECK(cudaGetDeviceProperties(&prop, 0));
     const double bytes = 2.0 * (double)layer_elems(d) * d.L;
     const int k_max = d.E > d.Q ? (d.E > d.F ? d.E : d.F) : (d.Q > d.F ? d.Q : d.F);
+    const int n_max = d.QKV > d.F ? d.QKV : d.F;
     const char *cap = getenv("STAGES");
-    const smem_plan pl = plan_smem(k_max, (int)prop.sharedMemPerBlockOptin, cap ? atoi(cap) : 0);
+    const smem_plan pl = plan_smem((int)prop.sharedMemPerBlockOptin, cap ? atoi(cap) : 0);
     printf("%s: E=%d Q=%d QKV=%d F=%d, %d layers, %.2f GB of F16 weights a step; %d SMs, ring %d x %d KiB\n",
            prop.name, d.E, d.Q, d.QKV, d.F, d.L, bytes / 1e9, prop.multiProcessorCount, pl.n_stages,
            STAGE_BYTES / 1024);
-    if (pl.n_stages < 2 || !tile_rows(d.F, EPI_STORE) || !tile_rows(d.Q, EPI_STORE) || !tile_rows(d.E, EPI_GLU)) {
-        fprintf(stderr, "stream_chain_bench: a row does not fit a %d-byte stage or the ring has under 2 stages\n",
-                STAGE_BYTES);
+    if (pl.n_stages < 2 || !tile_rows(d.F, EPI_STORE) || !tile_rows(d.Q, EPI_STORE) || !tile_rows(d.E, EPI_GLU) ||
+        k_max > CONSUMER_WARPS * 32 * 8 * LANE_PIECES || n_max / prop.multiProcessorCount + 1 > CONSUMERS) {
+        fprintf(stderr,
+                "stream_chain_bench: a row does not fit a %d-byte stage, the ring has under 2 stages, K > %d or a "
+                "block's rows > %d\n",
+                STAGE_BYTES, CONSUMER_WARPS * 32 * 8 * LANE_PIECES, CONSUMERS);
         return 1;
     }
     layer *hl = alloc_layers(d);
@@ -293,7 +325,9 @@ int main(int argc, char **argv) {
     printf("| separate (graph of %d kernels) | %.2f | %.0f | %.0f%% | - | - |\n", n_prod, us_sep / d.L,
            bytes / (us_sep * 1e-6) / 1e9, 100.0 * bytes / (us_sep * 1e-6) / 1e9 / COPY_GBS);
 
+    const char *only = getenv("MODE"); // one mode only (for a profiler)
     for (int m = 0; m < N_MODES; m++) {
+        if (only && atoi(only) != m) continue;
         CHECK(cudaFuncSetAttribute(CHAIN_KERNELS[m], cudaFuncAttributeMaxDynamicSharedMemorySize, pl.bytes));
         CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
         CHECK(cudaMemsetAsync(done, 0, n_prod * sizeof(unsigned), s));
