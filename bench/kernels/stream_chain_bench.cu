@@ -13,18 +13,19 @@
 //       gated product); it waits only for a stage to be released.
 //   consumer warps (CONSUMER_WARPS): at the start of each product wait until every block has
 //       raised the counter of the product before (its outputs written, release/acquire at gpu
-//       scope; one poller a warp), load the product's input for their pieces into registers
-//       (warp w owns the 16-byte pieces [w * K/64, (w + 1) * K/64) of every row, lane l every
-//       32nd of those), then reduce each stage's rows: one partial sum a row and warp into
-//       shared memory, added in warp order by one thread a row, which applies the epilogue
-//       (store, += with the residual it loaded at the product's start, or SwiGLU).
-//   (The first form, 284ed76, staged x in shared memory and split a stage's rows over the
-//   warps: its x reads cost twice the weights' shared-memory bandwidth, with bank conflicts,
-//   and each += read its residual from L2 inside the stage loop.)
+//       scope), stage the product's input vector in shared memory (two planes, so that a
+//       warp's reads are conflict-free) and, for +=, each of the block's rows' residual in
+//       the thread of that row; then reduce each stage: R rows over the warps,
+//       CONSUMER_WARPS / R segments a row, the segments' sums added in order by the row's
+//       thread, which applies the epilogue (store, += or SwiGLU).
+//   Earlier forms: 284ed76 (x in one plane: 2-way bank conflicts; the residual read from L2
+//   inside the stage loop; no suspend hint, so the producer's spin on a full ring took issue
+//   slots from the consumers), 732dffa (x in registers and every warp a K-segment of every
+//   row: 8 shuffle trees a stage a warp, twice the instructions, half the speed).
 // Block b owns rows [N*b/G, N*(b+1)/G) of each product (G blocks, one an SM). Modes of the
 // same kernel: chain (the real dependencies), no-wait (the counters skipped: what the waits
-// cost; the values race) and stream (consumers release each stage unread: the ring's
-// streaming ceiling). Printed: microseconds a layer, weight bytes over that time against a
+// cost; the values race), stream (consumers release each stage unread: the ring's
+// streaming ceiling) and compute (the producer copies nothing: the consumers' own rate). Printed: microseconds a layer, weight bytes over that time against a
 // device copy, and for chain the largest difference from the separate kernels' x after one
 // step relative to max |x| (the sums are split differently: not bitwise) and whether two
 // chain runs agree bit for bit (they must: fixed order).
@@ -32,7 +33,7 @@
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/stream_chain_bench.cu -o stream_chain_bench
 // Run:   stream_chain_bench [E Q KV F L]   (default llama-3.2-1b: 2048 2048 512 8192 16)
 //        STAGES=n caps the ring's stages (default: as many as shared memory holds, at most 8);
-//        MODE=m runs that mode only (0 chain, 1 no-wait, 2 stream; for a profiler)
+//        MODE=m runs that mode only (0 chain, 1 no-wait, 2 stream, 3 compute; for a profiler)
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -42,16 +43,21 @@
 #ifndef STAGE_BYTES
 #define STAGE_BYTES 32768
 #endif
-#define CONSUMER_WARPS 8
+#ifndef CONSUMER_WARPS
+#define CONSUMER_WARPS 8 // a power of two
+#endif
 #define CONSUMERS (CONSUMER_WARPS * 32)
 #define THREADS (CONSUMERS + 32)
 #define MAX_STAGES 8
-#define LANE_PIECES 6 // 16-byte pieces of a row a lane holds x for: K <= CONSUMER_WARPS * 32 * 8 * 6
+// The time a waiting thread may be suspended before mbarrier.try_wait returns (the hardware
+// wakes it when the phase completes): without it, the producer's spin on a busy ring took
+// issue slots from the consumers of its scheduler.
+#define WAIT_SUSPEND_NS 10000000
 #define REPS 20
 
-enum { MODE_CHAIN, MODE_NO_WAIT, MODE_STREAM, N_MODES };
+enum { MODE_CHAIN, MODE_NO_WAIT, MODE_STREAM, MODE_COMPUTE, N_MODES };
 static const char *MODE_NAME[] = {"chain (dependencies waited)", "no-wait (dependencies skipped)",
-                                  "stream (stages released unread)"};
+                                  "stream (stages released unread)", "compute (no copies, no waits)"};
 
 // One product as the kernel walks it: out[n] (epi) W[n] . in, W [N][K] at row stride ld.
 struct product {
@@ -90,10 +96,10 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
     unsigned done = 0;
     while (!done)
         asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n\t"
                      "selp.u32 %0, 1, 0, p;\n\t}"
                      : "=r"(done)
-                     : "r"(smem_addr(bar)), "r"(parity)
+                     : "r"(smem_addr(bar)), "r"(parity), "r"(WAIT_SUSPEND_NS)
                      : "memory");
 }
 
@@ -125,16 +131,17 @@ __device__ __forceinline__ float dot8(uint4 q, const float4 *x, float acc) {
     return acc;
 }
 
-// Shared memory: full[MAX_STAGES], empty[MAX_STAGES] | sums [2 parities][2 (gate, up)]
-// [MAX_TILE_ROWS rows][warps] | ring [n_stages][STAGE_BYTES], each part 128-byte aligned.
-#define SUMS_BYTES (2 * 2 * CONSUMER_WARPS * CONSUMER_WARPS * 4)
+// Shared memory: full[MAX_STAGES], empty[MAX_STAGES] | sums [2 parities][2 (gate, up)][warps]
+// | x [k_max] floats | ring [n_stages][STAGE_BYTES], each part 128-byte aligned.
+#define SUMS_BYTES (2 * 2 * CONSUMER_WARPS * 4)
 struct smem_plan {
-    int n_stages, ring_off, bytes;
+    int n_stages, x_off, ring_off, bytes;
 };
 
-static smem_plan plan_smem(int optin, int cap) {
+static smem_plan plan_smem(int k_max, int optin, int cap) {
     smem_plan p;
-    p.ring_off = 128 + SUMS_BYTES;
+    p.x_off = 128 + SUMS_BYTES;
+    p.ring_off = p.x_off + (k_max * 4 + 127) / 128 * 128;
     p.n_stages = (optin - p.ring_off) / STAGE_BYTES;
     if (p.n_stages > MAX_STAGES) p.n_stages = MAX_STAGES;
     if (cap > 0 && p.n_stages > cap) p.n_stages = cap;
@@ -147,7 +154,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     chain_kernel(const product *ps, int n_prod, unsigned *done, smem_plan pl) {
     extern __shared__ __align__(128) unsigned char smem[];
     uint64_t *full = (uint64_t *)smem, *empty = full + MAX_STAGES;
-    float *sums = (float *)(smem + 128);
+    float *sums = (float *)(smem + 128), *xs = (float *)(smem + pl.x_off);
     unsigned char *ring = smem + pl.ring_off;
     const int NS = pl.n_stages, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int G = gridDim.x, b = blockIdx.x;
@@ -168,6 +175,10 @@ __global__ void __launch_bounds__(THREADS, 1)
                 const int slot = it % NS, use = it / NS, nr = min(R, r1 - r);
                 if (use > 0) mbar_wait(&empty[slot], (use - 1) & 1);
                 unsigned char *dst = ring + slot * STAGE_BYTES;
+                if (MODE == MODE_COMPUTE) {
+                    mbar_arrive(&full[slot]);
+                    continue;
+                }
                 mbar_expect(&full[slot], nr * row_bytes * (P.epi == EPI_GLU ? 2 : 1));
                 for (int i = 0; i < nr; i++) {
                     bulk_copy(dst + i * row_bytes, P.w + (size_t)(r + i) * P.ld, row_bytes, &full[slot]);
@@ -179,76 +190,65 @@ __global__ void __launch_bounds__(THREADS, 1)
         return;
     }
 
-    // The consumers: warp w owns the 16-byte pieces [w * wv, (w + 1) * wv) of every row of a
-    // product, lane l the pieces l, l + 32, ... of those, whose x it holds in registers for
-    // the whole product; a stage's rows each give one partial sum a warp, added in warp order
-    // by the thread of the block's row (which also holds the row's residual for +=).
+    // The consumers: a stage's R rows over the warps, S = CONSUMER_WARPS / R segments a row
+    // (warp w: row w / S, segment w % S; lane l the segment's 16-byte pieces l, l + 32, ...),
+    // x from shared memory in two planes (piece v's elements 0-3 at plane 0 [v], 4-7 at
+    // plane 1 [v]: a warp's reads of consecutive pieces are conflict-free); each row's segment
+    // sums added in order by the thread of the block's row, which also holds the row's
+    // residual for +=, loaded at the product's start.
     const int tid = threadIdx.x;
     int it = 0, parity = 0;
     product P = ps[0];
     for (int p = 0; p < n_prod; p++) {
         const product next = ps[p + 1 < n_prod ? p + 1 : p];
         const int r0 = (int)((int64_t)P.N * b / G), r1 = (int)((int64_t)P.N * (b + 1) / G);
-        const int R = tile_rows(P.K, P.epi), row_bytes = P.K * 2;
-        const int n_vec = P.K / 8, wv = (n_vec + CONSUMER_WARPS - 1) / CONSUMER_WARPS, v0 = warp * wv + lane,
-                  v1 = min(n_vec, (warp + 1) * wv);
+        const int R = tile_rows(P.K, P.epi), row_bytes = P.K * 2, S = CONSUMER_WARPS / R;
+        const int n_vec = P.K / 8, seg_vec = (n_vec + S - 1) / S, row = warp / S, seg = warp % S;
         const bool glu = P.epi == EPI_GLU;
-        float4 xr[2 * LANE_PIECES];
         float res = 0.0f;
         if (MODE != MODE_STREAM) {
             if (MODE == MODE_CHAIN && p > 0) {
-                if (lane == 0)
+                if (tid == 0)
                     while (ld_acquire(&done[p - 1]) < (unsigned)G) {
                     }
-                __syncwarp();
+                consumers_sync();
             }
-#pragma unroll
-            for (int j = 0; j < LANE_PIECES; j++)
-                if (v0 + 32 * j < v1) {
-                    xr[2 * j] = __ldcg((const float4 *)P.in + 2 * (v0 + 32 * j));
-                    xr[2 * j + 1] = __ldcg((const float4 *)P.in + 2 * (v0 + 32 * j) + 1);
-                }
+            for (int k = tid * 4; k < P.K; k += CONSUMERS * 4)
+                *(float4 *)(xs + (k & 4 ? P.K / 2 : 0) + (k >> 3) * 4) = __ldcg((const float4 *)(P.in + k));
             if (P.epi == EPI_ADD && tid < r1 - r0) res = __ldcg(P.out + r0 + tid);
+            consumers_sync();
         }
+        const float4 *x0 = (const float4 *)xs, *x1 = x0 + n_vec;
         for (int r = r0; r < r1; r += R, it++) {
             const int slot = it % NS, nr = min(R, r1 - r);
-            float *sp = sums + parity * 2 * CONSUMER_WARPS * CONSUMER_WARPS;
             mbar_wait(&full[slot], (it / NS) & 1);
-            if (MODE != MODE_STREAM) {
-                const unsigned char *st = ring + slot * STAGE_BYTES;
-                float a[CONSUMER_WARPS], u[CONSUMER_WARPS];
-#pragma unroll
-                for (int i = 0; i < CONSUMER_WARPS; i++) {
-                    a[i] = u[i] = 0.0f;
-                    if (i >= nr) continue;
-                    const uint4 *wg = (const uint4 *)(st + i * row_bytes), *wu = (const uint4 *)(st + (R + i) * row_bytes);
-#pragma unroll
-                    for (int j = 0; j < LANE_PIECES; j++)
-                        if (v0 + 32 * j < v1) {
-                            a[i] = dot8(wg[v0 + 32 * j], &xr[2 * j], a[i]);
-                            if (glu) u[i] = dot8(wu[v0 + 32 * j], &xr[2 * j], u[i]);
-                        }
+            float a = 0.0f, u = 0.0f;
+            if (MODE != MODE_STREAM && row < nr) {
+                const uint4 *wg = (const uint4 *)(ring + slot * STAGE_BYTES + row * row_bytes);
+                const uint4 *wu = (const uint4 *)(ring + slot * STAGE_BYTES + (R + row) * row_bytes);
+                const int v1 = min(n_vec, (seg + 1) * seg_vec);
+#pragma unroll 4
+                for (int v = seg * seg_vec + lane; v < v1; v += 32) {
+                    const float4 xv[2] = {x0[v], x1[v]};
+                    a = dot8(wg[v], xv, a);
+                    if (glu) u = dot8(wu[v], xv, u);
                 }
 #pragma unroll
-                for (int i = 0; i < CONSUMER_WARPS; i++) {
-                    if (i >= nr) continue;
+                for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+                if (glu)
 #pragma unroll
-                    for (int off = 16; off > 0; off >>= 1) {
-                        a[i] += __shfl_xor_sync(0xffffffffu, a[i], off);
-                        if (glu) u[i] += __shfl_xor_sync(0xffffffffu, u[i], off);
-                    }
-                    if (lane == 0) sp[i * CONSUMER_WARPS + warp] = a[i], sp[(CONSUMER_WARPS + i) * CONSUMER_WARPS + warp] = u[i];
-                }
+                    for (int off = 16; off > 0; off >>= 1) u += __shfl_xor_sync(0xffffffffu, u, off);
             }
             __syncwarp();
             if (lane == 0) mbar_arrive(&empty[slot]);
             if (MODE == MODE_STREAM) continue;
+            float *sp = sums + parity * 2 * CONSUMER_WARPS;
+            if (lane == 0) sp[warp] = a, sp[CONSUMER_WARPS + warp] = u;
             consumers_sync();
             const int i = tid - (r - r0);
             if (i >= 0 && i < nr) {
                 float sa = 0.0f, su = 0.0f;
-                for (int w = 0; w < CONSUMER_WARPS; w++)
-                    sa += sp[i * CONSUMER_WARPS + w], su += sp[(CONSUMER_WARPS + i) * CONSUMER_WARPS + w];
+                for (int j = 0; j < S; j++) sa += sp[i * S + j], su += sp[CONSUMER_WARPS + i * S + j];
                 P.out[r + i] = glu ? silu(sa) * su : P.epi == EPI_ADD ? res + sa : sa;
             }
             parity ^= 1;
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 
 typedef void (*chain_fn)(const product *, int, unsigned *, smem_plan);
 static const chain_fn CHAIN_KERNELS[N_MODES] = {chain_kernel<MODE_CHAIN>, chain_kernel<MODE_NO_WAIT>,
-                                                chain_kernel<MODE_STREAM>};
+                                                chain_kernel<MODE_STREAM>, chain_kernel<MODE_COMPUTE>};
 
 int main(int argc, char **argv) {
     const dims d = parse_dims(argc, argv, "stream_chain_bench");
@@ -274,16 +274,16 @@ int main(int argc, char **argv) {
     const int k_max = d.E > d.Q ? (d.E > d.F ? d.E : d.F) : (d.Q > d.F ? d.Q : d.F);
     const int n_max = d.QKV > d.F ? d.QKV : d.F;
     const char *cap = getenv("STAGES");
-    const smem_plan pl = plan_smem((int)prop.sharedMemPerBlockOptin, cap ? atoi(cap) : 0);
+    const smem_plan pl = plan_smem(k_max, (int)prop.sharedMemPerBlockOptin, cap ? atoi(cap) : 0);
     printf("%s: E=%d Q=%d QKV=%d F=%d, %d layers, %.2f GB of F16 weights a step; %d SMs, ring %d x %d KiB\n",
            prop.name, d.E, d.Q, d.QKV, d.F, d.L, bytes / 1e9, prop.multiProcessorCount, pl.n_stages,
            STAGE_BYTES / 1024);
     if (pl.n_stages < 2 || !tile_rows(d.F, EPI_STORE) || !tile_rows(d.Q, EPI_STORE) || !tile_rows(d.E, EPI_GLU) ||
-        k_max > CONSUMER_WARPS * 32 * 8 * LANE_PIECES || n_max / prop.multiProcessorCount + 1 > CONSUMERS) {
+        n_max / prop.multiProcessorCount + 1 > CONSUMERS) {
         fprintf(stderr,
-                "stream_chain_bench: a row does not fit a %d-byte stage, the ring has under 2 stages, K > %d or a "
-                "block's rows > %d\n",
-                STAGE_BYTES, CONSUMER_WARPS * 32 * 8 * LANE_PIECES, CONSUMERS);
+                "stream_chain_bench: a row does not fit a %d-byte stage, the ring has under 2 stages or a block's "
+                "rows > %d\n",
+                STAGE_BYTES, CONSUMERS);
         return 1;
     }
     layer *hl = alloc_layers(d);

@@ -30,8 +30,8 @@
 #                qwen3-1.7b and qwen3-8b shapes)
 #   chain        bench/kernels/stream_chain_bench.cu: the four products as separate kernels vs
 #                one persistent block an SM whose producer warp streams the weights by
-#                cp.async.bulk across the products' dependencies (32 and 16 KiB stages;
-#                the three shapes)
+#                cp.async.bulk across the products' dependencies (the three shapes; one
+#                build for each of $CHAIN_VARIANTS, ';'-separated -D flags)
 #   floor        bench/kernels/read_floor_bench.cu: one kernel reading N MB from HBM, back to
 #                back in a graph (the floor under a decode product of that size)
 #   variants     bench/kernels/gemv_variants_bench.cu: the plain one-warp-a-row GEMV under
@@ -54,6 +54,7 @@ cd "$(dirname "$0")/../.."
 O=${OUT:-/tmp/out}; mkdir -p "$O" models
 export PATH=/usr/local/cuda/bin:$PATH PYTHONPATH=$PWD/.whl XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/stride-xdg}
 MODELS=${MODELS:-llama-3.2-1b qwen3-1.7b qwen3-8b}
+IFS=';' read -r -a CHAIN_VARIANTS <<<"${CHAIN_VARIANTS:--DCONSUMER_WARPS=8;-DCONSUMER_WARPS=16}"
 S=build-gpu/stride
 # cmocka carried as .cm (scripts/device/carry-cmocka.sh): the builds include the ctest suite
 if [ -f .cm/include/cmocka.h ]; then
@@ -166,10 +167,10 @@ stage_persistent() {
     cat "$O/persistent.md"; elapsed persistent
 }
 stage_chain() {
-    local kb
-    for kb in 32 16; do
-        nvcc -O3 -std=c++17 -arch=sm_90 -DSTAGE_BYTES=$((kb * 1024)) bench/kernels/stream_chain_bench.cu \
-            -o /tmp/stream_chain_bench || exit 1
+    local v
+    for v in "${CHAIN_VARIANTS[@]}"; do
+        echo "build: $v"
+        nvcc -O3 -std=c++17 -arch=sm_90 $v bench/kernels/stream_chain_bench.cu -o /tmp/stream_chain_bench || exit 1
         /tmp/stream_chain_bench; /tmp/stream_chain_bench 2048 2048 1024 6144 28
         /tmp/stream_chain_bench 4096 4096 1024 12288 36
     done >"$O/chain.md" 2>&1
