@@ -13,15 +13,19 @@
 //       gated product); it waits only for a stage to be released.
 //   consumer warps (CONSUMER_WARPS): at the start of each product wait until every block has
 //       raised the counter of the product before (its outputs written, release/acquire at gpu
-//       scope), stage the product's input vector in shared memory (two planes, so that a
-//       warp's reads are conflict-free) and, for +=, each of the block's rows' residual in
-//       the thread of that row; then reduce each stage: R rows over the warps,
-//       CONSUMER_WARPS / R segments a row, the segments' sums added in order by the row's
-//       thread, which applies the epilogue (store, += or SwiGLU).
+//       scope) and stage the product's input vector in shared memory (two planes, so that a
+//       warp's reads are conflict-free); then reduce each stage (R rows over the warps,
+//       CONSUMER_WARPS / R segments a row), leave each warp's sum in the stage's slot and
+//       move on: no block barrier a stage.
+//   epilogue warp: for each stage, once its consumers have left their sums, adds a row's
+//       segment sums in order, applies the epilogue (store, += with the residual it read at
+//       the product's start, or SwiGLU), stores, releases the stage to the producer, and at a
+//       product's end raises its counter.
 //   Earlier forms: 284ed76 (x in one plane: 2-way bank conflicts; the residual read from L2
-//   inside the stage loop; no suspend hint, so the producer's spin on a full ring took issue
-//   slots from the consumers), 732dffa (x in registers and every warp a K-segment of every
-//   row: 8 shuffle trees a stage a warp, twice the instructions, half the speed).
+//   inside the stage loop), 732dffa (x in registers and every warp a K-segment of every
+//   row: 8 shuffle trees a stage a warp, twice the instructions, half the speed), 9d40ea5
+//   (the consumers' own epilogue behind a block barrier every stage: 12% of the stall
+//   samples at that barrier, the consumers alone slower than the ring).
 // Block b owns rows [N*b/G, N*(b+1)/G) of each product (G blocks, one an SM). Modes of the
 // same kernel: chain (the real dependencies), no-wait (the counters skipped: what the waits
 // cost; the values race), stream (consumers release each stage unread: the ring's
@@ -47,11 +51,13 @@
 #define CONSUMER_WARPS 8 // a power of two
 #endif
 #define CONSUMERS (CONSUMER_WARPS * 32)
-#define THREADS (CONSUMERS + 32)
+#define EPILOGUE_WARP CONSUMER_WARPS
+#define PRODUCER_WARP (CONSUMER_WARPS + 1)
+#define THREADS (CONSUMERS + 64)
 #define MAX_STAGES 8
+#define MAX_BLOCK_ROWS 256 // a block's rows of one product
 // The time a waiting thread may be suspended before mbarrier.try_wait returns (the hardware
-// wakes it when the phase completes): without it, the producer's spin on a busy ring took
-// issue slots from the consumers of its scheduler.
+// wakes it when the phase completes), so that a spinning waiter takes fewer issue slots.
 #define WAIT_SUSPEND_NS 10000000
 #define REPS 20
 
@@ -131,16 +137,19 @@ __device__ __forceinline__ float dot8(uint4 q, const float4 *x, float acc) {
     return acc;
 }
 
-// Shared memory: full[MAX_STAGES], empty[MAX_STAGES] | sums [2 parities][2 (gate, up)][warps]
-// | x [k_max] floats | ring [n_stages][STAGE_BYTES], each part 128-byte aligned.
-#define SUMS_BYTES (2 * 2 * CONSUMER_WARPS * 4)
+// Shared memory: full, ready, empty [MAX_STAGES] barriers | sums [MAX_STAGES][2 (gate, up)]
+// [warps] | residual [MAX_BLOCK_ROWS] | x [k_max] floats | ring [n_stages][STAGE_BYTES],
+// each part 128-byte aligned.
+#define BARS_BYTES 256
+#define SUMS_BYTES (MAX_STAGES * 2 * CONSUMER_WARPS * 4)
+#define RESID_BYTES (MAX_BLOCK_ROWS * 4)
 struct smem_plan {
     int n_stages, x_off, ring_off, bytes;
 };
 
 static smem_plan plan_smem(int k_max, int optin, int cap) {
     smem_plan p;
-    p.x_off = 128 + SUMS_BYTES;
+    p.x_off = BARS_BYTES + SUMS_BYTES + RESID_BYTES;
     p.ring_off = p.x_off + (k_max * 4 + 127) / 128 * 128;
     p.n_stages = (optin - p.ring_off) / STAGE_BYTES;
     if (p.n_stages > MAX_STAGES) p.n_stages = MAX_STAGES;
@@ -149,42 +158,85 @@ static smem_plan plan_smem(int k_max, int optin, int cap) {
     return p;
 }
 
+// The ring position a role walks: stage slot, and the parity of its round through the ring.
+struct ring_pos {
+    int slot, round;
+    __device__ void next(int n_stages) {
+        if (++slot == n_stages) slot = 0, round++;
+    }
+};
+
 template <int MODE>
 __global__ void __launch_bounds__(THREADS, 1)
     chain_kernel(const product *ps, int n_prod, unsigned *done, smem_plan pl) {
     extern __shared__ __align__(128) unsigned char smem[];
-    uint64_t *full = (uint64_t *)smem, *empty = full + MAX_STAGES;
-    float *sums = (float *)(smem + 128), *xs = (float *)(smem + pl.x_off);
+    uint64_t *full = (uint64_t *)smem, *ready = full + MAX_STAGES, *empty = ready + MAX_STAGES;
+    float *sums = (float *)(smem + BARS_BYTES), *resid = (float *)(smem + BARS_BYTES + SUMS_BYTES);
+    float *xs = (float *)(smem + pl.x_off);
     unsigned char *ring = smem + pl.ring_off;
     const int NS = pl.n_stages, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int G = gridDim.x, b = blockIdx.x;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < NS; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], CONSUMER_WARPS);
+        for (int s = 0; s < NS; s++)
+            mbar_init(&full[s], 1), mbar_init(&ready[s], CONSUMER_WARPS), mbar_init(&empty[s], 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+    ring_pos at = {0, 0};
 
-    if (warp == CONSUMER_WARPS) { // the producer
+    if (warp == PRODUCER_WARP) {
         if (lane != 0) return;
-        int it = 0;
         for (int p = 0; p < n_prod; p++) {
             const product P = ps[p];
             const int r0 = (int)((int64_t)P.N * b / G), r1 = (int)((int64_t)P.N * (b + 1) / G);
             const int R = tile_rows(P.K, P.epi), row_bytes = P.K * 2;
-            for (int r = r0; r < r1; r += R, it++) {
-                const int slot = it % NS, use = it / NS, nr = min(R, r1 - r);
-                if (use > 0) mbar_wait(&empty[slot], (use - 1) & 1);
-                unsigned char *dst = ring + slot * STAGE_BYTES;
+            for (int r = r0; r < r1; r += R, at.next(NS)) {
+                const int nr = min(R, r1 - r);
+                if (at.round > 0) mbar_wait(&empty[at.slot], (at.round - 1) & 1);
                 if (MODE == MODE_COMPUTE) {
-                    mbar_arrive(&full[slot]);
+                    mbar_arrive(&full[at.slot]);
                     continue;
                 }
-                mbar_expect(&full[slot], nr * row_bytes * (P.epi == EPI_GLU ? 2 : 1));
+                unsigned char *dst = ring + at.slot * STAGE_BYTES;
+                mbar_expect(&full[at.slot], nr * row_bytes * (P.epi == EPI_GLU ? 2 : 1));
                 for (int i = 0; i < nr; i++) {
-                    bulk_copy(dst + i * row_bytes, P.w + (size_t)(r + i) * P.ld, row_bytes, &full[slot]);
+                    bulk_copy(dst + i * row_bytes, P.w + (size_t)(r + i) * P.ld, row_bytes, &full[at.slot]);
                     if (P.epi == EPI_GLU)
-                        bulk_copy(dst + (R + i) * row_bytes, P.w2 + (size_t)(r + i) * P.ld, row_bytes, &full[slot]);
+                        bulk_copy(dst + (R + i) * row_bytes, P.w2 + (size_t)(r + i) * P.ld, row_bytes,
+                                  &full[at.slot]);
                 }
+            }
+        }
+        return;
+    }
+
+    if (warp == EPILOGUE_WARP) {
+        // Each stage's rows once its consumers have left their sums: the segments' sums added
+        // in order, the epilogue applied and stored, the stage released to the producer; at
+        // the end of a product, its counter raised. A += row's residual is this block's own
+        // output of an earlier product (o and down split E's rows alike), read at the start.
+        for (int p = 0; p < n_prod; p++) {
+            const product P = ps[p];
+            const int r0 = (int)((int64_t)P.N * b / G), r1 = (int)((int64_t)P.N * (b + 1) / G);
+            const int R = tile_rows(P.K, P.epi), S = CONSUMER_WARPS / R;
+            if (MODE != MODE_STREAM && P.epi == EPI_ADD)
+                for (int i = lane; i < r1 - r0; i += 32) resid[i] = __ldcg(P.out + r0 + i);
+            __syncwarp();
+            for (int r = r0; r < r1; r += R, at.next(NS)) {
+                mbar_wait(&ready[at.slot], at.round & 1);
+                const float *sp = sums + at.slot * 2 * CONSUMER_WARPS;
+                if (MODE != MODE_STREAM && lane < min(R, r1 - r)) {
+                    float sa = 0.0f, su = 0.0f;
+                    for (int j = 0; j < S; j++) sa += sp[lane * S + j], su += sp[CONSUMER_WARPS + lane * S + j];
+                    P.out[r + lane] = P.epi == EPI_GLU ? silu(sa) * su : P.epi == EPI_ADD ? resid[r - r0 + lane] + sa : sa;
+                }
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&empty[at.slot]);
+            }
+            if (MODE == MODE_CHAIN) {
+                __threadfence();
+                __syncwarp();
+                if (lane == 0) atomicAdd(&done[p], 1u);
             }
         }
         return;
@@ -193,39 +245,32 @@ __global__ void __launch_bounds__(THREADS, 1)
     // The consumers: a stage's R rows over the warps, S = CONSUMER_WARPS / R segments a row
     // (warp w: row w / S, segment w % S; lane l the segment's 16-byte pieces l, l + 32, ...),
     // x from shared memory in two planes (piece v's elements 0-3 at plane 0 [v], 4-7 at
-    // plane 1 [v]: a warp's reads of consecutive pieces are conflict-free); each row's segment
-    // sums added in order by the thread of the block's row, which also holds the row's
-    // residual for +=, loaded at the product's start.
+    // plane 1 [v]: a warp's reads of consecutive pieces are conflict-free); each warp leaves
+    // its sums in the stage's slot and moves on (no block barrier a stage).
     const int tid = threadIdx.x;
-    int it = 0, parity = 0;
-    product P = ps[0];
     for (int p = 0; p < n_prod; p++) {
-        const product next = ps[p + 1 < n_prod ? p + 1 : p];
+        const product P = ps[p];
         const int r0 = (int)((int64_t)P.N * b / G), r1 = (int)((int64_t)P.N * (b + 1) / G);
         const int R = tile_rows(P.K, P.epi), row_bytes = P.K * 2, S = CONSUMER_WARPS / R;
         const int n_vec = P.K / 8, seg_vec = (n_vec + S - 1) / S, row = warp / S, seg = warp % S;
         const bool glu = P.epi == EPI_GLU;
-        float res = 0.0f;
         if (MODE != MODE_STREAM) {
-            if (MODE == MODE_CHAIN && p > 0) {
-                if (tid == 0)
-                    while (ld_acquire(&done[p - 1]) < (unsigned)G) {
-                    }
-                consumers_sync();
-            }
+            // every consumer is done with the last product's x; then its input is complete
+            if (MODE == MODE_CHAIN && p > 0 && tid == 0)
+                while (ld_acquire(&done[p - 1]) < (unsigned)G) {
+                }
+            consumers_sync();
             for (int k = tid * 4; k < P.K; k += CONSUMERS * 4)
                 *(float4 *)(xs + (k & 4 ? P.K / 2 : 0) + (k >> 3) * 4) = __ldcg((const float4 *)(P.in + k));
-            if (P.epi == EPI_ADD && tid < r1 - r0) res = __ldcg(P.out + r0 + tid);
             consumers_sync();
         }
         const float4 *x0 = (const float4 *)xs, *x1 = x0 + n_vec;
-        for (int r = r0; r < r1; r += R, it++) {
-            const int slot = it % NS, nr = min(R, r1 - r);
-            mbar_wait(&full[slot], (it / NS) & 1);
+        for (int r = r0; r < r1; r += R, at.next(NS)) {
+            mbar_wait(&full[at.slot], at.round & 1);
             float a = 0.0f, u = 0.0f;
-            if (MODE != MODE_STREAM && row < nr) {
-                const uint4 *wg = (const uint4 *)(ring + slot * STAGE_BYTES + row * row_bytes);
-                const uint4 *wu = (const uint4 *)(ring + slot * STAGE_BYTES + (R + row) * row_bytes);
+            if (MODE != MODE_STREAM && row < min(R, r1 - r)) {
+                const uint4 *wg = (const uint4 *)(ring + at.slot * STAGE_BYTES + row * row_bytes);
+                const uint4 *wu = (const uint4 *)(ring + at.slot * STAGE_BYTES + (R + row) * row_bytes);
                 const int v1 = min(n_vec, (seg + 1) * seg_vec);
 #pragma unroll 4
                 for (int v = seg * seg_vec + lane; v < v1; v += 32) {
@@ -239,26 +284,13 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
                     for (int off = 16; off > 0; off >>= 1) u += __shfl_xor_sync(0xffffffffu, u, off);
             }
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[slot]);
-            if (MODE == MODE_STREAM) continue;
-            float *sp = sums + parity * 2 * CONSUMER_WARPS;
-            if (lane == 0) sp[warp] = a, sp[CONSUMER_WARPS + warp] = u;
-            consumers_sync();
-            const int i = tid - (r - r0);
-            if (i >= 0 && i < nr) {
-                float sa = 0.0f, su = 0.0f;
-                for (int j = 0; j < S; j++) sa += sp[i * S + j], su += sp[CONSUMER_WARPS + i * S + j];
-                P.out[r + i] = glu ? silu(sa) * su : P.epi == EPI_ADD ? res + sa : sa;
+            if (lane == 0) {
+                float *sp = sums + at.slot * 2 * CONSUMER_WARPS;
+                sp[warp] = a, sp[CONSUMER_WARPS + warp] = u;
             }
-            parity ^= 1;
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&ready[at.slot]);
         }
-        if (MODE == MODE_CHAIN) {
-            __threadfence();
-            consumers_sync();
-            if (tid == 0) atomicAdd(&done[p], 1u);
-        }
-        P = next;
     }
 }
 
@@ -279,11 +311,11 @@ int main(int argc, char **argv) {
            prop.name, d.E, d.Q, d.QKV, d.F, d.L, bytes / 1e9, prop.multiProcessorCount, pl.n_stages,
            STAGE_BYTES / 1024);
     if (pl.n_stages < 2 || !tile_rows(d.F, EPI_STORE) || !tile_rows(d.Q, EPI_STORE) || !tile_rows(d.E, EPI_GLU) ||
-        n_max / prop.multiProcessorCount + 1 > CONSUMERS) {
+        n_max / prop.multiProcessorCount + 1 > MAX_BLOCK_ROWS) {
         fprintf(stderr,
                 "stream_chain_bench: a row does not fit a %d-byte stage, the ring has under 2 stages or a block's "
                 "rows > %d\n",
-                STAGE_BYTES, CONSUMERS);
+                STAGE_BYTES, MAX_BLOCK_ROWS);
         return 1;
     }
     layer *hl = alloc_layers(d);
