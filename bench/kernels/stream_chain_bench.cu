@@ -56,6 +56,9 @@
 #define THREADS (CONSUMERS + 64)
 #define MAX_STAGES 8
 #define MAX_BLOCK_ROWS 256 // a block's rows of one product
+#ifndef ROWS_PER_WARP
+#define ROWS_PER_WARP 1 // rows of a stage a consumer warp reduces against one read of x (a power of two)
+#endif
 // The time a waiting thread may be suspended before mbarrier.try_wait returns (the hardware
 // wakes it when the phase completes), so that a spinning waiter takes fewer issue slots.
 #define WAIT_SUSPEND_NS 10000000
@@ -141,7 +144,8 @@ __device__ __forceinline__ float dot8(uint4 q, const float4 *x, float acc) {
 // [warps] | residual [MAX_BLOCK_ROWS] | x [k_max] floats | ring [n_stages][STAGE_BYTES],
 // each part 128-byte aligned.
 #define BARS_BYTES 256
-#define SUMS_BYTES (MAX_STAGES * 2 * CONSUMER_WARPS * 4)
+#define SUMS_BYTES (MAX_STAGES * 2 * CONSUMER_WARPS * ROWS_PER_WARP * 4)
+#define SLOT_SUMS (CONSUMER_WARPS * ROWS_PER_WARP) // a stage's sums of one kind (gate or up)
 #define RESID_BYTES (MAX_BLOCK_ROWS * 4)
 struct smem_plan {
     int n_stages, x_off, ring_off, bytes;
@@ -218,41 +222,42 @@ __global__ void __launch_bounds__(THREADS, 1)
         for (int p = 0; p < n_prod; p++) {
             const product P = ps[p];
             const int r0 = (int)((int64_t)P.N * b / G), r1 = (int)((int64_t)P.N * (b + 1) / G);
-            const int R = tile_rows(P.K, P.epi), S = CONSUMER_WARPS / R;
+            const int R = tile_rows(P.K, P.epi), S = CONSUMER_WARPS / (R / min(ROWS_PER_WARP, R));
             if (MODE != MODE_STREAM && P.epi == EPI_ADD)
                 for (int i = lane; i < r1 - r0; i += 32) resid[i] = __ldcg(P.out + r0 + i);
             __syncwarp();
             for (int r = r0; r < r1; r += R, at.next(NS)) {
                 mbar_wait(&ready[at.slot], at.round & 1);
-                const float *sp = sums + at.slot * 2 * CONSUMER_WARPS;
+                const float *sp = sums + at.slot * 2 * SLOT_SUMS;
                 if (MODE != MODE_STREAM && lane < min(R, r1 - r)) {
                     float sa = 0.0f, su = 0.0f;
-                    for (int j = 0; j < S; j++) sa += sp[lane * S + j], su += sp[CONSUMER_WARPS + lane * S + j];
+                    for (int j = 0; j < S; j++) sa += sp[lane * S + j], su += sp[SLOT_SUMS + lane * S + j];
                     P.out[r + lane] = P.epi == EPI_GLU ? silu(sa) * su : P.epi == EPI_ADD ? resid[r - r0 + lane] + sa : sa;
                 }
                 __syncwarp();
                 if (lane == 0) mbar_arrive(&empty[at.slot]);
             }
             if (MODE == MODE_CHAIN) {
-                __threadfence();
                 __syncwarp();
-                if (lane == 0) atomicAdd(&done[p], 1u);
+                if (lane == 0) __threadfence(), atomicAdd(&done[p], 1u);
             }
         }
         return;
     }
 
-    // The consumers: a stage's R rows over the warps, S = CONSUMER_WARPS / R segments a row
-    // (warp w: row w / S, segment w % S; lane l the segment's 16-byte pieces l, l + 32, ...),
-    // x from shared memory in two planes (piece v's elements 0-3 at plane 0 [v], 4-7 at
-    // plane 1 [v]: a warp's reads of consecutive pieces are conflict-free); each warp leaves
-    // its sums in the stage's slot and moves on (no block barrier a stage).
+    // The consumers: a stage's R rows in groups of RW = min(ROWS_PER_WARP, R), S =
+    // CONSUMER_WARPS / (R / RW) segments a group (warp w: group w / S, segment w % S; lane l
+    // the segment's 16-byte pieces l, l + 32, ..., each read of x used for the group's RW
+    // rows), x from shared memory in two planes (piece v's elements 0-3 at plane 0 [v], 4-7
+    // at plane 1 [v]: a warp's reads of consecutive pieces are conflict-free); each warp
+    // leaves its sums in the stage's slot and moves on (no block barrier a stage).
     const int tid = threadIdx.x;
     for (int p = 0; p < n_prod; p++) {
         const product P = ps[p];
         const int r0 = (int)((int64_t)P.N * b / G), r1 = (int)((int64_t)P.N * (b + 1) / G);
-        const int R = tile_rows(P.K, P.epi), row_bytes = P.K * 2, S = CONSUMER_WARPS / R;
-        const int n_vec = P.K / 8, seg_vec = (n_vec + S - 1) / S, row = warp / S, seg = warp % S;
+        const int R = tile_rows(P.K, P.epi), row_bytes = P.K * 2, RW = min(ROWS_PER_WARP, R);
+        const int S = CONSUMER_WARPS / (R / RW), row0 = warp / S * RW, seg = warp % S;
+        const int n_vec = P.K / 8, seg_vec = (n_vec + S - 1) / S;
         const bool glu = P.epi == EPI_GLU;
         if (MODE != MODE_STREAM) {
             // every consumer is done with the last product's x; then its input is complete
@@ -267,26 +272,37 @@ __global__ void __launch_bounds__(THREADS, 1)
         const float4 *x0 = (const float4 *)xs, *x1 = x0 + n_vec;
         for (int r = r0; r < r1; r += R, at.next(NS)) {
             mbar_wait(&full[at.slot], at.round & 1);
-            float a = 0.0f, u = 0.0f;
-            if (MODE != MODE_STREAM && row < min(R, r1 - r)) {
-                const uint4 *wg = (const uint4 *)(ring + at.slot * STAGE_BYTES + row * row_bytes);
-                const uint4 *wu = (const uint4 *)(ring + at.slot * STAGE_BYTES + (R + row) * row_bytes);
+            const int nr = min(R, r1 - r);
+            float a[ROWS_PER_WARP], u[ROWS_PER_WARP];
+#pragma unroll
+            for (int i = 0; i < ROWS_PER_WARP; i++) a[i] = u[i] = 0.0f;
+            if (MODE != MODE_STREAM && row0 < nr) {
+                const unsigned char *st = ring + at.slot * STAGE_BYTES;
                 const int v1 = min(n_vec, (seg + 1) * seg_vec);
-#pragma unroll 4
+#pragma unroll 2
                 for (int v = seg * seg_vec + lane; v < v1; v += 32) {
                     const float4 xv[2] = {x0[v], x1[v]};
-                    a = dot8(wg[v], xv, a);
-                    if (glu) u = dot8(wu[v], xv, u);
+#pragma unroll
+                    for (int i = 0; i < ROWS_PER_WARP; i++) {
+                        if (i >= RW || row0 + i >= nr) break;
+                        a[i] = dot8(((const uint4 *)(st + (row0 + i) * row_bytes))[v], xv, a[i]);
+                        if (glu) u[i] = dot8(((const uint4 *)(st + (R + row0 + i) * row_bytes))[v], xv, u[i]);
+                    }
                 }
 #pragma unroll
-                for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
-                if (glu)
+                for (int i = 0; i < ROWS_PER_WARP; i++) {
 #pragma unroll
-                    for (int off = 16; off > 0; off >>= 1) u += __shfl_xor_sync(0xffffffffu, u, off);
+                    for (int off = 16; off > 0; off >>= 1) a[i] += __shfl_xor_sync(0xffffffffu, a[i], off);
+                    if (glu)
+#pragma unroll
+                        for (int off = 16; off > 0; off >>= 1) u[i] += __shfl_xor_sync(0xffffffffu, u[i], off);
+                }
             }
             if (lane == 0) {
-                float *sp = sums + at.slot * 2 * CONSUMER_WARPS;
-                sp[warp] = a, sp[CONSUMER_WARPS + warp] = u;
+                float *sp = sums + at.slot * 2 * SLOT_SUMS;
+#pragma unroll
+                for (int i = 0; i < ROWS_PER_WARP; i++)
+                    if (i < RW) sp[(row0 + i) * S + seg] = a[i], sp[SLOT_SUMS + (row0 + i) * S + seg] = u[i];
             }
             __syncwarp();
             if (lane == 0) mbar_arrive(&ready[at.slot]);

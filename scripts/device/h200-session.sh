@@ -31,7 +31,8 @@
 #   chain        bench/kernels/stream_chain_bench.cu: the four products as separate kernels vs
 #                one persistent block an SM whose producer warp streams the weights by
 #                cp.async.bulk across the products' dependencies (the three shapes; one
-#                build for each of $CHAIN_VARIANTS, ';'-separated -D flags)
+#                build for each of $CHAIN_VARIANTS, ';'-separated -D flags, each run at
+#                each ring depth cap of $CHAIN_STAGES)
 #   floor        bench/kernels/read_floor_bench.cu: one kernel reading N MB from HBM, back to
 #                back in a graph (the floor under a decode product of that size)
 #   variants     bench/kernels/gemv_variants_bench.cu: the plain one-warp-a-row GEMV under
@@ -55,6 +56,7 @@ O=${OUT:-/tmp/out}; mkdir -p "$O" models
 export PATH=/usr/local/cuda/bin:$PATH PYTHONPATH=$PWD/.whl XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/stride-xdg}
 MODELS=${MODELS:-llama-3.2-1b qwen3-1.7b qwen3-8b}
 IFS=';' read -r -a CHAIN_VARIANTS <<<"${CHAIN_VARIANTS:--DCONSUMER_WARPS=8;-DCONSUMER_WARPS=16}"
+CHAIN_STAGES=${CHAIN_STAGES:-8} # caps on the ring's stages (8: as many as shared memory holds)
 S=build-gpu/stride
 # cmocka carried as .cm (scripts/device/carry-cmocka.sh): the builds include the ctest suite
 if [ -f .cm/include/cmocka.h ]; then
@@ -171,8 +173,11 @@ stage_chain() {
     for v in "${CHAIN_VARIANTS[@]}"; do
         echo "build: $v"
         nvcc -O3 -std=c++17 -arch=sm_90 $v bench/kernels/stream_chain_bench.cu -o /tmp/stream_chain_bench || exit 1
-        /tmp/stream_chain_bench; /tmp/stream_chain_bench 2048 2048 1024 6144 28
-        /tmp/stream_chain_bench 4096 4096 1024 12288 36
+        for st in $CHAIN_STAGES; do
+            export STAGES=$st
+            /tmp/stream_chain_bench; /tmp/stream_chain_bench 2048 2048 1024 6144 28
+            /tmp/stream_chain_bench 4096 4096 1024 12288 36
+        done
     done >"$O/chain.md" 2>&1
     cat "$O/chain.md"; elapsed chain
 }
