@@ -34,8 +34,8 @@
 // as parameters).
 template <int EPI, int U, int MINB, typename IDX>
 __global__ void __launch_bounds__(THREADS, MINB)
-    gemv_variant(const __half *__restrict__ w, const __half *__restrict__ w2, const float *__restrict__ x, float *y, int N,
-         int K) {
+    gemv_variant(const __half *__restrict__ w, const __half *__restrict__ w2, const float *__restrict__ x, float *y,
+                 int N, int K) {
     const IDX r = ((IDX)blockIdx.x * THREADS + threadIdx.x) / 32;
     if (r >= N) return;
     const float a = row_dot<U, IDX>(w + r * (IDX)K, x, (IDX)K);
@@ -58,7 +58,10 @@ struct variant {
     kernel_t store, add, glu;
 };
 #define VARIANT(name, U, MINB, IDX)                                                                        \
-    { name, gemv_variant<EPI_STORE, U, MINB, IDX>, gemv_variant<EPI_ADD, U, MINB, IDX>, gemv_variant<EPI_GLU, U, MINB, IDX> }
+    {                                                                                                      \
+        name, gemv_variant<EPI_STORE, U, MINB, IDX>, gemv_variant<EPI_ADD, U, MINB, IDX>,                  \
+            gemv_variant<EPI_GLU, U, MINB, IDX>                                                            \
+    }
 static const variant VARIANTS[] = {
     VARIANT("U2 free int (persistent bench's)", 2, 1, int),
     VARIANT("U2 8/SM int", 2, 8, int),

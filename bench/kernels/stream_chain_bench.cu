@@ -14,9 +14,9 @@
 //   consumer warps (CONSUMER_WARPS): at the start of each product wait until every block has
 //       raised the counter of the product before (its outputs written, release/acquire at gpu
 //       scope) and stage the product's input vector in shared memory (two planes, so that a
-//       warp's reads are conflict-free); then reduce each stage (R rows over the warps,
-//       CONSUMER_WARPS / R segments a row), leave each warp's sum in the stage's slot and
-//       move on: no block barrier a stage.
+//       warp's reads are conflict-free); then reduce each stage (R rows over the warps in
+//       groups of ROWS_PER_WARP, the rest of the warps splitting a group's K into segments),
+//       leave each warp's sums in the stage's slot and move on: no block barrier a stage.
 //   epilogue warp: for each stage, once its consumers have left their sums, adds a row's
 //       segment sums in order, applies the epilogue (store, += with the residual it read at
 //       the product's start, or SwiGLU), stores, releases the stage to the producer, and at a
@@ -29,10 +29,11 @@
 // Block b owns rows [N*b/G, N*(b+1)/G) of each product (G blocks, one an SM). Modes of the
 // same kernel: chain (the real dependencies), no-wait (the counters skipped: what the waits
 // cost; the values race), stream (consumers release each stage unread: the ring's
-// streaming ceiling) and compute (the producer copies nothing: the consumers' own rate). Printed: microseconds a layer, weight bytes over that time against a
-// device copy, and for chain the largest difference from the separate kernels' x after one
+// streaming ceiling) and compute (the producer copies nothing: the consumers' own rate).
+// Printed: microseconds a layer, weight bytes over that time against a device copy, and for
+// chain the largest difference from the separate kernels' x after one
 // step relative to max |x| (the sums are split differently: not bitwise) and whether two
-// chain runs agree bit for bit (they must: fixed order).
+// chain runs agree bit for bit (they must: fixed order). Results: bench/stream-chain-h200.md.
 //
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/stream_chain_bench.cu -o stream_chain_bench
 // Run:   stream_chain_bench [E Q KV F L]   (default llama-3.2-1b: 2048 2048 512 8192 16)
@@ -48,7 +49,7 @@
 #define STAGE_BYTES 32768
 #endif
 #ifndef CONSUMER_WARPS
-#define CONSUMER_WARPS 8 // a power of two
+#define CONSUMER_WARPS 16 // a power of two (8 and 16 measured: 16 is faster)
 #endif
 #define CONSUMERS (CONSUMER_WARPS * 32)
 #define EPILOGUE_WARP CONSUMER_WARPS
@@ -57,7 +58,15 @@
 #define MAX_STAGES 8
 #define MAX_BLOCK_ROWS 256 // a block's rows of one product
 #ifndef ROWS_PER_WARP
-#define ROWS_PER_WARP 1 // rows of a stage a consumer warp reduces against one read of x (a power of two)
+// rows of a stage a consumer warp reduces against one read of x (a power of two; 2 and 4
+// measured slower than 1)
+#define ROWS_PER_WARP 1
+#endif
+// A timing probe only: the consumers reduce every PROBE_PIECE_STEP-th round of pieces (the
+// values are wrong for a step above 1), to see what faster consumers would make of the
+// dependencies.
+#ifndef PROBE_PIECE_STEP
+#define PROBE_PIECE_STEP 1
 #endif
 // The time a waiting thread may be suspended before mbarrier.try_wait returns (the hardware
 // wakes it when the phase completes), so that a spinning waiter takes fewer issue slots.
@@ -232,7 +241,9 @@ __global__ void __launch_bounds__(THREADS, 1)
                 if (MODE != MODE_STREAM && lane < min(R, r1 - r)) {
                     float sa = 0.0f, su = 0.0f;
                     for (int j = 0; j < S; j++) sa += sp[lane * S + j], su += sp[SLOT_SUMS + lane * S + j];
-                    P.out[r + lane] = P.epi == EPI_GLU ? silu(sa) * su : P.epi == EPI_ADD ? resid[r - r0 + lane] + sa : sa;
+                    P.out[r + lane] = P.epi == EPI_GLU   ? silu(sa) * su
+                                      : P.epi == EPI_ADD ? resid[r - r0 + lane] + sa
+                                                         : sa;
                 }
                 __syncwarp();
                 if (lane == 0) mbar_arrive(&empty[at.slot]);
@@ -280,7 +291,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                 const unsigned char *st = ring + at.slot * STAGE_BYTES;
                 const int v1 = min(n_vec, (seg + 1) * seg_vec);
 #pragma unroll 2
-                for (int v = seg * seg_vec + lane; v < v1; v += 32) {
+                for (int v = seg * seg_vec + lane; v < v1; v += 32 * PROBE_PIECE_STEP) {
                     const float4 xv[2] = {x0[v], x1[v]};
 #pragma unroll
                     for (int i = 0; i < ROWS_PER_WARP; i++) {

@@ -55,7 +55,7 @@ cd "$(dirname "$0")/../.."
 O=${OUT:-/tmp/out}; mkdir -p "$O" models
 export PATH=/usr/local/cuda/bin:$PATH PYTHONPATH=$PWD/.whl XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/stride-xdg}
 MODELS=${MODELS:-llama-3.2-1b qwen3-1.7b qwen3-8b}
-IFS=';' read -r -a CHAIN_VARIANTS <<<"${CHAIN_VARIANTS:--DCONSUMER_WARPS=8;-DCONSUMER_WARPS=16}"
+IFS=';' read -r -a CHAIN_VARIANTS <<<"${CHAIN_VARIANTS:--DCONSUMER_WARPS=16}"
 CHAIN_STAGES=${CHAIN_STAGES:-8} # caps on the ring's stages (8: as many as shared memory holds)
 S=build-gpu/stride
 # cmocka carried as .cm (scripts/device/carry-cmocka.sh): the builds include the ctest suite
