@@ -98,18 +98,7 @@ int main(int argc, char **argv) {
     CHECK(cudaEventCreate(&e0));
     CHECK(cudaEventCreate(&e1));
 
-    // separate, as a graph
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    step_separate(s, hl, d, x, qkv, g);
-    CHECK(cudaStreamEndCapture(s, &graph));
-    CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    CHECK(cudaMemcpy(x, x0, d.E * sizeof(float), cudaMemcpyHostToDevice));
-    CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaMemcpyAsync(x_sep, x, d.E * sizeof(float), cudaMemcpyDeviceToHost, s));
-    CHECK(cudaStreamSynchronize(s));
-    const double us_sep = graph_us(exec, s, REPS);
+    const double us_sep = time_separate(s, hl, d, x, qkv, g, x0, x_sep, REPS); // separate, as a graph
     float ms = 0;
     printf("| variant | grid | us/layer | GB/s | %% of copy | x bitwise = separate |\n|---|---|---:|---:|---:|---|\n");
     printf("| separate (graph of %d kernels) | one warp a row | %.2f | %.0f | %.0f%% | - |\n", 4 * d.L, us_sep / d.L,

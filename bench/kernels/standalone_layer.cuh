@@ -164,4 +164,24 @@ static void step_separate(cudaStream_t s, const layer *hl, const dims &d, float 
     }
 }
 
+// The separate step recorded in a graph on s: run once from x0 (x_out: x after it), then
+// timed over reps launches; microseconds a step.
+static double time_separate(cudaStream_t s, const layer *hl, const dims &d, float *x, float *qkv, float *g,
+                            const float *x0, float *x_out, int reps) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    step_separate(s, hl, d, x, qkv, g);
+    CHECK(cudaStreamEndCapture(s, &graph));
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CHECK(cudaMemcpy(x, x0, d.E * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaMemcpyAsync(x_out, x, d.E * sizeof(float), cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    const double us = graph_us(exec, s, reps);
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(graph));
+    return us;
+}
+
 #endif /* STRIDE_BENCH_STANDALONE_LAYER_CUH */

@@ -368,17 +368,9 @@ int main(int argc, char **argv) {
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
+    const double us_sep = time_separate(s, hl, d, x, qkv, g, x0, x_sep, REPS);
     cudaGraph_t graph;
     cudaGraphExec_t exec;
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    step_separate(s, hl, d, x, qkv, g);
-    CHECK(cudaStreamEndCapture(s, &graph));
-    CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    CHECK(cudaMemcpy(x, x0, d.E * sizeof(float), cudaMemcpyHostToDevice));
-    CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaMemcpyAsync(x_sep, x, d.E * sizeof(float), cudaMemcpyDeviceToHost, s));
-    CHECK(cudaStreamSynchronize(s));
-    const double us_sep = graph_us(exec, s, REPS);
     printf("| variant | us/layer | GB/s | %% of copy | max |x - x_sep| / max |x_sep| | chain twice bitwise |\n"
            "|---|---:|---:|---:|---:|---|\n");
     printf("| separate (graph of %d kernels) | %.2f | %.0f | %.0f%% | - | - |\n", n_prod, us_sep / d.L,
