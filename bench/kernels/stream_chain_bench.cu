@@ -29,16 +29,20 @@
 // Block b owns rows [N*b/G, N*(b+1)/G) of each product (G blocks, one an SM). Modes of the
 // same kernel: chain (the real dependencies), no-wait (the counters skipped: what the waits
 // cost; the values race), stream (consumers release each stage unread: the ring's
-// streaming ceiling) and compute (the producer copies nothing: the consumers' own rate).
+// streaming ceiling), compute (the producer copies nothing: the consumers' own rate) and
+// flags (no counters: every output is stored as one 8-byte word of value and step flag, and
+// the next product's consumers re-read their pieces of it until every flag is current, so
+// that a boundary is one store and one read, not a fence, a counter, a poll and a read).
 // Printed: microseconds a layer, weight bytes over that time against a device copy, and for
 // chain the largest difference from the separate kernels' x after one
 // step relative to max |x| (the sums are split differently: not bitwise) and whether two
-// chain runs agree bit for bit (they must: fixed order). Results: bench/stream-chain-h200.md.
+// chain runs agree bit for bit (they must: fixed order); the same for flags. Results: bench/stream-chain-h200.md.
 //
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/stream_chain_bench.cu -o stream_chain_bench
 // Run:   stream_chain_bench [E Q KV F L]   (default llama-3.2-1b: 2048 2048 512 8192 16)
 //        STAGES=n caps the ring's stages (default: as many as shared memory holds, at most 8);
-//        MODE=m runs that mode only (0 chain, 1 no-wait, 2 stream, 3 compute; for a profiler)
+//        MODE=m runs that mode only (0 chain, 1 no-wait, 2 stream, 3 compute, 4 flags; for a
+//        profiler)
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -57,6 +61,8 @@
 #define THREADS (CONSUMERS + 64)
 #define MAX_STAGES 8
 #define MAX_BLOCK_ROWS 256 // a block's rows of one product
+#define MAX_K 12288          // flags mode: a consumer thread holds K / 2 / CONSUMERS 16-byte pieces
+#define FLAG_PIECES ((MAX_K / 2 + CONSUMERS - 1) / CONSUMERS)
 #ifndef ROWS_PER_WARP
 // rows of a stage a consumer warp reduces against one read of x (a power of two; 2 and 4
 // measured slower than 1)
@@ -73,15 +79,21 @@
 #define WAIT_SUSPEND_NS 10000000
 #define REPS 20
 
-enum { MODE_CHAIN, MODE_NO_WAIT, MODE_STREAM, MODE_COMPUTE, N_MODES };
+enum { MODE_CHAIN, MODE_NO_WAIT, MODE_STREAM, MODE_COMPUTE, MODE_FLAGS, N_MODES };
 static const char *MODE_NAME[] = {"chain (dependencies waited)", "no-wait (dependencies skipped)",
-                                  "stream (stages released unread)", "compute (no copies, no waits)"};
+                                  "stream (stages released unread)", "compute (no copies, no waits)",
+                                  "flags (dependencies as flagged values)"};
 
 // One product as the kernel walks it: out[n] (epi) W[n] . in, W [N][K] at row stride ld.
+//
+// flags mode: the product also writes its outputs as (step flag << 32 | value bits), one
+// 8-byte store each (fout), and the next product reads those (fin) instead of `in`.
 struct product {
     const __half *w, *w2; // w2: the up weight of the gated product
     const float *in;
     float *out;
+    unsigned long long *fout;
+    const unsigned long long *fin; // NULL: the step's input, plain
     int N, K, ld, epi;
 };
 
@@ -126,6 +138,16 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned b
                      smem_addr(dst)),
                  "l"(src), "r"(bytes), "r"(smem_addr(bar))
                  : "memory");
+}
+
+__device__ __forceinline__ ulonglong2 ld_volatile_v2(const unsigned long long *p) {
+    ulonglong2 v;
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(v.x), "=l"(v.y) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_volatile(unsigned long long *p, unsigned long long v) {
+    asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
@@ -181,7 +203,7 @@ struct ring_pos {
 
 template <int MODE>
 __global__ void __launch_bounds__(THREADS, 1)
-    chain_kernel(const product *ps, int n_prod, unsigned *done, smem_plan pl) {
+    chain_kernel(const product *ps, int n_prod, unsigned *done, unsigned *epoch, smem_plan pl) {
     extern __shared__ __align__(128) unsigned char smem[];
     uint64_t *full = (uint64_t *)smem, *ready = full + MAX_STAGES, *empty = ready + MAX_STAGES;
     float *sums = (float *)(smem + BARS_BYTES), *resid = (float *)(smem + BARS_BYTES + SUMS_BYTES);
@@ -196,6 +218,10 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     __syncthreads();
     ring_pos at = {0, 0};
+    // flags mode: this launch's flags are epoch[0] * n_prod + p + 1 (product p's outputs); the
+    // last block to finish advances epoch[0]. Every block reads it before any block can
+    // finish: a block's last product needs every block's outputs of the one before.
+    const unsigned flag0 = MODE == MODE_FLAGS ? *(volatile unsigned *)epoch * (unsigned)n_prod + 1u : 0u;
 
     if (warp == PRODUCER_WARP) {
         if (lane != 0) return;
@@ -232,7 +258,9 @@ __global__ void __launch_bounds__(THREADS, 1)
             const product P = ps[p];
             const int r0 = (int)((int64_t)P.N * b / G), r1 = (int)((int64_t)P.N * (b + 1) / G);
             const int R = tile_rows(P.K, P.epi), S = CONSUMER_WARPS / (R / min(ROWS_PER_WARP, R));
-            if (MODE != MODE_STREAM && P.epi == EPI_ADD)
+            // the residual: read a product's start, or in flags mode once (at the first +=) and
+            // then kept up to date here
+            if (MODE != MODE_STREAM && P.epi == EPI_ADD && (MODE != MODE_FLAGS || p == 1))
                 for (int i = lane; i < r1 - r0; i += 32) resid[i] = __ldcg(P.out + r0 + i);
             __syncwarp();
             for (int r = r0; r < r1; r += R, at.next(NS)) {
@@ -241,9 +269,15 @@ __global__ void __launch_bounds__(THREADS, 1)
                 if (MODE != MODE_STREAM && lane < min(R, r1 - r)) {
                     float sa = 0.0f, su = 0.0f;
                     for (int j = 0; j < S; j++) sa += sp[lane * S + j], su += sp[SLOT_SUMS + lane * S + j];
-                    P.out[r + lane] = P.epi == EPI_GLU   ? silu(sa) * su
-                                      : P.epi == EPI_ADD ? resid[r - r0 + lane] + sa
-                                                         : sa;
+                    const float y = P.epi == EPI_GLU   ? silu(sa) * su
+                                    : P.epi == EPI_ADD ? resid[r - r0 + lane] + sa
+                                                       : sa;
+                    P.out[r + lane] = y;
+                    if (MODE == MODE_FLAGS) {
+                        st_volatile(P.fout + r + lane,
+                                    (unsigned long long)(flag0 + p) << 32 | __float_as_uint(y));
+                        if (P.epi == EPI_ADD) resid[r - r0 + lane] = y;
+                    }
                 }
                 __syncwarp();
                 if (lane == 0) mbar_arrive(&empty[at.slot]);
@@ -252,6 +286,10 @@ __global__ void __launch_bounds__(THREADS, 1)
                 __syncwarp();
                 if (lane == 0) __threadfence(), atomicAdd(&done[p], 1u);
             }
+        }
+        if (MODE == MODE_FLAGS && lane == 0 && atomicAdd(&epoch[1], 1u) == (unsigned)G - 1) {
+            epoch[1] = 0;
+            atomicAdd(&epoch[0], 1u);
         }
         return;
     }
@@ -276,8 +314,34 @@ __global__ void __launch_bounds__(THREADS, 1)
                 while (ld_acquire(&done[p - 1]) < (unsigned)G) {
                 }
             consumers_sync();
-            for (int k = tid * 4; k < P.K; k += CONSUMERS * 4)
-                *(float4 *)(xs + (k & 4 ? P.K / 2 : 0) + (k >> 3) * 4) = __ldcg((const float4 *)(P.in + k));
+            if (MODE == MODE_FLAGS && P.fin) {
+                // every piece (two values) this thread stages, re-read until both carry the
+                // flag of the product before: no counter, no fence, one round trip when ready
+                const unsigned want = flag0 + p - 1;
+                ulonglong2 v[FLAG_PIECES];
+                bool all;
+                do {
+                    all = true;
+#pragma unroll
+                    for (int c = 0; c < FLAG_PIECES; c++)
+                        if (tid + c * CONSUMERS < P.K / 2) v[c] = ld_volatile_v2(P.fin + 2 * (tid + c * CONSUMERS));
+#pragma unroll
+                    for (int c = 0; c < FLAG_PIECES; c++)
+                        if (tid + c * CONSUMERS < P.K / 2 &&
+                            ((unsigned)(v[c].x >> 32) != want || (unsigned)(v[c].y >> 32) != want))
+                            all = false;
+                } while (!all);
+#pragma unroll
+                for (int c = 0; c < FLAG_PIECES; c++) {
+                    const int k = 2 * (tid + c * CONSUMERS);
+                    if (k >= P.K) break;
+                    float *dst = xs + (k & 4 ? P.K / 2 : 0) + (k >> 3) * 4 + (k & 3);
+                    dst[0] = __uint_as_float((unsigned)v[c].x), dst[1] = __uint_as_float((unsigned)v[c].y);
+                }
+            } else {
+                for (int k = tid * 4; k < P.K; k += CONSUMERS * 4)
+                    *(float4 *)(xs + (k & 4 ? P.K / 2 : 0) + (k >> 3) * 4) = __ldcg((const float4 *)(P.in + k));
+            }
             consumers_sync();
         }
         const float4 *x0 = (const float4 *)xs, *x1 = x0 + n_vec;
@@ -321,9 +385,10 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
 }
 
-typedef void (*chain_fn)(const product *, int, unsigned *, smem_plan);
+typedef void (*chain_fn)(const product *, int, unsigned *, unsigned *, smem_plan);
 static const chain_fn CHAIN_KERNELS[N_MODES] = {chain_kernel<MODE_CHAIN>, chain_kernel<MODE_NO_WAIT>,
-                                                chain_kernel<MODE_STREAM>, chain_kernel<MODE_COMPUTE>};
+                                                chain_kernel<MODE_STREAM>, chain_kernel<MODE_COMPUTE>,
+                                                chain_kernel<MODE_FLAGS>};
 
 int main(int argc, char **argv) {
     const dims d = parse_dims(argc, argv, "stream_chain_bench");
@@ -338,11 +403,11 @@ int main(int argc, char **argv) {
            prop.name, d.E, d.Q, d.QKV, d.F, d.L, bytes / 1e9, prop.multiProcessorCount, pl.n_stages,
            STAGE_BYTES / 1024);
     if (pl.n_stages < 2 || !tile_rows(d.F, EPI_STORE) || !tile_rows(d.Q, EPI_STORE) || !tile_rows(d.E, EPI_GLU) ||
-        n_max / prop.multiProcessorCount + 1 > MAX_BLOCK_ROWS) {
+        n_max / prop.multiProcessorCount + 1 > MAX_BLOCK_ROWS || k_max > MAX_K) {
         fprintf(stderr,
-                "stream_chain_bench: a row does not fit a %d-byte stage, the ring has under 2 stages or a block's "
-                "rows > %d\n",
-                STAGE_BYTES, MAX_BLOCK_ROWS);
+                "stream_chain_bench: a row does not fit a %d-byte stage, the ring has under 2 stages, a block's "
+                "rows > %d or K > %d\n",
+                STAGE_BYTES, MAX_BLOCK_ROWS, MAX_K);
         return 1;
     }
     layer *hl = alloc_layers(d);
@@ -353,11 +418,24 @@ int main(int argc, char **argv) {
     const int n_prod = 4 * d.L;
     product *hp = (product *)malloc(sizeof(product) * n_prod), *dp;
     for (int l = 0; l < d.L; l++) {
-        hp[4 * l + 0] = {hl[l].qkv, NULL, x, qkv, d.QKV, d.E, d.E, EPI_STORE};
-        hp[4 * l + 1] = {hl[l].o, NULL, qkv, x, d.E, d.Q, d.Q, EPI_ADD};
-        hp[4 * l + 2] = {hl[l].gate, hl[l].up, x, g, d.F, d.E, d.E, EPI_GLU};
-        hp[4 * l + 3] = {hl[l].down, NULL, g, x, d.E, d.F, d.F, EPI_ADD};
+        hp[4 * l + 0] = {hl[l].qkv, NULL, x, qkv, NULL, NULL, d.QKV, d.E, d.E, EPI_STORE};
+        hp[4 * l + 1] = {hl[l].o, NULL, qkv, x, NULL, NULL, d.E, d.Q, d.Q, EPI_ADD};
+        hp[4 * l + 2] = {hl[l].gate, hl[l].up, x, g, NULL, NULL, d.F, d.E, d.E, EPI_GLU};
+        hp[4 * l + 3] = {hl[l].down, NULL, g, x, NULL, NULL, d.E, d.F, d.F, EPI_ADD};
     }
+    // flags mode: each product's outputs flagged in a buffer of their own (zero: no flag yet)
+    size_t n_flagged = 0;
+    for (int p = 0; p < n_prod; p++) n_flagged += hp[p].N;
+    unsigned long long *flagged;
+    CHECK(cudaMalloc(&flagged, n_flagged * sizeof(unsigned long long)));
+    CHECK(cudaMemset(flagged, 0, n_flagged * sizeof(unsigned long long)));
+    for (int p = 0; p < n_prod; p++) {
+        hp[p].fout = flagged, flagged += hp[p].N;
+        hp[p].fin = p > 0 ? hp[p - 1].fout : NULL;
+    }
+    unsigned *epoch;
+    CHECK(cudaMalloc(&epoch, 2 * sizeof(unsigned)));
+    CHECK(cudaMemset(epoch, 0, 2 * sizeof(unsigned)));
     CHECK(cudaMalloc(&dp, sizeof(product) * n_prod));
     CHECK(cudaMemcpy(dp, hp, sizeof(product) * n_prod, cudaMemcpyHostToDevice));
     unsigned *done;
@@ -382,13 +460,14 @@ int main(int argc, char **argv) {
         CHECK(cudaFuncSetAttribute(CHAIN_KERNELS[m], cudaFuncAttributeMaxDynamicSharedMemorySize, pl.bytes));
         CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
         CHECK(cudaMemsetAsync(done, 0, n_prod * sizeof(unsigned), s));
-        CHAIN_KERNELS[m]<<<prop.multiProcessorCount, THREADS, pl.bytes, s>>>(dp, n_prod, done, pl);
+        CHAIN_KERNELS[m]<<<prop.multiProcessorCount, THREADS, pl.bytes, s>>>(dp, n_prod, done, epoch, pl);
         CHECK(cudaGetLastError());
         CHECK(cudaStreamEndCapture(s, &graph));
         CHECK(cudaGraphInstantiate(&exec, graph, 0));
         double err = 0.0, scale = 0.0;
         bool same = true;
-        if (m == MODE_CHAIN) {
+        const bool checked = m == MODE_CHAIN || m == MODE_FLAGS;
+        if (checked) {
             float *runs[2] = {x_a, x_b};
             for (int rep = 0; rep < 2; rep++) {
                 CHECK(cudaMemcpy(x, x0, d.E * sizeof(float), cudaMemcpyHostToDevice));
@@ -404,9 +483,9 @@ int main(int argc, char **argv) {
         }
         const double us = graph_us(exec, s, REPS);
         char err_s[32] = "-";
-        if (m == MODE_CHAIN) snprintf(err_s, sizeof err_s, "%.2e", err / scale);
+        if (checked) snprintf(err_s, sizeof err_s, "%.2e", err / scale);
         printf("| %s | %.2f | %.0f | %.0f%% | %s | %s |\n", MODE_NAME[m], us / d.L, bytes / (us * 1e-6) / 1e9,
-               100.0 * bytes / (us * 1e-6) / 1e9 / COPY_GBS, err_s, m == MODE_CHAIN ? (same ? "yes" : "NO") : "-");
+               100.0 * bytes / (us * 1e-6) / 1e9 / COPY_GBS, err_s, checked ? (same ? "yes" : "NO") : "-");
     }
     return 0;
 }
