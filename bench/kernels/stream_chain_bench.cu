@@ -61,6 +61,26 @@
 #define THREADS (CONSUMERS + 64)
 #define MAX_STAGES 8
 #define MAX_BLOCK_ROWS 256 // a block's rows of one product
+// TIMELINE=1: chain and flags modes record, per product and block, when its consumers began to wait for
+// the input, when they had it, and when its epilogue stored its last output (globaltimer),
+// and prints where a boundary's time goes.
+#ifndef TIMELINE
+#define TIMELINE 0
+#endif
+__device__ unsigned long long *g_timeline; // [3][n_prod][G]: wait, start, end
+
+__device__ __forceinline__ void timeline_mark(int what, int p, int n_prod) {
+#if TIMELINE
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    g_timeline[((size_t)what * n_prod + p) * gridDim.x + blockIdx.x] = t;
+#endif
+}
+
+// A waiting thread's pause between two reads of its flagged inputs (0: none).
+#ifndef RETRY_NS
+#define RETRY_NS 0
+#endif
 #define MAX_K 12288          // flags mode: a consumer thread holds K / 2 / CONSUMERS 16-byte pieces
 #define FLAG_PIECES ((MAX_K / 2 + CONSUMERS - 1) / CONSUMERS)
 #ifndef ROWS_PER_WARP
@@ -282,6 +302,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                 __syncwarp();
                 if (lane == 0) mbar_arrive(&empty[at.slot]);
             }
+            if ((MODE == MODE_FLAGS || MODE == MODE_CHAIN) && lane == 0) timeline_mark(2, p, n_prod);
             if (MODE == MODE_CHAIN) {
                 __syncwarp();
                 if (lane == 0) __threadfence(), atomicAdd(&done[p], 1u);
@@ -310,6 +331,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         const bool glu = P.epi == EPI_GLU;
         if (MODE != MODE_STREAM) {
             // every consumer is done with the last product's x; then its input is complete
+            if ((MODE == MODE_FLAGS || MODE == MODE_CHAIN) && tid == 0) timeline_mark(0, p, n_prod);
             if (MODE == MODE_CHAIN && p > 0 && tid == 0)
                 while (ld_acquire(&done[p - 1]) < (unsigned)G) {
                 }
@@ -320,7 +342,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                 const unsigned want = flag0 + p - 1;
                 ulonglong2 v[FLAG_PIECES];
                 bool all;
-                do {
+                for (int attempt = 0;; attempt++) {
+                    if (RETRY_NS && attempt) __nanosleep(RETRY_NS);
                     all = true;
 #pragma unroll
                     for (int c = 0; c < FLAG_PIECES; c++)
@@ -330,7 +353,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                         if (tid + c * CONSUMERS < P.K / 2 &&
                             ((unsigned)(v[c].x >> 32) != want || (unsigned)(v[c].y >> 32) != want))
                             all = false;
-                } while (!all);
+                    if (all) break;
+                }
 #pragma unroll
                 for (int c = 0; c < FLAG_PIECES; c++) {
                     const int k = 2 * (tid + c * CONSUMERS);
@@ -343,6 +367,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                     *(float4 *)(xs + (k & 4 ? P.K / 2 : 0) + (k >> 3) * 4) = __ldcg((const float4 *)(P.in + k));
             }
             consumers_sync();
+            if ((MODE == MODE_FLAGS || MODE == MODE_CHAIN) && tid == 0) timeline_mark(1, p, n_prod);
         }
         const float4 *x0 = (const float4 *)xs, *x1 = x0 + n_vec;
         for (int r = r0; r < r1; r += R, at.next(NS)) {
@@ -383,6 +408,46 @@ __global__ void __launch_bounds__(THREADS, 1)
             if (lane == 0) mbar_arrive(&ready[at.slot]);
         }
     }
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    const unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+// From one chain- or flags-mode step's timeline: per kind of product (its position in the layer),
+// averaged over the layers but the first: the spread of the blocks' ends of the product
+// before (max - median), then from its last end to the median block's wait start and input
+// in hand, in microseconds.
+static void print_timeline(const unsigned long long *d_tl, int n_prod, int G) {
+    const size_t n = 3 * (size_t)n_prod * G;
+    unsigned long long *t = (unsigned long long *)malloc(n * sizeof *t), *v = (unsigned long long *)malloc(G * sizeof *v);
+    CHECK(cudaMemcpy(t, d_tl, n * sizeof *t, cudaMemcpyDeviceToHost));
+    static const char *kind[4] = {"qkv (after down)", "o (after qkv)", "gate/up (after o)", "down (after gate/up)"};
+    double spread[4] = {0}, to_wait[4] = {0}, to_start[4] = {0}, work[4] = {0};
+    int cnt[4] = {0};
+    for (int p = 4; p < n_prod; p++) {
+        const unsigned long long *wait = t + (size_t)p * G, *start = t + ((size_t)n_prod + p) * G,
+                                 *end_prev = t + ((size_t)2 * n_prod + p - 1) * G, *end = t + ((size_t)2 * n_prod + p) * G;
+        unsigned long long last = 0;
+        for (int b = 0; b < G; b++) last = end_prev[b] > last ? end_prev[b] : last;
+        memcpy(v, end_prev, G * sizeof *v), qsort(v, G, sizeof *v, cmp_u64);
+        const unsigned long long med_end_prev = v[G / 2];
+        memcpy(v, wait, G * sizeof *v), qsort(v, G, sizeof *v, cmp_u64);
+        const unsigned long long med_wait = v[G / 2];
+        memcpy(v, start, G * sizeof *v), qsort(v, G, sizeof *v, cmp_u64);
+        const unsigned long long med_start = v[G / 2];
+        memcpy(v, end, G * sizeof *v), qsort(v, G, sizeof *v, cmp_u64);
+        const int k = p % 4;
+        spread[k] += (last - med_end_prev) * 1e-3, to_wait[k] += ((double)med_wait - (double)last) * 1e-3;
+        to_start[k] += ((double)med_start - (double)last) * 1e-3, work[k] += ((double)v[G / 2] - (double)med_start) * 1e-3;
+        cnt[k]++;
+    }
+    printf("| product | blocks' ends before: max - median | last end -> median wait start | last end -> median input in hand | input in hand -> median end |\n|---|---:|---:|---:|---:|\n");
+    for (int k = 0; k < 4; k++)
+        printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", kind[k], spread[k] / cnt[k], to_wait[k] / cnt[k], to_start[k] / cnt[k],
+               work[k] / cnt[k]);
+    free(t), free(v);
 }
 
 typedef void (*chain_fn)(const product *, int, unsigned *, unsigned *, smem_plan);
@@ -436,6 +501,12 @@ int main(int argc, char **argv) {
     unsigned *epoch;
     CHECK(cudaMalloc(&epoch, 2 * sizeof(unsigned)));
     CHECK(cudaMemset(epoch, 0, 2 * sizeof(unsigned)));
+    const int G = prop.multiProcessorCount;
+    unsigned long long *timeline = NULL;
+    if (TIMELINE) {
+        CHECK(cudaMalloc(&timeline, 3 * (size_t)n_prod * G * sizeof(unsigned long long)));
+        CHECK(cudaMemcpyToSymbol(g_timeline, &timeline, sizeof(timeline)));
+    }
     CHECK(cudaMalloc(&dp, sizeof(product) * n_prod));
     CHECK(cudaMemcpy(dp, hp, sizeof(product) * n_prod, cudaMemcpyHostToDevice));
     unsigned *done;
@@ -481,6 +552,7 @@ int main(int argc, char **argv) {
                 scale = fmax(scale, fabs((double)x_sep[i]));
             }
         }
+        if (TIMELINE && checked) print_timeline(timeline, n_prod, G);
         const double us = graph_us(exec, s, REPS);
         char err_s[32] = "-";
         if (checked) snprintf(err_s, sizeof err_s, "%.2e", err / scale);
