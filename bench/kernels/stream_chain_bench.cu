@@ -81,6 +81,13 @@ __device__ __forceinline__ void timeline_mark(int what, int p, int n_prod) {
 #ifndef RETRY_NS
 #define RETRY_NS 0
 #endif
+// NORMS=1: q/k/v and gate/up take an RMSNorm of their input first, as in a real layer (the
+// consumers square the input as they stage it; the epilogue applies the scale). The
+// separate kernels have no norms then: compare chain with flags (bitwise), not with them.
+#ifndef NORMS
+#define NORMS 0
+#endif
+#define NORM_EPS 1e-5f
 #define MAX_K 12288          // flags mode: a consumer thread holds K / 2 / CONSUMERS 16-byte pieces
 #define FLAG_PIECES ((MAX_K / 2 + CONSUMERS - 1) / CONSUMERS)
 #ifndef ROWS_PER_WARP
@@ -115,6 +122,7 @@ struct product {
     unsigned long long *fout;
     const unsigned long long *fin; // NULL: the step's input, plain
     int N, K, ld, epi;
+    const float *norm_w; // NORMS=1, q/k/v and gate/up: out = epi(W (in * norm_w)) * rsqrt(mean(in^2) + eps)
 };
 
 // Rows a stage holds: a power of two, at most CONSUMER_WARPS; 0 if one row does not fit.
@@ -191,13 +199,15 @@ __device__ __forceinline__ float dot8(uint4 q, const float4 *x, float acc) {
     return acc;
 }
 
-// Shared memory: full, ready, empty [MAX_STAGES] barriers | sums [MAX_STAGES][2 (gate, up)]
-// [warps] | residual [MAX_BLOCK_ROWS] | x [k_max] floats | ring [n_stages][STAGE_BYTES],
-// each part 128-byte aligned.
+// Shared memory: full, ready, empty [MAX_STAGES] barriers | sums [MAX_STAGES][2 (gate, up)
+// [warps], then the product's norm scale] | residual [MAX_BLOCK_ROWS], the consumers' sums
+// of squares [warps] | x [k_max] floats | ring [n_stages][STAGE_BYTES], each part 128-byte
+// aligned.
 #define BARS_BYTES 256
-#define SUMS_BYTES (MAX_STAGES * 2 * CONSUMER_WARPS * ROWS_PER_WARP * 4)
 #define SLOT_SUMS (CONSUMER_WARPS * ROWS_PER_WARP) // a stage's sums of one kind (gate or up)
-#define RESID_BYTES (MAX_BLOCK_ROWS * 4)
+#define SLOT_FLOATS (2 * SLOT_SUMS + 4)            // and the scale at [2 * SLOT_SUMS]
+#define SUMS_BYTES ((MAX_STAGES * SLOT_FLOATS * 4 + 127) / 128 * 128)
+#define RESID_BYTES (MAX_BLOCK_ROWS * 4 + 128)
 struct smem_plan {
     int n_stages, x_off, ring_off, bytes;
 };
@@ -227,6 +237,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     extern __shared__ __align__(128) unsigned char smem[];
     uint64_t *full = (uint64_t *)smem, *ready = full + MAX_STAGES, *empty = ready + MAX_STAGES;
     float *sums = (float *)(smem + BARS_BYTES), *resid = (float *)(smem + BARS_BYTES + SUMS_BYTES);
+    float *sq = resid + MAX_BLOCK_ROWS; // [CONSUMER_WARPS]
     float *xs = (float *)(smem + pl.x_off);
     unsigned char *ring = smem + pl.ring_off;
     const int NS = pl.n_stages, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -285,10 +296,11 @@ __global__ void __launch_bounds__(THREADS, 1)
             __syncwarp();
             for (int r = r0; r < r1; r += R, at.next(NS)) {
                 mbar_wait(&ready[at.slot], at.round & 1);
-                const float *sp = sums + at.slot * 2 * SLOT_SUMS;
+                const float *sp = sums + at.slot * SLOT_FLOATS;
                 if (MODE != MODE_STREAM && lane < min(R, r1 - r)) {
                     float sa = 0.0f, su = 0.0f;
                     for (int j = 0; j < S; j++) sa += sp[lane * S + j], su += sp[SLOT_SUMS + lane * S + j];
+                    if (NORMS && P.norm_w) sa *= sp[2 * SLOT_SUMS], su *= sp[2 * SLOT_SUMS];
                     const float y = P.epi == EPI_GLU   ? silu(sa) * su
                                     : P.epi == EPI_ADD ? resid[r - r0 + lane] + sa
                                                        : sa;
@@ -329,8 +341,9 @@ __global__ void __launch_bounds__(THREADS, 1)
         const int S = CONSUMER_WARPS / (R / RW), row0 = warp / S * RW, seg = warp % S;
         const int n_vec = P.K / 8, seg_vec = (n_vec + S - 1) / S;
         const bool glu = P.epi == EPI_GLU;
+        float ss = 0.0f, scale = 1.0f; // norm_w: the sum of squares of the input, the norm's scale
         if (MODE != MODE_STREAM) {
-            // every consumer is done with the last product's x; then its input is complete
+            // every consumer is done with the last product's x (and sq[]); then its input is complete
             if ((MODE == MODE_FLAGS || MODE == MODE_CHAIN) && tid == 0) timeline_mark(0, p, n_prod);
             if (MODE == MODE_CHAIN && p > 0 && tid == 0)
                 while (ld_acquire(&done[p - 1]) < (unsigned)G) {
@@ -360,19 +373,43 @@ __global__ void __launch_bounds__(THREADS, 1)
                     const int k = 2 * (tid + c * CONSUMERS);
                     if (k >= P.K) break;
                     float *dst = xs + (k & 4 ? P.K / 2 : 0) + (k >> 3) * 4 + (k & 3);
-                    dst[0] = __uint_as_float((unsigned)v[c].x), dst[1] = __uint_as_float((unsigned)v[c].y);
+                    const float e0 = __uint_as_float((unsigned)v[c].x), e1 = __uint_as_float((unsigned)v[c].y);
+                    const bool nw = NORMS && P.norm_w;
+                    if (NORMS) ss = fmaf(e0, e0, ss), ss = fmaf(e1, e1, ss);
+                    dst[0] = nw ? e0 * P.norm_w[k] : e0, dst[1] = nw ? e1 * P.norm_w[k + 1] : e1;
                 }
             } else {
-                for (int k = tid * 4; k < P.K; k += CONSUMERS * 4)
-                    *(float4 *)(xs + (k & 4 ? P.K / 2 : 0) + (k >> 3) * 4) = __ldcg((const float4 *)(P.in + k));
+                for (int k = tid * 4; k < P.K; k += CONSUMERS * 4) {
+                    float4 q = __ldcg((const float4 *)(P.in + k));
+                    if (NORMS) {
+                        ss = fmaf(q.x, q.x, ss), ss = fmaf(q.y, q.y, ss);
+                        ss = fmaf(q.z, q.z, ss), ss = fmaf(q.w, q.w, ss);
+                    }
+                    if (NORMS && P.norm_w) {
+                        const float4 n = *(const float4 *)(P.norm_w + k);
+                        q.x *= n.x, q.y *= n.y, q.z *= n.z, q.w *= n.w;
+                    }
+                    *(float4 *)(xs + (k & 4 ? P.K / 2 : 0) + (k >> 3) * 4) = q;
+                }
+            }
+            if (NORMS && P.norm_w) {
+#pragma unroll
+                for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+                if (lane == 0) sq[warp] = ss;
             }
             consumers_sync();
+            if (NORMS && P.norm_w) { // every consumer the same sum, in warp order
+                ss = 0.0f;
+                for (int w = 0; w < CONSUMER_WARPS; w++) ss += sq[w];
+                scale = rsqrtf(ss / (float)P.K + NORM_EPS);
+            }
             if ((MODE == MODE_FLAGS || MODE == MODE_CHAIN) && tid == 0) timeline_mark(1, p, n_prod);
         }
         const float4 *x0 = (const float4 *)xs, *x1 = x0 + n_vec;
         for (int r = r0; r < r1; r += R, at.next(NS)) {
             mbar_wait(&full[at.slot], at.round & 1);
             const int nr = min(R, r1 - r);
+
             float a[ROWS_PER_WARP], u[ROWS_PER_WARP];
 #pragma unroll
             for (int i = 0; i < ROWS_PER_WARP; i++) a[i] = u[i] = 0.0f;
@@ -399,10 +436,11 @@ __global__ void __launch_bounds__(THREADS, 1)
                 }
             }
             if (lane == 0) {
-                float *sp = sums + at.slot * 2 * SLOT_SUMS;
+                float *sp = sums + at.slot * SLOT_FLOATS;
 #pragma unroll
                 for (int i = 0; i < ROWS_PER_WARP; i++)
                     if (i < RW) sp[(row0 + i) * S + seg] = a[i], sp[SLOT_SUMS + (row0 + i) * S + seg] = u[i];
+                if (NORMS && warp == 0) sp[2 * SLOT_SUMS] = scale;
             }
             __syncwarp();
             if (lane == 0) mbar_arrive(&ready[at.slot]);
@@ -421,14 +459,16 @@ static int cmp_u64(const void *a, const void *b) {
 // in hand, in microseconds.
 static void print_timeline(const unsigned long long *d_tl, int n_prod, int G) {
     const size_t n = 3 * (size_t)n_prod * G;
-    unsigned long long *t = (unsigned long long *)malloc(n * sizeof *t), *v = (unsigned long long *)malloc(G * sizeof *v);
+    unsigned long long *t = (unsigned long long *)malloc(n * sizeof *t);
+    unsigned long long *v = (unsigned long long *)malloc(G * sizeof *v);
     CHECK(cudaMemcpy(t, d_tl, n * sizeof *t, cudaMemcpyDeviceToHost));
     static const char *kind[4] = {"qkv (after down)", "o (after qkv)", "gate/up (after o)", "down (after gate/up)"};
     double spread[4] = {0}, to_wait[4] = {0}, to_start[4] = {0}, work[4] = {0};
     int cnt[4] = {0};
     for (int p = 4; p < n_prod; p++) {
         const unsigned long long *wait = t + (size_t)p * G, *start = t + ((size_t)n_prod + p) * G,
-                                 *end_prev = t + ((size_t)2 * n_prod + p - 1) * G, *end = t + ((size_t)2 * n_prod + p) * G;
+                                 *end_prev = t + ((size_t)2 * n_prod + p - 1) * G,
+                                 *end = t + ((size_t)2 * n_prod + p) * G;
         unsigned long long last = 0;
         for (int b = 0; b < G; b++) last = end_prev[b] > last ? end_prev[b] : last;
         memcpy(v, end_prev, G * sizeof *v), qsort(v, G, sizeof *v, cmp_u64);
@@ -440,12 +480,15 @@ static void print_timeline(const unsigned long long *d_tl, int n_prod, int G) {
         memcpy(v, end, G * sizeof *v), qsort(v, G, sizeof *v, cmp_u64);
         const int k = p % 4;
         spread[k] += (last - med_end_prev) * 1e-3, to_wait[k] += ((double)med_wait - (double)last) * 1e-3;
-        to_start[k] += ((double)med_start - (double)last) * 1e-3, work[k] += ((double)v[G / 2] - (double)med_start) * 1e-3;
+        to_start[k] += ((double)med_start - (double)last) * 1e-3;
+        work[k] += ((double)v[G / 2] - (double)med_start) * 1e-3;
         cnt[k]++;
     }
-    printf("| product | blocks' ends before: max - median | last end -> median wait start | last end -> median input in hand | input in hand -> median end |\n|---|---:|---:|---:|---:|\n");
+    printf("| product | blocks' ends before: max - median | last end -> median wait start | last end -> median "
+           "input in hand | input in hand -> median end |\n|---|---:|---:|---:|---:|\n");
     for (int k = 0; k < 4; k++)
-        printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", kind[k], spread[k] / cnt[k], to_wait[k] / cnt[k], to_start[k] / cnt[k],
+        printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", kind[k], spread[k] / cnt[k], to_wait[k] / cnt[k],
+               to_start[k] / cnt[k],
                work[k] / cnt[k]);
     free(t), free(v);
 }
@@ -488,6 +531,15 @@ int main(int argc, char **argv) {
         hp[4 * l + 2] = {hl[l].gate, hl[l].up, x, g, NULL, NULL, d.F, d.E, d.E, EPI_GLU};
         hp[4 * l + 3] = {hl[l].down, NULL, g, x, NULL, NULL, d.E, d.F, d.F, EPI_ADD};
     }
+    if (NORMS) { // norm weights near 1, two a layer
+        float *hn = (float *)malloc(2 * (size_t)d.L * d.E * sizeof(float)), *dn;
+        for (size_t i = 0; i < 2 * (size_t)d.L * d.E; i++) hn[i] = 0.9f + 0.2f * (float)rand() / RAND_MAX;
+        CHECK(cudaMalloc(&dn, 2 * (size_t)d.L * d.E * sizeof(float)));
+        CHECK(cudaMemcpy(dn, hn, 2 * (size_t)d.L * d.E * sizeof(float), cudaMemcpyHostToDevice));
+        for (int l = 0; l < d.L; l++)
+            hp[4 * l].norm_w = dn + (size_t)2 * l * d.E, hp[4 * l + 2].norm_w = dn + (size_t)(2 * l + 1) * d.E;
+        free(hn);
+    }
     // flags mode: each product's outputs flagged in a buffer of their own (zero: no flag yet)
     size_t n_flagged = 0;
     for (int p = 0; p < n_prod; p++) n_flagged += hp[p].N;
@@ -520,6 +572,7 @@ int main(int argc, char **argv) {
     const double us_sep = time_separate(s, hl, d, x, qkv, g, x0, x_sep, REPS);
     cudaGraph_t graph;
     cudaGraphExec_t exec;
+    if (NORMS) printf("NORMS=1: chain's difference is from the separate kernels (no norms); flags' from chain\n");
     printf("| variant | us/layer | GB/s | %% of copy | max |x - x_sep| / max |x_sep| | chain twice bitwise |\n"
            "|---|---:|---:|---:|---:|---|\n");
     printf("| separate (graph of %d kernels) | %.2f | %.0f | %.0f%% | - | - |\n", n_prod, us_sep / d.L,
@@ -551,6 +604,8 @@ int main(int argc, char **argv) {
                 err = fmax(err, fabs((double)x_a[i] - x_sep[i]));
                 scale = fmax(scale, fabs((double)x_sep[i]));
             }
+            // NORMS: the separate kernels have none; chain's x becomes the reference for flags
+            if (NORMS && m == MODE_CHAIN) memcpy(x_sep, x_a, d.E * sizeof(float));
         }
         if (TIMELINE && checked) print_timeline(timeline, n_prod, G);
         const double us = graph_us(exec, s, REPS);
