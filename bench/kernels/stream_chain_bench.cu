@@ -25,7 +25,9 @@
 //   inside the stage loop), 732dffa (x in registers and every warp a K-segment of every
 //   row: 8 shuffle trees a stage a warp, twice the instructions, half the speed), 9d40ea5
 //   (the consumers' own epilogue behind a block barrier every stage: 12% of the stall
-//   samples at that barrier, the consumers alone slower than the ring).
+//   samples at that barrier, the consumers alone slower than the ring). Not kept either:
+//   each warp waiting for and holding in registers only its own segment of the input (16
+//   pollers an SM, the staged input spilled: 5-7x slower with flags).
 // Block b owns rows [N*b/G, N*(b+1)/G) of each product (G blocks, one an SM). Modes of the
 // same kernel: chain (the real dependencies), no-wait (the counters skipped: what the waits
 // cost; the values race), stream (consumers release each stage unread: the ring's
@@ -34,15 +36,16 @@
 // the next product's consumers re-read their pieces of it until every flag is current, so
 // that a boundary is one store and one read, not a fence, a counter, a poll and a read).
 // Printed: microseconds a layer, weight bytes over that time against a device copy, and for
-// chain the largest difference from the separate kernels' x after one
-// step relative to max |x| (the sums are split differently: not bitwise) and whether two
-// chain runs agree bit for bit (they must: fixed order); the same for flags. Results: bench/stream-chain-h200.md.
+// chain and flags the largest difference from the separate kernels' x after one step
+// relative to max |x| (the sums are split differently: not bitwise) and whether two runs
+// agree bit for bit (they must: fixed order). Results: bench/stream-chain-h200.md.
 //
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/stream_chain_bench.cu -o stream_chain_bench
 // Run:   stream_chain_bench [E Q KV F L]   (default llama-3.2-1b: 2048 2048 512 8192 16)
 //        STAGES=n caps the ring's stages (default: as many as shared memory holds, at most 8);
 //        MODE=m runs that mode only (0 chain, 1 no-wait, 2 stream, 3 compute, 4 flags; for a
-//        profiler)
+//        profiler). Build-time knobs (-D): STAGE_BYTES, CONSUMER_WARPS, ROWS_PER_WARP,
+//        PROBE_PIECE_STEP, RETRY_NS, NORMS, TIMELINE (each described where it is defined).
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -61,9 +64,9 @@
 #define THREADS (CONSUMERS + 64)
 #define MAX_STAGES 8
 #define MAX_BLOCK_ROWS 256 // a block's rows of one product
-// TIMELINE=1: chain and flags modes record, per product and block, when its consumers began to wait for
-// the input, when they had it, and when its epilogue stored its last output (globaltimer),
-// and prints where a boundary's time goes.
+// TIMELINE=1: chain and flags modes record, per product and block, when its consumers began
+// to wait for the input, when they had it, and when its epilogue stored its last output
+// (globaltimer), and print where a boundary's time goes.
 #ifndef TIMELINE
 #define TIMELINE 0
 #endif
@@ -122,7 +125,8 @@ struct product {
     unsigned long long *fout;
     const unsigned long long *fin; // NULL: the step's input, plain
     int N, K, ld, epi;
-    const float *norm_w; // NORMS=1, q/k/v and gate/up: out = epi(W (in * norm_w)) * rsqrt(mean(in^2) + eps)
+    // NORMS=1, q/k/v and gate/up: out = epi((W (in * norm_w)) * rsqrt(mean(in^2) + eps))
+    const float *norm_w;
 };
 
 // Rows a stage holds: a power of two, at most CONSUMER_WARPS; 0 if one row does not fit.
@@ -184,7 +188,7 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
     return v;
 }
 
-// The consumer warps' barrier (the producer warp never joins it).
+// The consumer warps' barrier (the producer and epilogue warps never join it).
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS) : "memory"); }
 
 // acc + the 8 products of piece q (F16) with x[0..8), in order.
