@@ -27,7 +27,7 @@
 
 #include "standalone_layer.cuh"
 
-#define THREADS 256
+#define THREADS SEPARATE_THREADS // the block size blocks_for (standalone_layer.cuh) assumes
 #define REPS 20
 
 // One warp per row of W [N][K]; GLU: w2 is the up weight (the header's gemv with its traits

@@ -227,6 +227,14 @@ static smem_plan plan_smem(int k_max, int optin, int cap) {
     return p;
 }
 
+// Block b's rows [r0, r1) of product P (G blocks): every role walks the same ones.
+struct row_span {
+    int r0, r1;
+};
+__device__ __forceinline__ row_span block_rows(const product &P, int b, int G) {
+    return {(int)((int64_t)P.N * b / G), (int)((int64_t)P.N * (b + 1) / G)};
+}
+
 // The ring position a role walks: stage slot, and the parity of its round through the ring.
 struct ring_pos {
     int slot, round;
@@ -262,7 +270,8 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (lane != 0) return;
         for (int p = 0; p < n_prod; p++) {
             const product P = ps[p];
-            const int r0 = (int)((int64_t)P.N * b / G), r1 = (int)((int64_t)P.N * (b + 1) / G);
+            const row_span rs = block_rows(P, b, G);
+            const int r0 = rs.r0, r1 = rs.r1;
             const int R = tile_rows(P.K, P.epi), row_bytes = P.K * 2;
             for (int r = r0; r < r1; r += R, at.next(NS)) {
                 const int nr = min(R, r1 - r);
@@ -291,11 +300,10 @@ __global__ void __launch_bounds__(THREADS, 1)
         // output of an earlier product (o and down split E's rows alike), read at the start.
         for (int p = 0; p < n_prod; p++) {
             const product P = ps[p];
-            const int r0 = (int)((int64_t)P.N * b / G), r1 = (int)((int64_t)P.N * (b + 1) / G);
+            const row_span rs = block_rows(P, b, G);
+            const int r0 = rs.r0, r1 = rs.r1;
             const int R = tile_rows(P.K, P.epi), S = CONSUMER_WARPS / (R / min(ROWS_PER_WARP, R));
-            // the residual: read a product's start, or in flags mode once (at the first +=) and
-            // then kept up to date here
-            if (MODE != MODE_STREAM && P.epi == EPI_ADD && (MODE != MODE_FLAGS || p == 1))
+            if (MODE != MODE_STREAM && P.epi == EPI_ADD)
                 for (int i = lane; i < r1 - r0; i += 32) resid[i] = __ldcg(P.out + r0 + i);
             __syncwarp();
             for (int r = r0; r < r1; r += R, at.next(NS)) {
@@ -309,11 +317,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                                     : P.epi == EPI_ADD ? resid[r - r0 + lane] + sa
                                                        : sa;
                     P.out[r + lane] = y;
-                    if (MODE == MODE_FLAGS) {
-                        st_volatile(P.fout + r + lane,
-                                    (unsigned long long)(flag0 + p) << 32 | __float_as_uint(y));
-                        if (P.epi == EPI_ADD) resid[r - r0 + lane] = y;
-                    }
+                    if (MODE == MODE_FLAGS)
+                        st_volatile(P.fout + r + lane, (unsigned long long)(flag0 + p) << 32 | __float_as_uint(y));
                 }
                 __syncwarp();
                 if (lane == 0) mbar_arrive(&empty[at.slot]);
@@ -340,7 +345,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int tid = threadIdx.x;
     for (int p = 0; p < n_prod; p++) {
         const product P = ps[p];
-        const int r0 = (int)((int64_t)P.N * b / G), r1 = (int)((int64_t)P.N * (b + 1) / G);
+        const row_span rs = block_rows(P, b, G);
+        const int r0 = rs.r0, r1 = rs.r1;
         const int R = tile_rows(P.K, P.epi), row_bytes = P.K * 2, RW = min(ROWS_PER_WARP, R);
         const int S = CONSUMER_WARPS / (R / RW), row0 = warp / S * RW, seg = warp % S;
         const int n_vec = P.K / 8, seg_vec = (n_vec + S - 1) / S;

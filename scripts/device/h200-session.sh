@@ -169,14 +169,13 @@ stage_persistent() {
     cat "$O/persistent.md"; elapsed persistent
 }
 stage_chain() {
-    local v
+    local v st
     for v in "${CHAIN_VARIANTS[@]}"; do
         echo "build: $v"
         nvcc -O3 -std=c++17 -arch=sm_90 $v bench/kernels/stream_chain_bench.cu -o /tmp/stream_chain_bench || exit 1
         for st in $CHAIN_STAGES; do
-            export STAGES=$st
-            /tmp/stream_chain_bench; /tmp/stream_chain_bench 2048 2048 1024 6144 28
-            /tmp/stream_chain_bench 4096 4096 1024 12288 36
+            STAGES=$st /tmp/stream_chain_bench; STAGES=$st /tmp/stream_chain_bench 2048 2048 1024 6144 28
+            STAGES=$st /tmp/stream_chain_bench 4096 4096 1024 12288 36
         done
     done >"$O/chain.md" 2>&1
     cat "$O/chain.md"; elapsed chain
