@@ -33,6 +33,10 @@
 #                cp.async.bulk across the products' dependencies (the three shapes; one
 #                build for each of $CHAIN_VARIANTS, ';'-separated -D flags, each run at
 #                each ring depth cap of $CHAIN_STAGES)
+#   ffn          bench/kernels/fused_ffn_bench.cu: a decode step's FFN (norm, gate/up, SwiGLU,
+#                down, add) in one kernel split by columns of g plus a sum kernel, against the
+#                copy rate (the three shapes; one build for each of $FFN_VARIANTS, ';'-separated
+#                -D flags, each run at each of $FFN_BPS blocks an SM)
 #   floor        bench/kernels/read_floor_bench.cu: one kernel reading N MB from HBM, back to
 #                back in a graph (the floor under a decode product of that size)
 #   variants     bench/kernels/gemv_variants_bench.cu: the plain one-warp-a-row GEMV under
@@ -56,7 +60,9 @@ O=${OUT:-/tmp/out}; mkdir -p "$O" models
 export PATH=/usr/local/cuda/bin:$PATH PYTHONPATH=$PWD/.whl XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/stride-xdg}
 MODELS=${MODELS:-llama-3.2-1b qwen3-1.7b qwen3-8b}
 IFS=';' read -r -a CHAIN_VARIANTS <<<"${CHAIN_VARIANTS:--DCONSUMER_WARPS=16}"
-CHAIN_STAGES=${CHAIN_STAGES:-8} # caps on the ring's stages (8: as many as shared memory holds)
+CHAIN_STAGES=${CHAIN_STAGES:-8}
+IFS=';' read -r -a FFN_VARIANTS <<<"${FFN_VARIANTS:--DFFN_THREADS=512}"
+FFN_BPS=${FFN_BPS:-1} # caps on the ring's stages (8: as many as shared memory holds)
 S=build-gpu/stride
 # cmocka carried as .cm (scripts/device/carry-cmocka.sh): the builds include the ctest suite
 if [ -f .cm/include/cmocka.h ]; then
@@ -179,6 +185,17 @@ stage_chain() {
         done
     done >"$O/chain.md" 2>&1
     cat "$O/chain.md"; elapsed chain
+}
+stage_ffn() {
+    local v b
+    for v in "${FFN_VARIANTS[@]}"; do
+        echo "build: $v"
+        nvcc -O3 -std=c++17 -arch=sm_90 $v bench/kernels/fused_ffn_bench.cu -o /tmp/fused_ffn_bench || exit 1
+        for b in $FFN_BPS; do
+            BPS=$b /tmp/fused_ffn_bench; BPS=$b /tmp/fused_ffn_bench 2048 6144 28; BPS=$b /tmp/fused_ffn_bench 4096 12288 36
+        done
+    done >"$O/ffn.md" 2>&1
+    cat "$O/ffn.md"; elapsed ffn
 }
 stage_floor() {
     nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/read_floor_bench.cu -o /tmp/read_floor_bench || exit 1
