@@ -26,7 +26,9 @@
 // Build (after the library, from the repository root; build-gpu is run_gpu_tests.sh's):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Isrc -DSTRIDE_HAVE_CUDA=1 bench/kernels/decode_step_bench.cu \
 //        build-gpu/libstride.a -lcublas -lcublasLt -Xcompiler -fopenmp -lm -o build-gpu/decode_step_bench
-// Run: build-gpu/decode_step_bench [--pad] [--depth N] [--reps N] [MODEL ...]
+// Run: build-gpu/decode_step_bench [--pad] [--depth N] [--n-kv N] [--reps N] [MODEL ...]
+//   --n-kv: the bound attention gets (a recorded decode step passes its depth bucket's;
+//   default the cache size, 4096)
 //   MODEL: llama-3.2-1b, qwen3-1.7b, qwen3-8b (default: all three)
 #include <math.h>
 #include <stdio.h>
@@ -235,7 +237,8 @@ static void print_floor(int reps) {
     fflush(stdout);
 }
 
-static void run_model(const shape *sh, bool pad, int64_t depth, int reps, const uint16_t *f16p, const float *f32p) {
+static void run_model(const shape *sh, bool pad, int64_t depth, int64_t n_kv, int reps, const uint16_t *f16p,
+                      const float *f32p) {
     const int64_t E = sh->n_embd, Q = sh->n_head * sh->head_dim, KV = sh->n_head_kv * sh->head_dim, F = sh->n_ff;
     step s;
     memset(&s, 0, sizeof(s));
@@ -273,7 +276,7 @@ static void run_model(const shape *sh, bool pad, int64_t depth, int reps, const 
     dev_write(s.pos.data, &p, sizeof(p));
     s.rope = st_rope_params_default(sh->rope_mode, (int32_t)sh->head_dim, 500000.0f);
     memset(&s.attn, 0, sizeof(s.attn));
-    s.attn.n_kv = N_CTX; // as the recorded decode step: the range comes from the position
+    s.attn.n_kv = n_kv; // as a recorded decode step (its depth bucket): the range comes from the position
     s.attn.scale = 1.0f / sqrtf((float)sh->head_dim);
 
     const double wb = 2.0; // bytes per weight element
@@ -292,8 +295,9 @@ static void run_model(const shape *sh, bool pad, int64_t depth, int reps, const 
         {"(qkv without its norm)", OP_QKV | OP_NO_NORM, wb * (double)E * (double)(Q + 2 * KV)},
         {"(gate/up + SwiGLU without the norm)", OP_FFN | OP_NO_NORM, wb * 2.0 * (double)E * (double)F},
     };
-    printf("\n%s: %lld layers, %s weights, depth %lld; microseconds per layer (graph of all layers, %d replays)\n",
-           sh->name, (long long)sh->n_layer, pad ? "padded" : "packed", (long long)depth, reps);
+    printf("\n%s: %lld layers, %s weights, depth %lld, n_kv %lld; microseconds per layer (graph of all layers, %d "
+           "replays)\n",
+           sh->name, (long long)sh->n_layer, pad ? "padded" : "packed", (long long)depth, (long long)n_kv, reps);
     printf("| op | us/layer | weight MB/layer | GB/s | %% of copy (%.0f GB/s) | roofline us |\n", ROOF_GBS);
     printf("|---|---:|---:|---:|---:|---:|\n");
     double sum_us = 0, sum_bytes = 0;
@@ -322,7 +326,7 @@ static void run_model(const shape *sh, bool pad, int64_t depth, int reps, const 
 int main(int argc, char **argv) {
     g_bench_name = "decode_step_bench";
     bool pad = false;
-    int64_t depth = 64;
+    int64_t depth = 64, n_kv = N_CTX;
     int reps = 20, n_models = 0;
     const shape *models[3];
     for (int i = 1; i < argc; i++) {
@@ -330,6 +334,8 @@ int main(int argc, char **argv) {
             pad = true;
         } else if (!strcmp(argv[i], "--depth") && i + 1 < argc) {
             depth = atoll(argv[++i]);
+        } else if (!strcmp(argv[i], "--n-kv") && i + 1 < argc) {
+            n_kv = atoll(argv[++i]);
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = atoi(argv[++i]);
         } else {
@@ -337,14 +343,15 @@ int main(int argc, char **argv) {
             for (size_t j = 0; j < sizeof(SHAPES) / sizeof(SHAPES[0]); j++)
                 if (!strcmp(argv[i], SHAPES[j].name)) found = &SHAPES[j];
             if (!found || n_models == 3) {
-                fprintf(stderr, "usage: decode_step_bench [--pad] [--depth N] [--reps N] "
+                fprintf(stderr, "usage: decode_step_bench [--pad] [--depth N] [--n-kv N] [--reps N] "
                                 "[llama-3.2-1b|qwen3-1.7b|qwen3-8b]...\n");
                 return 2;
             }
             models[n_models++] = found;
         }
     }
-    if (depth < 0 || depth >= N_CTX || reps < 1) die("--depth must be in [0, 4096) and --reps >= 1", NULL);
+    if (depth < 0 || depth >= n_kv || n_kv > N_CTX || reps < 1)
+        die("--depth must be in [0, n_kv), --n-kv in (depth, 4096], --reps >= 1", NULL);
     if (n_models == 0)
         for (n_models = 0; n_models < 3; n_models++) models[n_models] = &SHAPES[n_models];
     st_error err = {};
@@ -362,7 +369,7 @@ int main(int argc, char **argv) {
     st_f32_to_f16_row(tmp, f16p, HOST_CHUNK_ELEMS);
     memcpy(f32p, tmp, (size_t)HOST_CHUNK_ELEMS * 2); // the first half: 64 MiB of f32
     free(tmp);
-    for (int i = 0; i < n_models; i++) run_model(models[i], pad, depth, reps, f16p, f32p);
+    for (int i = 0; i < n_models; i++) run_model(models[i], pad, depth, n_kv, reps, f16p, f32p);
     st_backend_free(g_b);
     free(f16p);
     free(f32p);

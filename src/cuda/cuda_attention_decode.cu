@@ -14,13 +14,15 @@
 // writes out = acc / l itself and the combine kernel returns after its plan.
 //
 // CUDA graphs: the launch (grid, block, shared memory, n_split) depends on the head counts,
-// head_dim, M and the device's SM count, NEVER on n_kv. The key range is computed on the
-// device from positions[] (t <= pos, t < n_kv, the window): the union [L, H] of the M
-// tokens' ranges is cut into n_eff <= n_split splits of cl keys (a multiple of C, at least
-// DEC_MIN_SPLIT_KEYS while splits remain), and blocks past n_eff leave at once. The same
-// plan is recomputed by the combine kernel. n_kv only bounds the range, so a caller may pass
-// the whole context: with n_kv > max(pos) the ranges, the splits and every rounding are the
-// same, and so are the results, bit for bit.
+// head_dim, M, the device's SM count and the bound n_kv (no more splits than n_kv keys can
+// fill), NEVER on the positions. The key range is computed on the device from positions[]
+// (t <= pos, t < n_kv, the window): the union [L, H] of the M tokens' ranges is cut into
+// n_eff <= n_split splits of cl keys (a multiple of C, at least DEC_MIN_SPLIT_KEYS while
+// splits remain), and blocks past n_eff leave at once. The same plan is recomputed by the
+// combine kernel. n_kv only bounds the range, so a caller may pass any bound past the
+// positions (a recorded step: its depth bucket, or the whole context): with n_kv > max(pos)
+// the ranges, the splits and every rounding are the same, and so are the results, bit for
+// bit.
 #include <string.h>
 
 #include "cuda/cuda_attention.cuh"
@@ -30,11 +32,13 @@
 #define DEC_WARPS (DEC_THREADS / ST_GPU_WARP_SIZE)
 #define DEC_MAX_SPLITS 128
 #define DEC_MIN_SPLIT_KEYS 64
-/* Splits are chosen to put about this many blocks on every SM. The grid is sized for the
- * longest range (a recorded step cannot depend on n_kv), so at short depths nearly all of
- * its blocks leave after the plan; 4 an SM was 0.6-2.1 us a layer slower than 2 at depths
- * 64 to 4,000, and 1 slower from about 4,000 keys (bench/decode-branches-h200.md). A define
- * for tuning builds. */
+/* Splits are chosen to put about this many blocks on every SM, and no more than n_kv keys
+ * can fill. The grid is sized for the longest range under n_kv (a recorded step cannot
+ * depend on the position; the session records one step per depth bucket), so below the
+ * bound most of its blocks leave after the plan; 4 an SM was 0.6-2.1 us a layer slower than
+ * 2 at depths 64 to 4,000, and 1 slower from about 4,000 keys (bench/decode-branches-h200.md);
+ * capping the splits at n_kv = 256 for depth 64 took attention 0.6-0.8 us a layer
+ * (bench/decode-buckets-h200.md). A define for tuning builds. */
 #ifndef DEC_BLOCKS_PER_SM
 #define DEC_BLOCKS_PER_SM 2
 #endif
@@ -515,6 +519,10 @@ static st_status dec_run(st_backend *b, st_tensor *dst, const st_tensor *q, cons
     const int R = (int)(M * (n_head / n_head_kv));
     int64_t n_split = ((int64_t)DEC_BLOCKS_PER_SM * c->sm_count + n_head_kv - 1) / n_head_kv;
     if (n_split > DEC_MAX_SPLITS) n_split = DEC_MAX_SPLITS;
+    // A split past ceil(n_kv / DEC_MIN_SPLIT_KEYS) never works (dec_make_plan: its count is
+    // at most ceil(len / DEC_MIN_SPLIT_KEYS), len <= n_kv): the same plan from a smaller grid.
+    const int64_t n_useful = (p->n_kv + DEC_MIN_SPLIT_KEYS - 1) / DEC_MIN_SPLIT_KEYS;
+    if (n_split > n_useful) n_split = n_useful;
     if (n_split < 1) n_split = 1;
     const int64_t slots = n_head * M * n_split;
     void *buf = NULL;

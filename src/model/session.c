@@ -61,16 +61,18 @@ static void host_free(st_backend *b, void *ptr) {
     else free(ptr);
 }
 
-static void drop_decode_graph(st_session *s) {
+static void drop_decode_graphs(st_session *s) {
     st_backend *b = s->model->backend;
-    if (s->decode_graph) b->iface->graph_free(b, s->decode_graph);
-    s->decode_graph = NULL;
+    for (int i = 0; i < ST_DECODE_BUCKETS; i++) {
+        if (s->decode_graphs[i]) b->iface->graph_free(b, s->decode_graphs[i]);
+        s->decode_graphs[i] = NULL;
+    }
 }
 
 static st_status ensure_logits(st_session *s, int64_t n, st_error *err) {
     if (n <= s->n_logits_cap) return ST_OK;
     st_backend *b = s->model->backend;
-    drop_decode_graph(s); /* it writes to the old logits buffer */
+    drop_decode_graphs(s); /* they write to the old logits buffer */
     if (s->logits_buffer) b->iface->dealloc(b, s->logits_buffer);
     s->logits_buffer = NULL;
     s->n_logits_cap = 0;
@@ -157,7 +159,7 @@ fail:
 void st_session_free(st_session *s) {
     if (!s) return;
     st_backend *b = s->model->backend;
-    drop_decode_graph(s);
+    drop_decode_graphs(s);
     if (s->kv_buffer) b->iface->dealloc(b, s->kv_buffer);
     if (s->scratch) b->iface->dealloc(b, s->scratch);
     if (s->step_in) host_free(b, s->step_in);
@@ -175,10 +177,22 @@ void st_session_rewind(st_session *s, int64_t n_past) {
     s->n_past = n_past;
 }
 
+/* The depth bucket of a one-token step at position pos, and the keys its recording attends
+ * over (*n_kv > pos): ST_DECODE_FIRST_BOUND doubled per bucket, the last bucket and any
+ * bound past the context n_ctx. */
+static int decode_bucket(const st_session *s, int64_t pos, int64_t *n_kv) {
+    int k = 0;
+    int64_t bound = ST_DECODE_FIRST_BOUND;
+    while (k < ST_DECODE_BUCKETS - 1 && pos >= bound) k++, bound *= 2;
+    *n_kv = k == ST_DECODE_BUCKETS - 1 || bound > s->opt.n_ctx ? s->opt.n_ctx : bound;
+    return k;
+}
+
 /* One token at position n_past through the model, its logits to s->logits: the id and
- * position go through the page-locked step_in, then the recorded decode step is replayed
- * where the backend records (session_internal.h). The copies out of step_in are
- * asynchronous: the caller reads or synchronizes before the next call rewrites it. */
+ * position go through the page-locked step_in, then the recorded decode step of its depth
+ * bucket is replayed where the backend records (session_internal.h). The copies out of
+ * step_in are asynchronous: the caller reads or synchronizes before the next call
+ * rewrites it. */
 static st_status decode_token(st_session *s, int32_t token, st_error *err) {
     st_backend *b = s->model->backend;
     const int64_t n_ctx = s->opt.n_ctx;
@@ -189,7 +203,9 @@ static st_status decode_token(st_session *s, int32_t token, st_error *err) {
         (ws = b->iface->write(b, s->pos.data, &s->step_in[1], sizeof(int32_t), err)) != ST_OK)
         return ws;
     if (!s->graphs_enabled) return st_forward(s, 1, s->n_past + 1, 1, err);
-    if (!s->decode_graph) {
+    int64_t n_kv;
+    const int k = decode_bucket(s, s->n_past, &n_kv);
+    if (!s->decode_graphs[k]) {
         if (!s->decode_warm) {
             s->decode_warm = true;
             return st_forward(s, 1, n_ctx, 1, err);
@@ -197,17 +213,17 @@ static st_status decode_token(st_session *s, int32_t token, st_error *err) {
         st_status st = b->iface->graph_begin(b, err);
         if (st != ST_OK) return st;
         st_error fwd_err = {0}, end_err = {0};
-        st_status fs = st_forward(s, 1, n_ctx, 1, &fwd_err);
-        st_status es = b->iface->graph_end(b, &s->decode_graph, &end_err); /* always ends the recording */
+        st_status fs = st_forward(s, 1, n_kv, 1, &fwd_err);
+        st_status es = b->iface->graph_end(b, &s->decode_graphs[k], &end_err); /* always ends the recording */
         if (fs != ST_OK || es != ST_OK) {
             /* Not recordable here: run plainly from now on (correct, only slower). */
             fprintf(stderr, "stride: decode graphs disabled: %s\n", fs != ST_OK ? fwd_err.message : end_err.message);
             s->graphs_enabled = false;
-            drop_decode_graph(s);
+            drop_decode_graphs(s);
             return st_forward(s, 1, n_ctx, 1, err);
         }
     }
-    return b->iface->graph_launch(b, s->decode_graph, err);
+    return b->iface->graph_launch(b, s->decode_graphs[k], err);
 }
 
 /* n tokens that fit the context and the vocabulary. */

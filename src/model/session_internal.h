@@ -7,6 +7,10 @@
 
 #include "stride/model.h"
 
+/* Depth buckets of the recorded decode steps (st_session's decode_graphs). */
+#define ST_DECODE_BUCKETS 5
+#define ST_DECODE_FIRST_BOUND 256
+
 typedef struct st_kv_layer {
     st_tensor k; /* [head_dim, n_head_kv, C] F16/F32 */
     st_tensor v; /* [head_dim, n_head_kv, C] */
@@ -47,15 +51,17 @@ struct st_session {
     float *step_logits;     /* [V] */
     int32_t *batch_pos;     /* [U]: a micro-batch's positions (pageable: its copy completes at once) */
 
-    /* Decode steps (one token, its logits) replay a recorded forward pass on backends
-     * that record (CUDA graphs): the first step runs plainly (lazy allocations happen),
-     * the second is recorded, every later one replays it. The recording reads the token
-     * id and position from s->ids/s->pos in device memory and attends over n_kv = n_ctx
-     * (each query still sees only keys up to its own position), so one recording serves
-     * every step. */
+    /* Decode steps (one token, its logits) replay recorded forward passes on backends
+     * that record (CUDA graphs): the first step runs plainly over the whole context (lazy
+     * allocations happen, at their largest), then each depth bucket is recorded on its
+     * first step and replayed for every later one. A recording reads the token id and
+     * position from s->ids/s->pos in device memory and attends over n_kv = its bucket's
+     * bound (256, 512, 1,024, 2,048 keys, then n_ctx; each query still sees only keys up
+     * to its own position), so that the backend sizes attention for the keys there can be
+     * at that depth; the results do not depend on the bound. */
     bool graphs_enabled;        /* the backend records and STRIDE_DISABLE_GRAPHS is not set */
     bool decode_warm;           /* a plain decode step has run */
-    st_backend_graph *decode_graph;
+    st_backend_graph *decode_graphs[ST_DECODE_BUCKETS];
 };
 
 /* Runs tokens ids[0..M) at positions pos[0..M) (already in backend memory) through the

@@ -134,6 +134,41 @@ static void test_decode_after_batch_eval(void **state) {
     free(want);
 }
 
+/* Decode steps through every depth bucket of the recorded steps (a context of 600 keys:
+ * buckets of 256, 512 and 600) against a session that runs every step plainly
+ * (STRIDE_DISABLE_GRAPHS=1 when it was made): the same bits at every position, the
+ * bucket edges included. */
+static void test_decode_across_buckets(void **state) {
+    fx *f = *state;
+    if (!f) skip();
+    st_error err = {0};
+    const int64_t n_ctx = 600, V = f->model->hp.n_vocab;
+    st_session_options so = st_session_options_default();
+    so.n_ctx = n_ctx;
+    st_session *plain = NULL, *recorded = NULL;
+    const char *was = getenv("STRIDE_DISABLE_GRAPHS"); /* restored afterwards */
+    char *saved = was ? strdup(was) : NULL;
+    assert_int_equal(setenv("STRIDE_DISABLE_GRAPHS", "1", 1), 0);
+    assert_int_equal(st_session_init(f->model, &so, &plain, &err), ST_OK);
+    assert_int_equal(unsetenv("STRIDE_DISABLE_GRAPHS"), 0);
+    assert_int_equal(st_session_init(f->model, &so, &recorded, &err), ST_OK);
+    if (saved) assert_int_equal(setenv("STRIDE_DISABLE_GRAPHS", saved, 1), 0);
+    free(saved);
+    float *want = malloc((size_t)V * sizeof(float));
+    assert_non_null(want);
+    for (int64_t i = 0; i < n_ctx; i++) {
+        const int32_t token = (int32_t)((i * 7 + 3) % V);
+        const float *w = NULL, *got = NULL;
+        assert_int_equal(st_session_decode(plain, token, &w, &err), ST_OK);
+        memcpy(want, w, (size_t)V * sizeof(float));
+        assert_int_equal(st_session_decode(recorded, token, &got, &err), ST_OK);
+        assert_memory_equal(got, want, (size_t)V * sizeof(float));
+    }
+    free(want);
+    st_session_free(plain);
+    st_session_free(recorded);
+}
+
 static void test_decode_errors(void **state) {
     fx *f = *state;
     if (!f) skip();
@@ -158,10 +193,12 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_decode_matches_eval, setup_cpu, teardown),
         cmocka_unit_test_setup_teardown(test_eval_without_logits, setup_cpu, teardown),
         cmocka_unit_test_setup_teardown(test_decode_after_batch_eval, setup_cpu, teardown),
+        cmocka_unit_test_setup_teardown(test_decode_across_buckets, setup_cpu, teardown),
         cmocka_unit_test_setup_teardown(test_decode_errors, setup_cpu, teardown),
         cmocka_unit_test_setup_teardown(test_decode_matches_eval, setup_cuda, teardown),
         cmocka_unit_test_setup_teardown(test_eval_without_logits, setup_cuda, teardown),
         cmocka_unit_test_setup_teardown(test_decode_after_batch_eval, setup_cuda, teardown),
+        cmocka_unit_test_setup_teardown(test_decode_across_buckets, setup_cuda, teardown),
         cmocka_unit_test_setup_teardown(test_decode_errors, setup_cuda, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
