@@ -174,28 +174,30 @@ stage_persistent() {
       /tmp/persistent_gemv_bench 4096 4096 1024 12288 36; } >"$O/persistent.md" 2>&1
     cat "$O/persistent.md"; elapsed persistent
 }
-stage_chain() {
-    local v st
-    for v in "${CHAIN_VARIANTS[@]}"; do
+# sweep_variants LOG SRC KNOB "VALUES" "ARGS|ARGS|ARGS" VARIANT...: bench/kernels/SRC built once
+# for each VARIANT (-D flags), run with each ARGS (the shapes; empty: its default) for each
+# VALUE of the environment variable KNOB; everything into $O/LOG.md.
+sweep_variants() {
+    local log=$1 src=$2 knob=$3 values=$4 v x a args bin=/tmp/${2%.cu}
+    IFS='|' read -r -a args <<<"$5"
+    shift 5
+    for v in "$@"; do
         echo "build: $v"
-        nvcc -O3 -std=c++17 -arch=sm_90 $v bench/kernels/stream_chain_bench.cu -o /tmp/stream_chain_bench || exit 1
-        for st in $CHAIN_STAGES; do
-            STAGES=$st /tmp/stream_chain_bench; STAGES=$st /tmp/stream_chain_bench 2048 2048 1024 6144 28
-            STAGES=$st /tmp/stream_chain_bench 4096 4096 1024 12288 36
+        nvcc -O3 -std=c++17 -arch=sm_90 $v "bench/kernels/$src" -o "$bin" || exit 1
+        for x in $values; do
+            for a in "${args[@]}"; do env "$knob=$x" "$bin" $a; done
         done
-    done >"$O/chain.md" 2>&1
-    cat "$O/chain.md"; elapsed chain
+    done >"$O/$log.md" 2>&1
+    cat "$O/$log.md"
+}
+stage_chain() {
+    sweep_variants chain stream_chain_bench.cu STAGES "$CHAIN_STAGES" "|2048 2048 1024 6144 28|4096 4096 1024 12288 36" \
+        "${CHAIN_VARIANTS[@]}"
+    elapsed chain
 }
 stage_ffn() {
-    local v b
-    for v in "${FFN_VARIANTS[@]}"; do
-        echo "build: $v"
-        nvcc -O3 -std=c++17 -arch=sm_90 $v bench/kernels/fused_ffn_bench.cu -o /tmp/fused_ffn_bench || exit 1
-        for b in $FFN_BPS; do
-            BPS=$b /tmp/fused_ffn_bench; BPS=$b /tmp/fused_ffn_bench 2048 6144 28; BPS=$b /tmp/fused_ffn_bench 4096 12288 36
-        done
-    done >"$O/ffn.md" 2>&1
-    cat "$O/ffn.md"; elapsed ffn
+    sweep_variants ffn fused_ffn_bench.cu BPS "$FFN_BPS" "|2048 6144 28|4096 12288 36" "${FFN_VARIANTS[@]}"
+    elapsed ffn
 }
 stage_floor() {
     nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/read_floor_bench.cu -o /tmp/read_floor_bench || exit 1
