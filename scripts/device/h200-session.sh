@@ -53,7 +53,8 @@
 #                with the alias forced to 256 B so that every converted row pads
 #
 # Each stage writes one log (and the seed stage its JSON and SVG) under $OUT: the tool
-# returns at most 8 files a call.
+# returns at most 8 files a call. The device's copy of the tree may carry stale git
+# metadata: pass the tree's commit as STRIDE_COMMIT=... so that the GPU test table names it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 O=${OUT:-/tmp/out}; mkdir -p "$O" models
