@@ -78,11 +78,18 @@ __device__ __forceinline__ ffn_plan make_plan(int E, int F, int warp) {
     return p;
 }
 
+// The block row (of Wg, then Wu) of this warp's row task t (t < n_a), and the first Wd row
+// of its Wd task t (t >= n_a): issue and the consumers agree on them here.
+__device__ __forceinline__ int task_row(const ffn_plan &p, int t, int warp) { return warp + (t / p.R) * FFN_WARPS; }
+__device__ __forceinline__ int task_first_down_row(const ffn_plan &p, int t, int warp) {
+    return (warp + (t - p.n_a) * FFN_WARPS) * FFN_U * p.rows_per_load;
+}
+
 // Task t of this warp into q: t < n_a a round of a Wg/Wu row, else a group of Wd rows.
 __device__ __forceinline__ void issue(const ffn_plan &p, int t, int warp, int lane, const __half *gate,
                                       const __half *up, int ld_gu, const __half *down, int ld_d, int E, uint4 q[FFN_U]) {
     if (t < p.n_a) {
-        const int i = warp + (t / p.R) * FFN_WARPS, round = t % p.R;
+        const int i = task_row(p, t, warp), round = t % p.R;
         const __half *row = i < p.nc ? gate + (size_t)(p.c0 + i) * ld_gu : up + (size_t)(p.c0 + i - p.nc) * ld_gu;
 #pragma unroll
         for (int u = 0; u < FFN_U; u++) {
@@ -90,7 +97,7 @@ __device__ __forceinline__ void issue(const ffn_plan &p, int t, int warp, int la
             if (v < E / 8) q[u] = __ldcs((const uint4 *)(row + v * 8));
         }
     } else {
-        const int base = (warp + (t - p.n_a) * FFN_WARPS) * FFN_U * p.rows_per_load;
+        const int base = task_first_down_row(p, t, warp);
         const int rr = lane / p.P, piece = lane % p.P;
 #pragma unroll
         for (int u = 0; u < FFN_U; u++) {
@@ -144,7 +151,7 @@ __global__ void __launch_bounds__(FFN_THREADS) ffn_split(const float *__restrict
         }
         if (round == p.R - 1) {
             for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-            if (lane == 0) res[warp + (t / p.R) * FFN_WARPS] = acc;
+            if (lane == 0) res[task_row(p, t, warp)] = acc;
             acc = 0.0f;
         }
     };
@@ -159,7 +166,7 @@ __global__ void __launch_bounds__(FFN_THREADS) ffn_split(const float *__restrict
     float *my_seg = seg + warp * FFN_U * 32;
     auto down_group = [&](int t, const uint4 (&cur)[FFN_U], uint4 (&nxt)[FFN_U]) { // this block's pieces of Wd rows
         if (t + 1 < total) issue(p, t + 1, warp, lane, gate, up, ld_gu, down, ld_d, E, nxt);
-        const int base = (warp + (t - p.n_a) * FFN_WARPS) * FFN_U * p.rows_per_load;
+        const int base = task_first_down_row(p, t, warp);
         const int rr = lane / p.P, piece = lane % p.P;
 #pragma unroll
         for (int u = 0; u < FFN_U; u++) {
@@ -266,16 +273,7 @@ static void step(cudaStream_t s, const ffn_layer *ls, int L, int E, int F, int n
 
 static double time_step(cudaStream_t s, const ffn_layer *ls, int L, int E, int F, int nb, float *x, const float *nw,
                         float *part, bool stream, bool sum, int reps) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    step(s, ls, L, E, F, nb, x, nw, part, stream, sum);
-    CHECK(cudaStreamEndCapture(s, &graph));
-    CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    const double us = graph_us(exec, s, reps);
-    CHECK(cudaGraphExecDestroy(exec));
-    CHECK(cudaGraphDestroy(graph));
-    return us / L;
+    return captured_us(s, reps, [&](cudaStream_t c) { step(c, ls, L, E, F, nb, x, nw, part, stream, sum); }) / L;
 }
 
 int main(int argc, char **argv) {

@@ -147,15 +147,12 @@ int main(int argc, char **argv) {
             first_layer_out(s, v, p, ls[0], d, b, got, n_out[p]);
             same = same && memcmp(got, ref, n_out[p] * sizeof(float)) == 0;
 
-            cudaGraph_t graph;
-            cudaGraphExec_t exec;
-            CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-            for (int l = 0; l < d.L; l++) issue(s, v, p, ls[l], d, b);
-            CHECK(cudaStreamEndCapture(s, &graph));
-            CHECK(cudaGraphInstantiate(&exec, graph, 0));
-            const double us = graph_us(exec, s, REPS) / d.L, bytes = product_bytes(p, d);
-            CHECK(cudaGraphExecDestroy(exec));
-            CHECK(cudaGraphDestroy(graph));
+            const double us = captured_us(s, REPS,
+                                          [&](cudaStream_t c) {
+                                              for (int l = 0; l < d.L; l++) issue(c, v, p, ls[l], d, b);
+                                          }) /
+                              d.L,
+                         bytes = product_bytes(p, d);
             sum_us += us, sum_bytes += bytes;
             printf(" %.2f (%.0f%%) |", us, 100.0 * bytes / (us * 1e-6) / 1e9 / COPY_GBS);
         }

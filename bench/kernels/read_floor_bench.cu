@@ -14,7 +14,7 @@
 //   /tmp/read_floor_bench
 #include <cuda_runtime.h>
 
-#include "standalone_layer.cuh" // CHECK, COPY_GBS, graph_us
+#include "standalone_layer.cuh" // CHECK, COPY_GBS, captured_us
 
 #define POOL_BYTES (2048ull << 20)
 #define REPS 20
@@ -65,16 +65,11 @@ static double time_read(const shape &s, int sms, const unsigned char *pool, size
     const size_t slice = (bytes + 4095) / 4096 * 4096;
     int k = (int)(POOL_BYTES / slice);
     if (k > 96) k = 96;
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    for (int i = 0; i < k; i++) launch(s, sms, (const uint4 *)(pool + (size_t)i * slice), bytes / 16, sink, st);
-    CHECK(cudaStreamEndCapture(st, &g));
-    CHECK(cudaGraphInstantiate(&ge, g, 0));
-    const double us = graph_us(ge, st, REPS) / k;
-    CHECK(cudaGraphExecDestroy(ge));
-    CHECK(cudaGraphDestroy(g));
-    return us;
+    return captured_us(st, REPS, [&](cudaStream_t c) {
+               for (int i = 0; i < k; i++)
+                   launch(s, sms, (const uint4 *)(pool + (size_t)i * slice), bytes / 16, sink, c);
+           }) /
+           k;
 }
 
 int main(void) {

@@ -1,6 +1,6 @@
 // Shared by the standalone decode-product benchmarks (persistent_gemv_bench.cu,
-// stream_chain_bench.cu, gemv_variants_bench.cu, read_floor_bench.cu: CHECK, COPY_GBS,
-// graph_us; no stride library code): a dense layer's F16 product weights
+// stream_chain_bench.cu, gemv_variants_bench.cu, read_floor_bench.cu, fused_ffn_bench.cu:
+// CHECK, COPY_GBS, graph_us, captured_us; no stride library code): a dense layer's F16 product weights
 // for L layers in one allocation, the dims from the command line, and the plain
 // one-warp-a-row dot product they time.
 //
@@ -128,6 +128,21 @@ static double graph_us(cudaGraphExec_t exec, cudaStream_t s, int reps) {
     CHECK(cudaEventDestroy(e0));
     CHECK(cudaEventDestroy(e1));
     return ms * 1e3 / reps;
+}
+
+// Microseconds a replay of what issue(s) issues on s: captured into a graph once, then
+// timed as graph_us does.
+template <typename ISSUE> static double captured_us(cudaStream_t s, int reps, ISSUE issue) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    issue(s);
+    CHECK(cudaStreamEndCapture(s, &graph));
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const double us = graph_us(exec, s, reps);
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(graph));
+    return us;
 }
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
