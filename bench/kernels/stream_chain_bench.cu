@@ -619,6 +619,8 @@ int main(int argc, char **argv) {
         }
         if (TIMELINE && checked) print_timeline(timeline, n_prod, G);
         const double us = graph_us(exec, s, REPS);
+        CHECK(cudaGraphExecDestroy(exec));
+        CHECK(cudaGraphDestroy(graph));
         char err_s[32] = "-";
         if (checked) snprintf(err_s, sizeof err_s, "%.2e", err / scale);
         printf("| %s | %.2f | %.0f | %.0f%% | %s | %s |\n", MODE_NAME[m], us / d.L, bytes / (us * 1e-6) / 1e9,
