@@ -4,7 +4,9 @@
 //   qkv   fused RMSNorm + q/k/v products        (st_fused_mul_mat, 3 weights, STORE)
 //   rope+attn  per-head q/k norms, RoPE, cache store, attention over the cache
 //              (st_fused_rope_attention; n_kv = n_ctx as in a graph), and its two
-//              steps on their own for reference (st_fused_rope_store, iface->attention)
+//              steps on their own for reference (st_fused_rope_store, iface->attention);
+//              the rotations from rope_table, formed once before the layers (the
+//              forward pass forms them once a step)
 //   o     o product + residual add              (st_fused_mul_mat, ADD)
 //   ffn   fused RMSNorm + gate/up + SwiGLU      (st_fused_mul_mat, 2 weights, SWIGLU)
 //   down  down product + residual add           (st_fused_mul_mat, ADD)
@@ -20,13 +22,17 @@
 // First, the floor under any decode step: chains of kernels that do (almost) nothing,
 // recorded as a graph on a stream of the bench's own and replayed, for the grid shapes of
 // the step (1 block; the 1,024 blocks of 256 threads of a full-SM GEMV), each kernel
-// reading one word the one before it wrote (the step's dependence). Microseconds per
-// kernel: what a kernel boundary costs before any bytes move.
+// reading one word the one before it wrote (the step's dependence), and a GEMV-like chain
+// alternating with kernels that reserve the attention's 40 KiB of shared memory (what a
+// change of the L1/shared split costs at a boundary). Microseconds per kernel: what a
+// kernel boundary costs before any bytes move.
 //
 // Build (after the library, from the repository root; build-gpu is run_gpu_tests.sh's):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Isrc -DSTRIDE_HAVE_CUDA=1 bench/kernels/decode_step_bench.cu \
 //        build-gpu/libstride.a -lcublas -lcublasLt -Xcompiler -fopenmp -lm -o build-gpu/decode_step_bench
-// Run: build-gpu/decode_step_bench [--pad] [--depth N] [--n-kv N] [--reps N] [MODEL ...]
+// Run: build-gpu/decode_step_bench [--pad] [--depth N] [--n-kv N] [--reps N] [--cache-config C] [MODEL ...]
+//   --cache-config shared|equal|l1: cudaDeviceSetCacheConfig first (the L1/shared split the
+//   kernels prefer; each kernel that needs another split makes the SM reconfigure)
 //   --n-kv: the bound attention gets (a recorded decode step passes its depth bucket's;
 //   default the cache size, 4096)
 //   MODEL: llama-3.2-1b, qwen3-1.7b, qwen3-8b (default: all three)
@@ -99,6 +105,7 @@ typedef struct step {
     const shape *sh;
     layer *layers;
     st_tensor x, h, q, k, v, attn_out, gate, up, ff, pos; // activations, shared by the layers
+    st_tensor rope_cs; // [n_rot] the rotations at the position (rope_table, once: as the forward pass, once a step)
     st_rope_params rope;
     st_attn_params attn;
 } step;
@@ -133,6 +140,7 @@ static void issue_layer(step *s, layer *l, int ops) {
     rs.q = &qh, rs.k = &kh, rs.v = &vh;
     rs.q_norm = sh->qk_norm ? &l->q_norm : NULL, rs.k_norm = sh->qk_norm ? &l->k_norm : NULL;
     rs.eps = eps, rs.positions = &s->pos, rs.rope = &s->rope, rs.k_cache = &l->k_cache, rs.v_cache = &l->v_cache;
+    rs.rope_cs = &s->rope_cs;
     st_tensor out = s->attn_out;
     out.ne[0] = sh->head_dim, out.ne[1] = sh->n_head, out.ne[2] = 1;
     out.nb[1] = (size_t)sh->head_dim * 4, out.nb[2] = out.nb[3] = s->attn_out.nb[1];
@@ -191,6 +199,16 @@ __global__ void floor_kernel(int *word) {
     if (blockIdx.x == 0 && threadIdx.x == 0) *word += 1;
 }
 
+// floor_kernel through the dynamic shared memory the launch reserves (the decode
+// attention's split kernel takes 20-40 KiB a block; the products a few hundred bytes).
+__global__ void floor_smem_kernel(int *word) {
+    extern __shared__ int floor_smem[];
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        floor_smem[0] = *word;
+        *word = floor_smem[0] + 1;
+    }
+}
+
 static void cuda_check(cudaError_t rc, const char *what) {
     if (rc != cudaSuccess) {
         fprintf(stderr, "%s: %s: %s\n", g_bench_name, what, cudaGetErrorString(rc));
@@ -198,18 +216,35 @@ static void cuda_check(cudaError_t rc, const char *what) {
     }
 }
 
-// Microseconds per kernel of a graph of n dependent floor kernels of `blocks` x `threads`.
-static double floor_us(int n, unsigned int blocks, unsigned int threads, int reps) {
+// One kernel of a floor chain: its grid and the dynamic shared memory it reserves.
+typedef struct floor_launch {
+    unsigned int blocks, threads;
+    size_t smem;
+} floor_launch;
+
+// Microseconds per kernel of a graph of n dependent floor kernels, alternating a and b (the
+// same launch twice for a uniform chain). carveout >= 0: both kernels' preferred shared
+// memory carveout (percent of the unified L1/shared), restored to the default after.
+static double floor_us(int n, floor_launch a, floor_launch b, int carveout, int reps) {
     cudaStream_t st;
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     cudaEvent_t t0, t1;
     int *word;
+    if (carveout >= 0) {
+        cuda_check(cudaFuncSetAttribute(floor_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout), "carveout");
+        cuda_check(cudaFuncSetAttribute(floor_smem_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout),
+                   "carveout");
+    }
     cuda_check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
     cuda_check(cudaMalloc(&word, sizeof(int)), "malloc");
     cuda_check(cudaMemsetAsync(word, 0, sizeof(int), st), "memset");
     cuda_check(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), "begin capture");
-    for (int i = 0; i < n; i++) floor_kernel<<<blocks, threads, 0, st>>>(word);
+    for (int i = 0; i < n; i++) {
+        const floor_launch *l = i % 2 ? &b : &a;
+        if (l->smem) floor_smem_kernel<<<l->blocks, l->threads, l->smem, st>>>(word);
+        else floor_kernel<<<l->blocks, l->threads, 0, st>>>(word);
+    }
     cuda_check(cudaStreamEndCapture(st, &graph), "end capture");
     cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
     cuda_check(cudaEventCreate(&t0), "event");
@@ -223,17 +258,27 @@ static double floor_us(int n, unsigned int blocks, unsigned int threads, int rep
     cuda_check(cudaEventElapsedTime(&ms, t0, t1), "elapsed");
     cudaEventDestroy(t0), cudaEventDestroy(t1), cudaGraphExecDestroy(exec), cudaGraphDestroy(graph);
     cudaFree(word), cudaStreamDestroy(st);
+    if (carveout >= 0) {
+        cuda_check(cudaFuncSetAttribute(floor_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, -1), "carveout");
+        cuda_check(cudaFuncSetAttribute(floor_smem_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, -1), "carveout");
+    }
     return (double)ms * 1e3 / reps / n;
 }
 
 static void print_floor(int reps) {
     const int n = 96; // about a llama-3.2-1b step's kernels (6 a layer, 16 layers)
+    const floor_launch one = {1, 32, 0}, wave = {132, 256, 0}, gemv = {1024, 256, 0}, big = {4096, 256, 0};
+    const floor_launch attn = {32, 128, 40 << 10}; // the split kernel's grid at depth 64 (n_kv 256), its shared memory
     printf("\ngraph floor: %d dependent kernels that do nothing, us a kernel (%d replays)\n", n, reps);
     printf("| grid | us/kernel |\n|---|---:|\n");
-    printf("| 1 block of 32 threads | %.2f |\n", floor_us(n, 1, 32, reps));
-    printf("| 132 blocks of 256 threads | %.2f |\n", floor_us(n, 132, 256, reps));
-    printf("| 1,024 blocks of 256 threads | %.2f |\n", floor_us(n, 1024, 256, reps));
-    printf("| 4,096 blocks of 256 threads | %.2f |\n", floor_us(n, 4096, 256, reps));
+    printf("| 1 block of 32 threads | %.2f |\n", floor_us(n, one, one, -1, reps));
+    printf("| 132 blocks of 256 threads | %.2f |\n", floor_us(n, wave, wave, -1, reps));
+    printf("| 1,024 blocks of 256 threads | %.2f |\n", floor_us(n, gemv, gemv, -1, reps));
+    printf("| 4,096 blocks of 256 threads | %.2f |\n", floor_us(n, big, big, -1, reps));
+    printf("| 32 blocks of 128 threads, 40 KiB shared each | %.2f |\n", floor_us(n, attn, attn, -1, reps));
+    printf("| 1,024 x 256 (no shared) and 32 x 128 (40 KiB), alternating | %.2f |\n", floor_us(n, gemv, attn, -1, reps));
+    printf("| the same, both carveouts 25%% | %.2f |\n", floor_us(n, gemv, attn, 25, reps));
+    printf("| the same, both carveouts 100%% | %.2f |\n", floor_us(n, gemv, attn, 100, reps));
     fflush(stdout);
 }
 
@@ -275,6 +320,11 @@ static void run_model(const shape *sh, bool pad, int64_t depth, int64_t n_kv, in
     const int32_t p = (int32_t)depth;
     dev_write(s.pos.data, &p, sizeof(p));
     s.rope = st_rope_params_default(sh->rope_mode, (int32_t)sh->head_dim, 500000.0f);
+    s.rope_cs = dev_tensor(ST_TYPE_F32, sh->head_dim, 1, 1, 0);
+    {
+        st_error err = {};
+        check(g_b->iface->rope_table(g_b, &s.rope_cs, &s.pos, &s.rope, &err), "rope_table", &err);
+    }
     memset(&s.attn, 0, sizeof(s.attn));
     s.attn.n_kv = n_kv; // as a recorded decode step (its depth bucket): the range comes from the position
     s.attn.scale = 1.0f / sqrtf((float)sh->head_dim);
@@ -328,6 +378,7 @@ int main(int argc, char **argv) {
     bool pad = false;
     int64_t depth = 64, n_kv = N_CTX;
     int reps = 20, n_models = 0;
+    const char *cache_config = NULL;
     const shape *models[3];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--pad")) {
@@ -338,13 +389,17 @@ int main(int argc, char **argv) {
             n_kv = atoll(argv[++i]);
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--cache-config") && i + 1 < argc && (!strcmp(argv[i + 1], "shared") ||
+                                                                          !strcmp(argv[i + 1], "equal") ||
+                                                                          !strcmp(argv[i + 1], "l1"))) {
+            cache_config = argv[++i];
         } else {
             const shape *found = NULL;
             for (size_t j = 0; j < sizeof(SHAPES) / sizeof(SHAPES[0]); j++)
                 if (!strcmp(argv[i], SHAPES[j].name)) found = &SHAPES[j];
             if (!found || n_models == 3) {
                 fprintf(stderr, "usage: decode_step_bench [--pad] [--depth N] [--n-kv N] [--reps N] "
-                                "[llama-3.2-1b|qwen3-1.7b|qwen3-8b]...\n");
+                                "[--cache-config shared|equal|l1] [llama-3.2-1b|qwen3-1.7b|qwen3-8b]...\n");
                 return 2;
             }
             models[n_models++] = found;
@@ -358,6 +413,13 @@ int main(int argc, char **argv) {
     check(st_backend_init(ST_BACKEND_CUDA, 0, &g_b, &err), "CUDA backend", &err);
     printf("decode step kernels on %s (sm_%d%d)\n", g_b->device.name, g_b->device.compute_major,
            g_b->device.compute_minor);
+    if (cache_config) { // the device's default L1/shared preference for every kernel without its own
+        const cudaFuncCache cfg = !strcmp(cache_config, "shared") ? cudaFuncCachePreferShared
+                                  : !strcmp(cache_config, "equal") ? cudaFuncCachePreferEqual
+                                                                   : cudaFuncCachePreferL1;
+        cuda_check(cudaDeviceSetCacheConfig(cfg), "cudaDeviceSetCacheConfig");
+        printf("cudaDeviceSetCacheConfig: prefer %s\n", cache_config);
+    }
     print_floor(reps);
     // small values (|v| < 1/64) so that nothing overflows through the layers
     uint16_t *f16p = (uint16_t *)malloc((size_t)HOST_CHUNK_ELEMS * 2);
