@@ -31,8 +31,8 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Isrc -DSTRIDE_HAVE_CUDA=1 bench/kernels/decode_step_bench.cu \
 //        build-gpu/libstride.a -lcublas -lcublasLt -Xcompiler -fopenmp -lm -o build-gpu/decode_step_bench
 // Run: build-gpu/decode_step_bench [--pad] [--depth N] [--n-kv N] [--reps N] [--cache-config C] [MODEL ...]
-//   --cache-config shared|equal|l1: cudaDeviceSetCacheConfig first (the L1/shared split the
-//   kernels prefer; each kernel that needs another split makes the SM reconfigure)
+//   --cache-config shared|equal|l1: cudaDeviceSetCacheConfig first (the L1/shared split
+//   every kernel without its own preference asks for)
 //   --n-kv: the bound attention gets (a recorded decode step passes its depth bucket's;
 //   default the cache size, 4096)
 //   MODEL: llama-3.2-1b, qwen3-1.7b, qwen3-8b (default: all three)
@@ -216,6 +216,14 @@ static void cuda_check(cudaError_t rc, const char *what) {
     }
 }
 
+// Both floor kernels' preferred shared memory carveout (percent of the unified L1/shared; -1:
+// the default).
+static void floor_carveout(int percent) {
+    cuda_check(cudaFuncSetAttribute(floor_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent), "carveout");
+    cuda_check(cudaFuncSetAttribute(floor_smem_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent),
+               "carveout");
+}
+
 // One kernel of a floor chain: its grid and the dynamic shared memory it reserves.
 typedef struct floor_launch {
     unsigned int blocks, threads;
@@ -231,11 +239,7 @@ static double floor_us(int n, floor_launch a, floor_launch b, int carveout, int 
     cudaGraphExec_t exec;
     cudaEvent_t t0, t1;
     int *word;
-    if (carveout >= 0) {
-        cuda_check(cudaFuncSetAttribute(floor_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout), "carveout");
-        cuda_check(cudaFuncSetAttribute(floor_smem_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout),
-                   "carveout");
-    }
+    if (carveout >= 0) floor_carveout(carveout);
     cuda_check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
     cuda_check(cudaMalloc(&word, sizeof(int)), "malloc");
     cuda_check(cudaMemsetAsync(word, 0, sizeof(int), st), "memset");
@@ -258,10 +262,7 @@ static double floor_us(int n, floor_launch a, floor_launch b, int carveout, int 
     cuda_check(cudaEventElapsedTime(&ms, t0, t1), "elapsed");
     cudaEventDestroy(t0), cudaEventDestroy(t1), cudaGraphExecDestroy(exec), cudaGraphDestroy(graph);
     cudaFree(word), cudaStreamDestroy(st);
-    if (carveout >= 0) {
-        cuda_check(cudaFuncSetAttribute(floor_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, -1), "carveout");
-        cuda_check(cudaFuncSetAttribute(floor_smem_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, -1), "carveout");
-    }
+    if (carveout >= 0) floor_carveout(-1);
     return (double)ms * 1e3 / reps / n;
 }
 

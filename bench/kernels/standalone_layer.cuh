@@ -1,6 +1,6 @@
 // Shared by the standalone decode-product benchmarks (persistent_gemv_bench.cu,
 // stream_chain_bench.cu, gemv_variants_bench.cu, read_floor_bench.cu, fused_ffn_bench.cu:
-// CHECK, COPY_GBS, graph_us, captured_us; no stride library code): a dense layer's F16 product weights
+// CHECK, COPY_GBS, graph_us, captured_us, run_from; no stride library code): a dense layer's F16 product weights
 // for L layers in one allocation, the dims from the command line, and the plain
 // one-warp-a-row dot product they time.
 //
@@ -130,19 +130,33 @@ static double graph_us(cudaGraphExec_t exec, cudaStream_t s, int reps) {
     return ms * 1e3 / reps;
 }
 
-// Microseconds a replay of what issue(s) issues on s: captured into a graph once, then
+// Microseconds a replay of what issue(s) issues on s: captured into a graph once, check(exec)
+// run between instantiation and timing (a launch whose result the caller inspects), then
 // timed as graph_us does.
-template <typename ISSUE> static double captured_us(cudaStream_t s, int reps, ISSUE issue) {
+template <typename ISSUE, typename CHECK_RUN>
+static double captured_us(cudaStream_t s, int reps, ISSUE issue, CHECK_RUN check) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     issue(s);
     CHECK(cudaStreamEndCapture(s, &graph));
     CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    check(exec);
     const double us = graph_us(exec, s, reps);
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(graph));
     return us;
+}
+template <typename ISSUE> static double captured_us(cudaStream_t s, int reps, ISSUE issue) {
+    return captured_us(s, reps, issue, [](cudaGraphExec_t) {});
+}
+
+// One launch of exec on s from x = x0 ([E] floats on the host); x after it into x_out.
+static void run_from(cudaGraphExec_t exec, cudaStream_t s, float *x, const float *x0, float *x_out, int E) {
+    CHECK(cudaMemcpy(x, x0, E * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaMemcpyAsync(x_out, x, E * sizeof(float), cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
 }
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
@@ -183,20 +197,8 @@ static void step_separate(cudaStream_t s, const layer *hl, const dims &d, float 
 // timed over reps launches; microseconds a step.
 static double time_separate(cudaStream_t s, const layer *hl, const dims &d, float *x, float *qkv, float *g,
                             const float *x0, float *x_out, int reps) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    step_separate(s, hl, d, x, qkv, g);
-    CHECK(cudaStreamEndCapture(s, &graph));
-    CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    CHECK(cudaMemcpy(x, x0, d.E * sizeof(float), cudaMemcpyHostToDevice));
-    CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaMemcpyAsync(x_out, x, d.E * sizeof(float), cudaMemcpyDeviceToHost, s));
-    CHECK(cudaStreamSynchronize(s));
-    const double us = graph_us(exec, s, reps);
-    CHECK(cudaGraphExecDestroy(exec));
-    CHECK(cudaGraphDestroy(graph));
-    return us;
+    return captured_us(s, reps, [&](cudaStream_t c) { step_separate(c, hl, d, x, qkv, g); },
+                       [&](cudaGraphExec_t e) { run_from(e, s, x, x0, x_out, d.E); });
 }
 
 #endif /* STRIDE_BENCH_STANDALONE_LAYER_CUH */

@@ -580,8 +580,6 @@ int main(int argc, char **argv) {
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
     const double us_sep = time_separate(s, hl, d, x, qkv, g, x0, x_sep, REPS);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
     if (NORMS) printf("NORMS=1: chain's difference is from the separate kernels (no norms); flags' from chain\n");
     printf("| variant | us/layer | GB/s | %% of copy | max |x - x_sep| / max |x_sep| | chain twice bitwise |\n"
            "|---|---:|---:|---:|---:|---|\n");
@@ -592,23 +590,18 @@ int main(int argc, char **argv) {
     for (int m = 0; m < N_MODES; m++) {
         if (only && atoi(only) != m) continue;
         CHECK(cudaFuncSetAttribute(CHAIN_KERNELS[m], cudaFuncAttributeMaxDynamicSharedMemorySize, pl.bytes));
-        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-        CHECK(cudaMemsetAsync(done, 0, n_prod * sizeof(unsigned), s));
-        CHAIN_KERNELS[m]<<<prop.multiProcessorCount, THREADS, pl.bytes, s>>>(dp, n_prod, done, epoch, pl);
-        CHECK(cudaGetLastError());
-        CHECK(cudaStreamEndCapture(s, &graph));
-        CHECK(cudaGraphInstantiate(&exec, graph, 0));
         double err = 0.0, scale = 0.0;
         bool same = true;
         const bool checked = m == MODE_CHAIN || m == MODE_FLAGS;
-        if (checked) {
-            float *runs[2] = {x_a, x_b};
-            for (int rep = 0; rep < 2; rep++) {
-                CHECK(cudaMemcpy(x, x0, d.E * sizeof(float), cudaMemcpyHostToDevice));
-                CHECK(cudaGraphLaunch(exec, s));
-                CHECK(cudaMemcpyAsync(runs[rep], x, d.E * sizeof(float), cudaMemcpyDeviceToHost, s));
-                CHECK(cudaStreamSynchronize(s));
-            }
+        auto issue = [&](cudaStream_t c) {
+            CHECK(cudaMemsetAsync(done, 0, n_prod * sizeof(unsigned), c));
+            CHAIN_KERNELS[m]<<<prop.multiProcessorCount, THREADS, pl.bytes, c>>>(dp, n_prod, done, epoch, pl);
+            CHECK(cudaGetLastError());
+        };
+        auto check = [&](cudaGraphExec_t e) { // twice from x0: bitwise repeatable, and against the separate x
+            if (!checked) return;
+            run_from(e, s, x, x0, x_a, d.E);
+            run_from(e, s, x, x0, x_b, d.E);
             same = memcmp(x_a, x_b, d.E * sizeof(float)) == 0;
             for (int i = 0; i < d.E; i++) {
                 err = fmax(err, fabs((double)x_a[i] - x_sep[i]));
@@ -616,11 +609,9 @@ int main(int argc, char **argv) {
             }
             // NORMS: the separate kernels have none; chain's x becomes the reference for flags
             if (NORMS && m == MODE_CHAIN) memcpy(x_sep, x_a, d.E * sizeof(float));
-        }
-        if (TIMELINE && checked) print_timeline(timeline, n_prod, G);
-        const double us = graph_us(exec, s, REPS);
-        CHECK(cudaGraphExecDestroy(exec));
-        CHECK(cudaGraphDestroy(graph));
+            if (TIMELINE) print_timeline(timeline, n_prod, G);
+        };
+        const double us = captured_us(s, REPS, issue, check);
         char err_s[32] = "-";
         if (checked) snprintf(err_s, sizeof err_s, "%.2e", err / scale);
         printf("| %s | %.2f | %.0f | %.0f%% | %s | %s |\n", MODE_NAME[m], us / d.L, bytes / (us * 1e-6) / 1e9,
