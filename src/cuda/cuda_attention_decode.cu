@@ -3,7 +3,8 @@
 // Grid (n_split, n_head_kv). A block serves one kv head and ALL R = M * group query rows
 // of its GQA group (row r = m * group + g: token m, query head kv_head * group + g), so
 // each K/V row is read from memory once per step. The block walks its split of the keys in
-// chunks of C keys (8 KiB of K and 8 KiB of V in shared memory; the next chunk is loaded
+// chunks of C keys (up to 16 KiB of K and 16 KiB of V in shared memory, at most 64 keys:
+// head_dim 128 in F16 walks a 64-key split in one chunk; the next chunk is loaded
 // into registers while the current one is computed):
 //   scores    one key per thread, f32 dot products against the f32 queries in shared memory
 //   softmax   one warp per row: running max and sum, the factor for the accumulator
@@ -43,12 +44,16 @@
 #define DEC_BLOCKS_PER_SM 2
 #endif
 #define DEC_SMEM_MAX (48 * 1024)
+/* K bytes a chunk (and as many of V). 16 KiB against 8: head_dim 128 (F16) 0.5-1.3 us a
+ * layer faster at depths 64 to 4,000, head_dim 64 unchanged (64 keys either way);
+ * bench/cuda-decode.md, seventh session. */
+#define DEC_CHUNK_BYTES 16384
 #define DEC_MAX_NR 16 // rows per thread in P.V (the largest template bucket)
 #define DEC_COMBINE_THREADS 128
 
 template <st_type T, int D> struct dec_cfg {
     static constexpr int SZ = T == ST_TYPE_F16 ? 2 : 4;
-    static constexpr int C = 8192 / (D * SZ) < 64 ? 8192 / (D * SZ) : 64; // keys per chunk
+    static constexpr int C = DEC_CHUNK_BYTES / (D * SZ) < 64 ? DEC_CHUNK_BYTES / (D * SZ) : 64; // keys per chunk
     static constexpr int ROWB = D * SZ + 16;      // shared bytes per K/V row: +16, so that the
                                                   // 16-byte reads of consecutive rows hit distinct banks
     static constexpr int PIECES = D * SZ / 16;    // 16-byte pieces of a cache row
