@@ -12,7 +12,8 @@
 // and writes its partial result (max, sum, unnormalised acc[head_dim]) per row. A second
 // kernel combines the splits of a row: out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s.
 // When the range is one split (a short cache: up to DEC_MIN_SPLIT_KEYS keys), that split
-// writes out = acc / l itself and the combine kernel returns after its plan.
+// writes out = acc / l itself and the combine kernel returns after its plan; a grid of one
+// split (a bound n_kv of at most DEC_MIN_SPLIT_KEYS keys) launches no combine kernel.
 //
 // CUDA graphs: the launch (grid, block, shared memory, n_split) depends on the head counts,
 // head_dim, M, the device's SM count and the bound n_kv (no more splits than n_kv keys can
@@ -493,6 +494,7 @@ static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, 
             cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
             n_split, part_acc, part_ml, dec_rope_args{}, cuda_view(dst));
     ST_GPU_CHECK_LAUNCH();
+    if (n_split == 1) return ST_OK; // the only split wrote the output (n_eff = 1)
     const unsigned int rows = (unsigned int)(q->ne[1] * q->ne[2]);
     attn_decode_combine_kernel<<<rows, DEC_COMBINE_THREADS, 0, c->stream>>>(cuda_view(dst), pos, p->n_kv, p->window,
                                                                            n_split, cfg::C, part_acc, part_ml);

@@ -7,9 +7,10 @@
 
 #include "stride/model.h"
 
-/* Depth buckets of the recorded decode steps (st_session's decode_graphs). */
-#define ST_DECODE_BUCKETS 5
-#define ST_DECODE_FIRST_BOUND 256
+/* Depth buckets of the recorded decode steps (st_session's decode_graphs). The first, 64
+ * keys, is one split of the CUDA decode attention: no combine kernel for depths 0-63. */
+#define ST_DECODE_BUCKETS 7
+#define ST_DECODE_FIRST_BOUND 64
 
 typedef struct st_kv_layer {
     st_tensor k; /* [head_dim, n_head_kv, C] F16/F32 */
@@ -56,9 +57,9 @@ struct st_session {
      * allocations happen, at their largest), then each depth bucket is recorded on its
      * first step and replayed for every later one. A recording reads the token id and
      * position from s->ids/s->pos in device memory and attends over n_kv = its bucket's
-     * bound (256, 512, 1,024, 2,048 keys, then n_ctx; each query still sees only keys up
-     * to its own position), so that the backend sizes attention for the keys there can be
-     * at that depth; the results do not depend on the bound. */
+     * bound (64, 128, 256, 512, 1,024, 2,048 keys, then n_ctx; each query still sees only
+     * keys up to its own position), so that the backend sizes attention for the keys there
+     * can be at that depth; the results do not depend on the bound. */
     bool graphs_enabled;        /* the backend records and STRIDE_DISABLE_GRAPHS is not set */
     bool decode_warm;           /* a plain decode step has run */
     st_backend_graph *decode_graphs[ST_DECODE_BUCKETS];

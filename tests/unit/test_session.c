@@ -135,7 +135,7 @@ static void test_decode_after_batch_eval(void **state) {
 }
 
 /* Decode steps through every depth bucket of the recorded steps (a context of 600 keys:
- * buckets of 256, 512 and 600) against a session that runs every step plainly
+ * buckets of 64, 128, 256, 512 and 600) against a session that runs every step plainly
  * (STRIDE_DISABLE_GRAPHS=1 when it was made): the same bits at every position, the
  * bucket edges included. */
 static void test_decode_across_buckets(void **state) {
