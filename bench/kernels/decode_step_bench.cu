@@ -106,6 +106,7 @@ typedef struct step {
     layer *layers;
     st_tensor x, h, q, k, v, attn_out, gate, up, ff, pos; // activations, shared by the layers
     st_tensor rope_cs; // [n_rot] the rotations at the position (rope_table, once: as the forward pass, once a step)
+    st_tensor x_w;                                        // [E] x * the next norm's weight (OP_CHAINED)
     st_rope_params rope;
     st_attn_params attn;
 } step;
@@ -115,6 +116,10 @@ typedef struct step {
 enum { OP_QKV = 1, OP_ROPE = 2, OP_ATTN = 4, OP_O = 8, OP_FFN = 16, OP_DOWN = 32, OP_ROPE_ATTN = 128 };
 enum { OP_ALL = OP_QKV | OP_ROPE_ATTN | OP_O | OP_FFN | OP_DOWN };
 enum { OP_NO_NORM = 64 }; // qkv and ffn without their RMSNorm (what the norm costs)
+// As the forward pass issues one-token steps: o and down also form x * the next product's
+// norm weight (next_h; down forms it with its own layer's attn_norm, the values do not
+// matter here), which qkv and gate/up read (x_w) instead of forming it.
+enum { OP_CHAINED = 256 };
 
 static void issue_layer(step *s, layer *l, int ops) {
     st_error err = {};
@@ -126,6 +131,7 @@ static void issue_layer(step *s, layer *l, int ops) {
         op.w[0] = &l->wq, op.w[1] = &l->wk, op.w[2] = &l->wv;
         op.y[0] = &s->q, op.y[1] = &s->k, op.y[2] = &s->v;
         op.x = &s->x, op.norm_w = ops & OP_NO_NORM ? NULL : &l->attn_norm, op.eps = eps, op.h = &s->h;
+        op.x_w = ops & OP_CHAINED ? &s->x_w : NULL;
         op.epilogue = ST_FUSED_EPILOGUE_STORE;
         check(st_backend_mul_mat_fused(g_b, &op, &err), "qkv", &err);
     }
@@ -157,12 +163,14 @@ static void issue_layer(step *s, layer *l, int ops) {
         st_fused_mul_mat op = {};
         op.n_w = 1, op.w[0] = &l->wo, op.y[0] = &s->h, op.x = &s->attn_out;
         op.epilogue = ST_FUSED_EPILOGUE_ADD, op.out = &s->x;
+        if (ops & OP_CHAINED) op.next_norm_w = &l->ffn_norm, op.next_h = &s->x_w;
         check(st_backend_mul_mat_fused(g_b, &op, &err), "o", &err);
     }
     if (ops & OP_FFN) {
         st_fused_mul_mat op = {};
         op.n_w = 2, op.w[0] = &l->gate, op.w[1] = &l->up, op.y[0] = &s->gate, op.y[1] = &s->up;
         op.x = &s->x, op.norm_w = ops & OP_NO_NORM ? NULL : &l->ffn_norm, op.eps = eps, op.h = &s->h;
+        op.x_w = ops & OP_CHAINED ? &s->x_w : NULL;
         op.epilogue = ST_FUSED_EPILOGUE_SWIGLU, op.out = &s->ff;
         check(st_backend_mul_mat_fused(g_b, &op, &err), "gate/up", &err);
     }
@@ -170,6 +178,7 @@ static void issue_layer(step *s, layer *l, int ops) {
         st_fused_mul_mat op = {};
         op.n_w = 1, op.w[0] = &l->down, op.y[0] = &s->h, op.x = &s->ff;
         op.epilogue = ST_FUSED_EPILOGUE_ADD, op.out = &s->x;
+        if (ops & OP_CHAINED) op.next_norm_w = &l->attn_norm, op.next_h = &s->x_w;
         check(st_backend_mul_mat_fused(g_b, &op, &err), "down", &err);
     }
 }
@@ -310,6 +319,7 @@ static void run_model(const shape *sh, bool pad, int64_t depth, int64_t n_kv, in
         for (size_t j = 0; j < sizeof(all) / sizeof(all[0]); j++) fill(all[j], f16p, f32p);
     }
     s.x = dev_tensor(ST_TYPE_F32, E, 1, 1, 0), s.h = dev_tensor(ST_TYPE_F32, F > E ? F : E, 1, 1, 0);
+    s.x_w = dev_tensor(ST_TYPE_F32, E, 1, 1, 0);
     s.h.ne[0] = E; // the normed input [E]; also big enough as the scratch y of o/down
     s.q = dev_tensor(ST_TYPE_F32, Q, 1, 1, 0), s.k = dev_tensor(ST_TYPE_F32, KV, 1, 1, 0);
     s.v = dev_tensor(ST_TYPE_F32, KV, 1, 1, 0), s.attn_out = dev_tensor(ST_TYPE_F32, Q, 1, 1, 0);
@@ -345,6 +355,10 @@ static void run_model(const shape *sh, bool pad, int64_t depth, int64_t n_kv, in
         {"down + residual", OP_DOWN, wb * (double)F * (double)E},
         {"(qkv without its norm)", OP_QKV | OP_NO_NORM, wb * (double)E * (double)(Q + 2 * KV)},
         {"(gate/up + SwiGLU without the norm)", OP_FFN | OP_NO_NORM, wb * 2.0 * (double)E * (double)F},
+        {"qkv, x * norm_w from the add before", OP_QKV | OP_CHAINED, wb * (double)E * (double)(Q + 2 * KV)},
+        {"o + residual, forming the next x * norm_w", OP_O | OP_CHAINED, wb * (double)Q * (double)E},
+        {"gate/up + SwiGLU, x * norm_w from the add", OP_FFN | OP_CHAINED, wb * 2.0 * (double)E * (double)F},
+        {"down + residual, forming the next x * norm_w", OP_DOWN | OP_CHAINED, wb * (double)F * (double)E},
     };
     printf("\n%s: %lld layers, %s weights, depth %lld, n_kv %lld; microseconds per layer (graph of all layers, %d "
            "replays)\n",
@@ -365,12 +379,19 @@ static void run_model(const shape *sh, bool pad, int64_t depth, int64_t n_kv, in
     }
     const double all_us = time_ops(&s, OP_ALL, reps) / (double)sh->n_layer;
     const double gemv_us = time_ops(&s, OP_QKV | OP_O | OP_FFN | OP_DOWN, reps) / (double)sh->n_layer;
+    const double all_ch_us = time_ops(&s, OP_ALL | OP_CHAINED, reps) / (double)sh->n_layer;
+    const double gemv_ch_us = time_ops(&s, OP_QKV | OP_O | OP_FFN | OP_DOWN | OP_CHAINED, reps) / (double)sh->n_layer;
     printf("| sum of the kinds, each run alone | %.2f | %.1f | | | %.2f |\n", sum_us, sum_bytes / 1e6,
            sum_bytes / (ROOF_GBS * 1e3));
     printf("| the four products back to back | %.2f | %.1f | %.0f | %.0f%% | |\n", gemv_us, sum_bytes / 1e6,
            sum_bytes / (gemv_us * 1e-6) / 1e9, 100.0 * sum_bytes / (gemv_us * 1e-6) / 1e9 / ROOF_GBS);
     printf("| the whole layer back to back | %.2f | %.1f | %.0f | %.0f%% | |\n", all_us, sum_bytes / 1e6,
            sum_bytes / (all_us * 1e-6) / 1e9, 100.0 * sum_bytes / (all_us * 1e-6) / 1e9 / ROOF_GBS);
+    printf("| the four products back to back, chained | %.2f | %.1f | %.0f | %.0f%% | |\n", gemv_ch_us,
+           sum_bytes / 1e6, sum_bytes / (gemv_ch_us * 1e-6) / 1e9,
+           100.0 * sum_bytes / (gemv_ch_us * 1e-6) / 1e9 / ROOF_GBS);
+    printf("| the whole layer back to back, chained (the forward pass) | %.2f | %.1f | %.0f | %.0f%% | |\n", all_ch_us,
+           sum_bytes / 1e6, sum_bytes / (all_ch_us * 1e-6) / 1e9, 100.0 * sum_bytes / (all_ch_us * 1e-6) / 1e9 / ROOF_GBS);
     free(s.layers);
 }
 

@@ -46,6 +46,12 @@ typedef enum st_fused_epilogue {
  *   h = norm_w ? rmsnorm(x) * norm_w : x        (h [K, M]: where it goes when formed)
  *   y[i] = W_i h                                 (i < n_w)
  *   ADD: out [N_0, M] += y[0];  SWIGLU/GEGLU: out [N_0, M] = act(y[0]) * y[1]
+ *   ADD with next_h: next_h [N_0, M] = out * next_norm_w, after the add
+ *
+ * next_h is the next product's x * norm_w formed on the way (the residual add's output is
+ * that product's x, next_norm_w its norm_w): passed to it as x_w, a backend that fuses the
+ * norm into its product may read it instead of forming x * norm_w itself (the sum of
+ * squares still comes from x). x_w changes nothing of the meaning.
  *
  * Only STORE promises the contents of y[]; h and, for the other epilogues, y[] are
  * scratch whose contents are unspecified afterwards. */
@@ -59,6 +65,9 @@ typedef struct st_fused_mul_mat {
     st_tensor *h;             /* required when norm_w is set */
     st_fused_epilogue epilogue;
     st_tensor *out;           /* ADD, SWIGLU, GEGLU */
+    const st_tensor *next_norm_w; /* ADD, optional: [N_0] F32, with next_h */
+    st_tensor *next_h;            /* ADD, optional: [N_0, M] F32 out * next_norm_w */
+    const st_tensor *x_w;         /* optional with norm_w: [K, M] F32 x * norm_w */
 } st_fused_mul_mat;
 /* The attention block's step between the projections and attention: per-head RMSNorm
  * of q and k (optional), RoPE of q and k, and the store of k and v into the cache. Its
@@ -130,6 +139,7 @@ typedef struct st_backend_iface {
     void (*geglu)(st_backend *b, st_tensor *dst, const st_tensor *gate, const st_tensor *up);
     void (*swiglu_fused)(st_backend *b, st_tensor *dst, const st_tensor *gate_up);
     void (*add)(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x);
+    void (*mul)(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x);
     void (*scale)(st_backend *b, st_tensor *dst, const st_tensor *x, float s);
     st_status (*kv_store)(st_backend *b, st_tensor *cache, const st_tensor *x, const st_tensor *positions,
                           st_error *err);

@@ -112,6 +112,11 @@ static void cpu_add(st_backend *b, st_tensor *dst, const st_tensor *a, const st_
     st_cpu_add(dst, a, x);
 }
 
+static void cpu_mul(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x) {
+    (void)b;
+    st_cpu_mul(dst, a, x);
+}
+
 static void cpu_scale(st_backend *b, st_tensor *dst, const st_tensor *x, float s) {
     (void)b;
     st_cpu_scale(dst, x, s);
@@ -181,6 +186,7 @@ static const st_backend_iface cpu_iface = {
     .geglu = cpu_geglu,
     .swiglu_fused = cpu_swiglu_fused,
     .add = cpu_add,
+    .mul = cpu_mul,
     .scale = cpu_scale,
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,

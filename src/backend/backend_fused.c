@@ -8,7 +8,9 @@ st_status st_backend_mul_mat_fused_composite(st_backend *b, const st_fused_mul_m
     ST_ASSERT(op->n_w >= 1 && op->n_w <= 3);
     ST_ASSERT(op->epilogue == ST_FUSED_EPILOGUE_STORE || op->out != NULL);
     ST_ASSERT(op->epilogue == ST_FUSED_EPILOGUE_STORE || op->epilogue == ST_FUSED_EPILOGUE_ADD || op->n_w == 2);
-    const st_tensor *in = op->x;
+    ST_ASSERT((op->next_h == NULL) == (op->next_norm_w == NULL));
+    ST_ASSERT(!op->next_h || op->epilogue == ST_FUSED_EPILOGUE_ADD);
+    const st_tensor *in = op->x; /* (x_w, a hint, is not needed here) */
     if (op->norm_w) {
         ST_ASSERT(op->h != NULL);
         be->rms_norm(b, op->h, op->x, op->norm_w, op->eps);
@@ -20,7 +22,10 @@ st_status st_backend_mul_mat_fused_composite(st_backend *b, const st_fused_mul_m
     }
     switch (op->epilogue) {
     case ST_FUSED_EPILOGUE_STORE: break;
-    case ST_FUSED_EPILOGUE_ADD: be->add(b, op->out, op->out, op->y[0]); break;
+    case ST_FUSED_EPILOGUE_ADD:
+        be->add(b, op->out, op->out, op->y[0]);
+        if (op->next_h) be->mul(b, op->next_h, op->out, op->next_norm_w);
+        break;
     case ST_FUSED_EPILOGUE_SWIGLU: be->swiglu(b, op->out, op->y[0], op->y[1]); break;
     case ST_FUSED_EPILOGUE_GEGLU: be->geglu(b, op->out, op->y[0], op->y[1]); break;
     }

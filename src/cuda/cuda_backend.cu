@@ -340,6 +340,11 @@ static void cuda_add(st_backend *b, st_tensor *dst, const st_tensor *a, const st
     st_cuda_keep_error(cuda_ctx(b), st_cuda_add(b, dst, a, x, &err), &err);
 }
 
+static void cuda_mul(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x) {
+    st_error err = {};
+    st_cuda_keep_error(cuda_ctx(b), st_cuda_mul(b, dst, a, x, &err), &err);
+}
+
 static void cuda_scale(st_backend *b, st_tensor *dst, const st_tensor *x, float s) {
     st_error err = {};
     st_cuda_keep_error(cuda_ctx(b), st_cuda_scale(b, dst, x, s, &err), &err);
@@ -413,6 +418,7 @@ static st_backend_iface cuda_make_iface(void) {
     t.geglu = cuda_geglu;
     t.swiglu_fused = cuda_swiglu_fused;
     t.add = cuda_add;
+    t.mul = cuda_mul;
     t.scale = cuda_scale;
     t.kv_store = st_cuda_kv_store;
     t.attention = st_cuda_attention;
@@ -447,14 +453,18 @@ static st_status cuda_env_override(const char *name, long lo, long hi, const cha
 // The decode tuning, overridable for A/B measurements in one build: the most warps a
 // decode GEMV row may take (cuda_gemv_decode.cu), 2, or 1 from STRIDE_CUDA_GEMV_SPLIT=1;
 // how many waves long a fused product must be to run its norm apart (cuda_gemv.cu),
-// GEMV_NORM_APART_WAVES, or STRIDE_CUDA_NORM_APART_WAVES (0: never).
+// GEMV_NORM_APART_WAVES, or STRIDE_CUDA_NORM_APART_WAVES (0: never); whether a normed
+// product reads the x * norm_w a residual add prepared (st_fused_mul_mat's x_w), or forms
+// it in its loop as without one (STRIDE_CUDA_NORM_PREPARED=0).
 static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
-    long split = 2, apart = GEMV_NORM_APART_WAVES;
+    long split = 2, apart = GEMV_NORM_APART_WAVES, prepared = 1;
     st_status s = cuda_env_override("STRIDE_CUDA_GEMV_SPLIT", 1, 2, "warps a row", &split, err);
     if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_NORM_APART_WAVES", 0, 1000000, "waves", &apart, err);
+    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_NORM_PREPARED", 0, 1, "0 or 1", &prepared, err);
     if (s != ST_OK) return s;
     c->gemv_max_split = (int)split;
     c->norm_apart_waves = (int)apart;
+    c->norm_prepared = prepared != 0;
     return ST_OK;
 }
 

@@ -64,6 +64,7 @@ typedef struct st_cuda_ctx {
     void **retired;                      /* buffers st_cuda_grow replaced, freed with the context */
     int n_retired, retired_cap;
     int gemv_max_split;                  /* the most warps a decode GEMV row may take (cuda_gemv_decode.cu) */
+    bool norm_prepared;                  /* a normed product reads a prepared x * norm_w (cuda_gemv.cu) */
     int norm_apart_waves;                /* a fused one-column product with a norm this many waves long or
                                             more runs the norm on its own first (0: never; cuda_gemv.cu) */
 } st_cuda_ctx;
@@ -293,6 +294,7 @@ st_status st_cuda_glu(st_backend *b, st_tensor *dst, const st_tensor *gate, cons
                       st_error *err);
 st_status st_cuda_glu_fused(st_backend *b, st_tensor *dst, const st_tensor *gate_up, bool gelu, st_error *err);
 st_status st_cuda_add(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x, st_error *err);
+st_status st_cuda_mul(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x, st_error *err);
 st_status st_cuda_scale(st_backend *b, st_tensor *dst, const st_tensor *x, float s, st_error *err);
 
 /* cuda_attention.cu */

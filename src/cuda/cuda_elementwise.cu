@@ -1,5 +1,5 @@
 // Elementwise ops over strided F32 rows: gated units (SwiGLU, GeGLU; separate gate and up
-// or one fused gate_up row), add with broadcast, scale. Arithmetic is written with
+// or one fused gate_up row), add and mul with broadcast, scale. Arithmetic is written with
 // explicit roundings (__fmul_rn, __fadd_rn: no fused multiply-add) in the CPU's order, so
 // results differ from the CPU only by the ulps of expf/tanhf.
 //
@@ -72,10 +72,11 @@ st_status st_cuda_glu_fused(st_backend *b, st_tensor *dst, const st_tensor *gu, 
     return glu_launch(cuda_ctx(b), dst, gu, 0, gu, dst->ne[0] * (int64_t)sizeof(float), gelu, err);
 }
 
-// ---- add, scale -----------------------------------------------------------------------------
+// ---- add, mul, scale -------------------------------------------------------------------------
 
-// dst = a + x, x broadcasting where its ne[i] is 1 (a scalar per row when x->ne[0] == 1).
-__global__ void add_f32(st_cuda_view dst, st_cuda_view a, st_cuda_view x) {
+// dst = a + x (MUL: a * x), x broadcasting where its ne[i] is 1 (a scalar per row when
+// x->ne[0] == 1).
+template <bool MUL> __global__ void binary_f32(st_cuda_view dst, st_cuda_view a, st_cuda_view x) {
     const int64_t n = a.ne0, rows = a.ne1 * a.ne2 * a.ne3;
     const int64_t x_step = x.ne0 == 1 ? 0 : 1;
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -84,11 +85,12 @@ __global__ void add_f32(st_cuda_view dst, st_cuda_view a, st_cuda_view x) {
         const float *ar = (const float *)cuda_row(a, r);
         float *yr = (float *)cuda_row(dst, r);
         for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-            yr[i] = ar[i] + xr[i * x_step];
+            yr[i] = MUL ? __fmul_rn(ar[i], xr[i * x_step]) : __fadd_rn(ar[i], xr[i * x_step]);
     }
 }
 
-st_status st_cuda_add(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x, st_error *err) {
+template <bool MUL>
+static st_status binary_launch(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x, st_error *err) {
     // dst, a F32 [D, ...]; x F32 with each ne[i] equal to a's or 1; dst may be a
     st_cuda_ctx *c = cuda_ctx(b);
     ST_ASSERT(cuda_is_f32_rows(dst) && cuda_is_f32_rows(a) && cuda_is_f32_rows(x));
@@ -96,9 +98,17 @@ st_status st_cuda_add(st_backend *b, st_tensor *dst, const st_tensor *a, const s
     for (int i = 0; i < ST_MAX_DIMS; i++) ST_ASSERT(x->ne[i] == a->ne[i] || x->ne[i] == 1);
     const int64_t rows = cuda_nrows(a);
     if (rows == 0 || a->ne[0] == 0) return ST_OK;
-    add_f32<<<ew_grid(a->ne[0], rows), EW_THREADS, 0, c->stream>>>(cuda_view(dst), cuda_view(a), cuda_view(x));
+    binary_f32<MUL><<<ew_grid(a->ne[0], rows), EW_THREADS, 0, c->stream>>>(cuda_view(dst), cuda_view(a), cuda_view(x));
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
+}
+
+st_status st_cuda_add(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x, st_error *err) {
+    return binary_launch<false>(b, dst, a, x, err);
+}
+
+st_status st_cuda_mul(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x, st_error *err) {
+    return binary_launch<true>(b, dst, a, x, err);
 }
 
 __global__ void scale_f32(st_cuda_view dst, st_cuda_view x, float s) {

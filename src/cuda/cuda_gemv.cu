@@ -81,6 +81,9 @@ typedef struct gemv_args {
     const char *w_up;   // GLU: the up weight [K, n] (part 0 is the gate)
     int64_t up_nb1;
     st_cuda_view out;   // ADD: out += W x; GLU: out = act(gate) * up
+    st_cuda_view out_w; // ADD, when out_norm_w: out * out_norm_w after the add [n, M]
+    const float *out_norm_w;
+    const float *x_w;   // with norm_w: x * norm_w [K] formed before (one column), or NULL
 } gemv_args;
 
 // h[c][k] = (x[c][k] * s_c) * norm_w[k] with s_c = 1 / sqrt(mean(x[c]^2) + eps), in
@@ -201,7 +204,9 @@ __global__ void __launch_bounds__(GEMV_THREADS, NC > 1                        ? 
             ((float *)cuda_row(pt.y, a.m0 + c))[n] = acc[c];
         } else if (EPI == GEMV_ADD) {
             float *o = (float *)cuda_row(a.out, a.m0 + c) + n;
-            *o = __fadd_rn(*o, acc[c]);
+            const float sum = __fadd_rn(*o, acc[c]);
+            *o = sum;
+            if (a.out_norm_w) ((float *)cuda_row(a.out_w, a.m0 + c))[n] = __fmul_rn(sum, a.out_norm_w[n]);
         } else {
             const float g = EPI == GEMV_GEGLU ? cuda_gelu_tanh_f32(acc[c]) : cuda_silu_f32(acc[c]);
             ((float *)cuda_row(a.out, a.m0 + c))[n] = __fmul_rn(g, up[c]);
@@ -270,10 +275,13 @@ static cuda_gemv_decode_args gemv_decode_args(const gemv_args &a, int epi) {
     d.K = a.K;
     d.x = (const float *)a.x.data;
     d.norm_w = a.norm_w;
+    d.x_w = a.norm_w ? a.x_w : NULL;
     d.eps = a.eps;
     d.w_up = a.w_up;
     d.up_nb1 = a.up_nb1;
     d.out = (float *)a.out.data;
+    d.out_w = a.out_norm_w ? (float *)a.out_w.data : NULL;
+    d.out_norm_w = a.out_norm_w;
     return d;
 }
 
@@ -408,5 +416,16 @@ st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_er
         ST_ASSERT(cuda_is_f32_rows(op->out) && cuda_nrows(op->out) == a.M);
         a.out = cuda_view(op->out);
     }
+    if (op->next_h) { // out * next_norm_w, in the epilogue
+        ST_ASSERT(op->epilogue == ST_FUSED_EPILOGUE_ADD && cuda_is_f32_rows(op->next_h) &&
+                  cuda_same_shape(op->next_h, op->out));
+        ST_ASSERT(cuda_is_f32_rows(op->next_norm_w) && op->next_norm_w->ne[0] == op->out->ne[0]);
+        a.out_w = cuda_view(op->next_h);
+        a.out_norm_w = (const float *)op->next_norm_w->data;
+    }
+    // x * norm_w formed before: read by the decode kernel's loop instead of x and norm_w
+    const st_tensor *xw = op->x_w;
+    if (c->norm_prepared && a.norm_w && xw && a.M == 1 && cuda_is_f32_rows(xw) && xw->ne[0] == a.K && cuda_aligned16(xw->data))
+        a.x_w = (const float *)xw->data;
     return gemv_run(c, a, op->w[0]->type, (int)op->epilogue, err);
 }

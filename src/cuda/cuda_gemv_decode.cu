@@ -29,6 +29,11 @@
 // Bytes: N*K*type_size of weights once (x, norm_w from L1/L2). FLOPs: 2*N*K.
 #include "cuda/cuda_gemv.cuh"
 
+// How a product's norm comes: none; in the loop (each piece's x times norm_w, the sum of
+// squares on the way); prepared (x_w = x * norm_w from the product before, the sum of
+// squares of x first, then the plain loop over x_w).
+enum { DEC_NORM_NONE, DEC_NORM_IN_LOOP, DEC_NORM_PREPARED };
+
 // A gated pair's pieces in flight a lane, from each of its two rows (the loop then has
 // 2 x GEMV_DECODE_GLU_PIECES loads in flight, as a single row has CUDA_GEMV_UNROLL).
 #ifndef GEMV_DECODE_GLU_PIECES
@@ -93,7 +98,23 @@ __device__ __forceinline__ void gemv_decode_row(const char *__restrict__ wg, con
     }
 }
 
-template <st_type T, int EPI, bool NORM, int MIN_BLOCKS, int S>
+// This lane's sum of squares of x over its pieces (as gemv_decode_row visits them: the same
+// order as the norm in the loop, so the same bits), for a product whose x * norm_w came
+// prepared (DEC_NORM_PREPARED).
+template <st_type T, int S>
+__device__ __forceinline__ float gemv_decode_sumsq(const float *__restrict__ x, int n_vec, int sub) {
+    constexpr int VEC = 16 / cuda_elem_bytes<T>::value, W = ST_GPU_WARP_SIZE * S;
+    float ss = 0.0f;
+    for (int v = sub * ST_GPU_WARP_SIZE + threadIdx.x % ST_GPU_WARP_SIZE; v < n_vec; v += W)
+#pragma unroll
+        for (int i = 0; i < VEC; i += 4) {
+            const float4 q = __ldg((const float4 *)(x + v * VEC + i));
+            ss = fmaf(q.x, q.x, ss), ss = fmaf(q.y, q.y, ss), ss = fmaf(q.z, q.z, ss), ss = fmaf(q.w, q.w, ss);
+        }
+    return ss;
+}
+
+template <st_type T, int EPI, int NORM, int MIN_BLOCKS, int S>
 __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS)
     gemv_decode_kernel(const cuda_gemv_decode_args a) {
     constexpr bool GLU = EPI == ST_FUSED_EPILOGUE_SWIGLU || EPI == ST_FUSED_EPILOGUE_GEGLU;
@@ -105,12 +126,22 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
     const bool live = n < a.n[p];
     if (S == 1 && !live) return; // (S > 1: every warp reaches the barrier below)
     float acc = 0.0f, up = 0.0f, ss = 0.0f;
+    __shared__ float prepared_ss[CUDA_GEMV_WARPS]; // kept out of the loop's registers
+    if (NORM == DEC_NORM_PREPARED) {
+        ss = cuda_warp_sum(live ? gemv_decode_sumsq<T, S>(a.x, a.n_vec, sub) : 0.0f);
+        if (threadIdx.x % ST_GPU_WARP_SIZE == 0) prepared_ss[warp] = ss;
+    }
     if (live)
-        gemv_decode_row<T, NORM, GLU, S>(a.w[p] + n * a.nb1[p], GLU ? a.w_up + n * a.up_nb1 : NULL, a.n_vec, sub,
-                                         a.x, a.norm_w, acc, up, ss);
+        gemv_decode_row<T, NORM == DEC_NORM_IN_LOOP, GLU, S>(a.w[p] + n * a.nb1[p], GLU ? a.w_up + n * a.up_nb1 : NULL,
+                                                             a.n_vec, sub, NORM == DEC_NORM_PREPARED ? a.x_w : a.x,
+                                                             a.norm_w, acc, up, ss);
     acc = cuda_warp_sum(acc);
     if (GLU) up = cuda_warp_sum(up);
-    if (NORM) ss = cuda_warp_sum(ss);
+    if (NORM == DEC_NORM_IN_LOOP) ss = cuda_warp_sum(ss);
+    if (NORM == DEC_NORM_PREPARED) {
+        __syncwarp();
+        ss = prepared_ss[warp];
+    }
     if (S > 1) { // the row's S warp sums, added in warp order by its first warp
         __shared__ float sums[CUDA_GEMV_WARPS][3];
         if (threadIdx.x % ST_GPU_WARP_SIZE == 0) sums[warp][0] = acc, sums[warp][1] = up, sums[warp][2] = ss;
@@ -128,7 +159,9 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
     if (EPI == ST_FUSED_EPILOGUE_STORE) {
         a.y[p][n] = acc;
     } else if (EPI == ST_FUSED_EPILOGUE_ADD) {
-        a.out[n] = __fadd_rn(a.out[n], acc);
+        const float o = __fadd_rn(a.out[n], acc);
+        a.out[n] = o;
+        if (a.out_w) a.out_w[n] = __fmul_rn(o, a.out_norm_w[n]); // the next product's x * norm_w
     } else {
         const float g = EPI == ST_FUSED_EPILOGUE_GEGLU ? cuda_gelu_tanh_f32(acc) : cuda_silu_f32(acc);
         a.out[n] = __fmul_rn(g, up);
@@ -137,12 +170,17 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
 
 // Blocks an SM: GEMV_DECODE_MIN_BLOCKS (<= 32 registers); a norm in the loop, and a gated
 // pair of other than F16 rows (ptxas: 68-132 bytes of spills at 32 registers), take
-// GEMV_NORM_MIN_BLOCKS' registers. (Taking the 6-block build for the grids whose last wave
-// it fills better, qwen3-8b's gate/up without a norm, gained 0.3 us a layer: not kept.)
-static constexpr int gemv_decode_min_blocks(st_type t, int epi, bool norm) {
-    return norm || ((epi == ST_FUSED_EPILOGUE_SWIGLU || epi == ST_FUSED_EPILOGUE_GEGLU) && t != ST_TYPE_F16)
+// GEMV_NORM_MIN_BLOCKS' registers. A prepared norm's loop is the plain one (its sum of
+// squares comes before it). (Taking the 6-block build for the grids whose last wave it
+// fills better, qwen3-8b's gate/up without a norm, gained 0.3 us a layer: not kept.)
+static constexpr int gemv_decode_min_blocks(st_type t, int epi, int norm) {
+    return norm == DEC_NORM_IN_LOOP || ((epi == ST_FUSED_EPILOGUE_SWIGLU || epi == ST_FUSED_EPILOGUE_GEGLU) && t != ST_TYPE_F16)
                ? GEMV_NORM_MIN_BLOCKS
                : GEMV_DECODE_MIN_BLOCKS;
+}
+
+static int gemv_decode_norm(const cuda_gemv_decode_args *a) {
+    return !a->norm_w ? DEC_NORM_NONE : a->x_w ? DEC_NORM_PREPARED : DEC_NORM_IN_LOOP;
 }
 
 // The blocks of a grid at S warps a row; with block0, each part's first block is set there.
@@ -157,11 +195,11 @@ static int64_t gemv_decode_blocks(const cuda_gemv_decode_args *a, int S, int *bl
 }
 
 int cuda_gemv_decode_split(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type) {
-    const int64_t wave = (int64_t)c->sm_count * gemv_decode_min_blocks(type, a->epilogue, a->norm_w != NULL);
+    const int64_t wave = (int64_t)c->sm_count * gemv_decode_min_blocks(type, a->epilogue, gemv_decode_norm(a));
     return c->gemv_max_split >= 2 && gemv_decode_blocks(a, 1, NULL) * 2 <= wave ? 2 : 1;
 }
 
-template <st_type T, int EPI, bool NORM>
+template <st_type T, int EPI, int NORM>
 static void gemv_decode_launch(st_cuda_ctx *c, cuda_gemv_decode_args &a) {
     constexpr int MIN_BLOCKS = gemv_decode_min_blocks(T, EPI, NORM);
     const int S = cuda_gemv_decode_split(c, &a, T);
@@ -174,8 +212,11 @@ static void gemv_decode_launch(st_cuda_ctx *c, cuda_gemv_decode_args &a) {
 
 template <st_type T, int EPI>
 static void gemv_decode_launch_norm(st_cuda_ctx *c, cuda_gemv_decode_args &a) {
-    if (a.norm_w) gemv_decode_launch<T, EPI, true>(c, a);
-    else gemv_decode_launch<T, EPI, false>(c, a);
+    switch (gemv_decode_norm(&a)) {
+    case DEC_NORM_NONE: gemv_decode_launch<T, EPI, DEC_NORM_NONE>(c, a); break;
+    case DEC_NORM_IN_LOOP: gemv_decode_launch<T, EPI, DEC_NORM_IN_LOOP>(c, a); break;
+    default: gemv_decode_launch<T, EPI, DEC_NORM_PREPARED>(c, a); break;
+    }
 }
 
 template <st_type T>

@@ -68,10 +68,14 @@ static st_tensor rows(const st_tensor *t, int64_t row0, int64_t n, int64_t M) {
     return v;
 }
 
-/* x += W a, or x += rmsnorm(W a) * post_norm (gemma3); y [N, M] is scratch. */
+/* x += W a, or x += rmsnorm(W a) * post_norm (gemma3); y [N, M] is scratch. With next_norm
+ * (one token), the add also forms s->x_w = x * next_norm for the product after it; *x_w_norm
+ * says what s->x_w holds afterwards (next_norm, or NULL when it was not formed). */
 static st_status project_add(st_session *s, st_tensor *x, const st_tensor *w, const st_tensor *a, st_tensor *y,
-                             const st_tensor *post_norm, st_error *err) {
+                             const st_tensor *post_norm, const st_tensor *next_norm, const st_tensor **x_w_norm,
+                             st_error *err) {
     st_backend *b = s->model->backend;
+    *x_w_norm = NULL;
     if (post_norm) {
         TRY(b->iface->mul_mat(b, y, w, a, err));
         b->iface->rms_norm(b, y, y, post_norm, s->model->hp.rms_eps);
@@ -79,8 +83,19 @@ static st_status project_add(st_session *s, st_tensor *x, const st_tensor *w, co
         return ST_OK;
     }
     st_fused_mul_mat op = {.n_w = 1, .w = {w}, .y = {y}, .x = a, .epilogue = ST_FUSED_EPILOGUE_ADD, .out = x};
-    return st_backend_mul_mat_fused(b, &op, err);
+    if (next_norm) {
+        ST_ASSERT(x->ne[1] == 1);
+        op.next_norm_w = next_norm;
+        op.next_h = &s->x_w;
+    }
+    TRY(st_backend_mul_mat_fused(b, &op, err));
+    *x_w_norm = next_norm;
+    return ST_OK;
 }
+
+/* The products after a residual add that may take their x * norm_w from it (project_add):
+ * one token, on a backend that fuses products (the others would only add a multiply). */
+static bool chains_norms(const st_session *s, int64_t M) { return M == 1 && s->model->backend->iface->mul_mat_fused; }
 
 /* The rope of a layer: the sliding-window layers' base where the model has one. */
 static st_rope_params layer_rope(const st_model *m, bool swa) {
@@ -93,9 +108,10 @@ static st_rope_params layer_rope(const st_model *m, bool swa) {
     return rp;
 }
 
-/* tables: s->rope_cs holds this step's rotations (one token, a backend with rope_table). */
+/* tables: s->rope_cs holds this step's rotations (one token, a backend with rope_table).
+ * *x_w_norm: what s->x_w holds x times on entry and on return (project_add). */
 static st_status attention_block(st_session *s, const st_layer_weights *l, int64_t il, int64_t M, int64_t n_kv,
-                                 bool tables, st_error *err) {
+                                 bool tables, const st_tensor **x_w_norm, st_error *err) {
     st_model *m = s->model;
     const st_hparams *hp = &m->hp;
     st_backend *b = m->backend;
@@ -108,6 +124,7 @@ static st_status attention_block(st_session *s, const st_layer_weights *l, int64
     st_tensor qkv = cols(&s->qkv, M);
     st_tensor q2 = rows(&qkv, 0, Hq, M), k2 = rows(&qkv, Hq, Hk, M), v2 = rows(&qkv, Hq + Hk, Hk, M);
     st_fused_mul_mat qkv_op = {.x = &x, .norm_w = l->attn_norm, .eps = hp->rms_eps, .h = &h};
+    if (l->attn_norm && *x_w_norm == l->attn_norm) qkv_op.x_w = &s->x_w;
     if (l->wqkv) {
         qkv_op.n_w = 1;
         qkv_op.w[0] = l->wqkv; /* [K, Hq + 2Hk] */
@@ -141,11 +158,15 @@ static st_status attention_block(st_session *s, const st_layer_weights *l, int64
     TRY(st_backend_rope_attention(b, &ra, err));
 
     st_tensor a2 = cols(&s->attn, M), o = cols(&s->proj, M);
-    return project_add(s, &x, l->wo, &a2, &o, l->post_attn_norm, err); /* x += [post-norm] Wo a */
+    /* the dense FFN's fused norm + gate/up may take its x * ffn_norm from the add */
+    const st_tensor *next = chains_norms(s, M) && hp->n_expert == 0 ? l->ffn_norm : NULL;
+    return project_add(s, &x, l->wo, &a2, &o, l->post_attn_norm, next, x_w_norm, err); /* x += [post-norm] Wo a */
 }
 
-/* x += Wdown (act(Wgate h) * Wup h),  h = rmsnorm(x) * ffn_norm  (post-norm on gemma3) */
-static st_status ffn_dense(st_session *s, const st_layer_weights *l, int64_t M, st_error *err) {
+/* x += Wdown (act(Wgate h) * Wup h),  h = rmsnorm(x) * ffn_norm  (post-norm on gemma3);
+ * next_norm: the next layer's attention norm (NULL after the last layer). */
+static st_status ffn_dense(st_session *s, const st_layer_weights *l, int64_t M, const st_tensor *next_norm,
+                           const st_tensor **x_w_norm, st_error *err) {
     st_model *m = s->model;
     const st_hparams *hp = &m->hp;
     st_backend *b = m->backend;
@@ -153,6 +174,7 @@ static st_status ffn_dense(st_session *s, const st_layer_weights *l, int64_t M, 
     st_tensor x = cols(&s->x, M), h = cols(&s->h, M), out = cols(&s->proj, M);
     st_tensor act = rows(&s->ffn_b, 0, F, M); /* [F, M] */
     st_fused_mul_mat op = {.x = &x, .norm_w = l->ffn_norm, .eps = hp->rms_eps, .h = &h};
+    if (l->ffn_norm && *x_w_norm == l->ffn_norm) op.x_w = &s->x_w;
     if (l->w_gate) {
         st_tensor gate = rows(&s->ffn_a, 0, F, M), up = rows(&s->ffn_a, F, F, M);
         op.n_w = 2;
@@ -169,7 +191,8 @@ static st_status ffn_dense(st_session *s, const st_layer_weights *l, int64_t M, 
         TRY(st_backend_mul_mat_fused(b, &op, err));
         b->iface->swiglu_fused(b, &act, &gate_up);
     }
-    return project_add(s, &x, l->w_down, &act, &out, l->post_ffn_norm, err); /* [D, M] */
+    const st_tensor *next = chains_norms(s, M) ? next_norm : NULL;
+    return project_add(s, &x, l->w_down, &act, &out, l->post_ffn_norm, next, x_w_norm, err); /* [D, M] */
 }
 
 static st_status ffn_moe(st_session *s, const st_layer_weights *l, int64_t M, st_error *err) {
@@ -216,10 +239,17 @@ st_status st_forward(st_session *s, int64_t M, int64_t n_kv, int64_t n_out, st_e
         }
     }
 
+    const st_tensor *x_w_norm = NULL; /* s->x_w holds x times this norm weight (project_add) */
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const st_layer_weights *l = &m->layers[il];
-        TRY(attention_block(s, l, il, M, n_kv, tables, err));
-        TRY(hp->n_expert > 0 ? ffn_moe(s, l, M, err) : ffn_dense(s, l, M, err));
+        TRY(attention_block(s, l, il, M, n_kv, tables, &x_w_norm, err));
+        if (hp->n_expert > 0) {
+            TRY(ffn_moe(s, l, M, err));
+            x_w_norm = NULL;
+        } else {
+            const st_tensor *next = il + 1 < hp->n_layer ? m->layers[il + 1].attn_norm : NULL;
+            TRY(ffn_dense(s, l, M, next, &x_w_norm, err));
+        }
     }
 
     if (n_out == 0) return ST_OK; /* a micro-batch whose logits nobody reads */

@@ -34,6 +34,7 @@ static size_t layout_scratch(st_session *s, void *base) {
     s->qkv = place(base, &off, ST_TYPE_F32, Hq + 2 * Hk, U, 1);
     s->attn = place(base, &off, ST_TYPE_F32, Hq, U, 1);
     s->proj = place(base, &off, ST_TYPE_F32, D, U, 1);
+    s->x_w = place(base, &off, ST_TYPE_F32, D, 1, 1);
     for (int i = 0; i < 2; i++) s->rope_cs[i] = place(base, &off, ST_TYPE_F32, hp->n_rot > 0 ? hp->n_rot : 1, 1, 1);
     if (hp->n_expert > 0) {
         s->ffn_a = place(base, &off, ST_TYPE_F32, F, K, U);

@@ -33,6 +33,7 @@ struct st_session {
     st_tensor qkv;          /* [Hq + 2Hk, U] q, k, v rows of each token, one after another */
     st_tensor attn;         /* [Hq, U] attention output */
     st_tensor proj;         /* [D, U] output of attn_output / ffn_down */
+    st_tensor x_w;          /* [D, 1] one token: x times the next product's norm weight (forward.c) */
     st_tensor ffn_a;        /* [2F, U] gate (or fused gate_up); MoE: [F, K, U] gate */
     st_tensor ffn_b;        /* [F, U] up / activation; MoE: [F, K, U] up, then activation */
     st_tensor moe_logits;   /* [E, U] router logits */

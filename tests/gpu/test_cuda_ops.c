@@ -218,9 +218,11 @@ static const char *epilogue_name[] = {"store", "add", "swiglu", "geglu"};
 
 /* The CUDA backend's fused product against the CPU composite (the meaning): n_w weights
  * [K, N] (N_i = N - 3i for STORE, so that parts differ), optional norm, each epilogue.
- * M < ST_CUDA_GEMM_MIN_M takes the fused kernel; M >= it the composite (cuBLAS). */
+ * M < ST_CUDA_GEMM_MIN_M takes the fused kernel; M >= it the composite (cuBLAS).
+ * chain: an ADD forms next_h = out * next_norm_w as well (compared too); a product with a
+ * norm is given x_w = x * norm_w (which the CPU composite does not read). */
 static void test_mul_mat_fused(st_type t, int64_t K, int64_t N, int64_t M, size_t pad, int n_w, bool norm,
-                               st_fused_epilogue epi) {
+                               st_fused_epilogue epi, bool chain) {
     const bool glu = epi == ST_FUSED_EPILOGUE_SWIGLU || epi == ST_FUSED_EPILOGUE_GEGLU;
     weight w[3];
     int64_t n_i[3];
@@ -238,6 +240,20 @@ static void test_mul_mat_fused(st_type t, int64_t K, int64_t N, int64_t M, size_
     dual_poison(&dh);
     if (epi == ST_FUSED_EPILOGUE_ADD) dual_random_f32(&dout); /* the residual */
     else dual_poison(&dout);
+    /* chain: the next norm's weight and next_h (ADD), x * norm_w (a norm) */
+    view vnn = mkpacked(ST_TYPE_F32, N, 1, 1), vnh = mkpacked(ST_TYPE_F32, N, M, 1);
+    dual dnn = dual_new(view_bytes(&vnn)), dnh = dual_new(view_bytes(&vnh)), dxw = dual_new(view_bytes(&vh));
+    dual_random_f32(&dnn);
+    dual_poison(&dnh);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t k = 0; k < K; k++) {
+            float xv, nv;
+            memcpy(&xv, dx.host + vx.off + (size_t)m * vx.t.nb[1] + (size_t)k * 4, 4);
+            memcpy(&nv, dn.host + (size_t)k * 4, 4);
+            const float xw = xv * nv;
+            memcpy(dxw.host + ((size_t)m * (size_t)K + (size_t)k) * 4, &xw, 4);
+        }
+    dual_upload(&dxw);
     st_fused_mul_mat oc = {.n_w = n_w, .eps = 1e-6f, .epilogue = epi}, og = oc;
     st_tensor wc[3], wg[3], yc[3], yg[3];
     for (int i = 0; i < n_w; i++) {
@@ -253,14 +269,21 @@ static void test_mul_mat_fused(st_type t, int64_t K, int64_t N, int64_t M, size_
     oc.x = &xc, og.x = &xg, oc.h = &hc, og.h = &hg;
     if (norm) oc.norm_w = &nc, og.norm_w = &ng;
     if (epi != ST_FUSED_EPILOGUE_STORE) oc.out = &outc, og.out = &outg;
+    st_tensor nnc = on(&vnn, dnn.cpu), nng = on(&vnn, dnn.gpu), nhc = on(&vnh, dnh.cpu), nhg = on(&vnh, dnh.gpu);
+    st_tensor xwc = on(&vh, dxw.cpu), xwg = on(&vh, dxw.gpu);
+    if (chain && epi == ST_FUSED_EPILOGUE_ADD) {
+        oc.next_norm_w = &nnc, og.next_norm_w = &nng;
+        oc.next_h = &nhc, og.next_h = &nhg;
+    }
+    if (chain && norm) oc.x_w = &xwc, og.x_w = &xwg;
     st_error err = {0};
     if (st_backend_mul_mat_fused(g_cpu, &oc, &err) != ST_OK) test_die("cpu mul_mat_fused", &err);
     if (st_backend_mul_mat_fused(g_gpu, &og, &err) != ST_OK) test_die("cuda mul_mat_fused", &err);
     /* the path's tolerance; a GLU's product of two results doubles the relative error */
     const double tol = mm_tol(t, M) * (glu ? 2 : 1);
     char desc[128];
-    snprintf(desc, sizeof(desc), "%s K=%lld N=%lld M=%lld pad=%zu w=%d%s %s", tname(t), (long long)K, (long long)N,
-             (long long)M, pad, n_w, norm ? " norm" : "", epilogue_name[epi]);
+    snprintf(desc, sizeof(desc), "%s K=%lld N=%lld M=%lld pad=%zu w=%d%s %s%s", tname(t), (long long)K, (long long)N,
+             (long long)M, pad, n_w, norm ? " norm" : "", epilogue_name[epi], chain ? " chained" : "");
     if (epi == ST_FUSED_EPILOGUE_STORE) {
         for (int i = 0; i < n_w; i++) {
             char *got = dual_fetch(&dy[i]);
@@ -274,6 +297,12 @@ static void test_mul_mat_fused(st_type t, int64_t K, int64_t N, int64_t M, size_
         record("mul_mat_fused", desc, &r, tol);
         free(got);
     }
+    if (chain && epi == ST_FUSED_EPILOGUE_ADD) { /* next_h: out * next_norm_w */
+        char *got = dual_fetch(&dnh);
+        cmp_result r = compare_f32(&vnh, dnh.cpu, got, dnh.bytes);
+        record("mul_mat_fused next_h", desc, &r, tol);
+        free(got);
+    }
     for (int i = 0; i < n_w; i++) {
         dual_free(&dy[i]);
         weight_free(&w[i]);
@@ -282,6 +311,9 @@ static void test_mul_mat_fused(st_type t, int64_t K, int64_t N, int64_t M, size_
     dual_free(&dh);
     dual_free(&dn);
     dual_free(&dout);
+    dual_free(&dnn);
+    dual_free(&dnh);
+    dual_free(&dxw);
 }
 
 /* ---- mul_mat_id ---------------------------------------------------------------------- */
@@ -464,8 +496,9 @@ static void test_glu(bool gelu, int64_t F, int64_t M, int form) {
     if (form != 2) dual_free(&dy);
 }
 
-/* b: 0 same shape; 1 a row vector [D]; 2 a bias [D, 1, M] over [D, 3, M]; 3 a scalar per row */
-static void test_add(int64_t D, int64_t M, int bshape, bool in_place) {
+/* dst = a + b (mul: a * b); b: 0 same shape; 1 a row vector [D]; 2 a bias [D, 1, M] over
+ * [D, 3, M]; 3 a scalar per row */
+static void test_add(int64_t D, int64_t M, int bshape, bool in_place, bool mul) {
     const int64_t H = bshape == 2 ? 3 : 1;
     view va = mkview(ST_TYPE_F32, D, H, M, (size_t)(D + 2) * 4, (size_t)(D + 2) * 4 * (size_t)H + 12, 4);
     view vb;
@@ -481,15 +514,15 @@ static void test_add(int64_t D, int64_t M, int bshape, bool in_place) {
     if (!in_place) dual_poison(&dy);
     st_tensor ac = on(&va, da.cpu), ag = on(&va, da.gpu), bc = on(&vb, db.cpu), bg = on(&vb, db.gpu);
     st_tensor yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu);
-    g_cpu->iface->add(g_cpu, &yc, &ac, &bc);
-    g_gpu->iface->add(g_gpu, &yg, &ag, &bg);
+    (mul ? g_cpu->iface->mul : g_cpu->iface->add)(g_cpu, &yc, &ac, &bc);
+    (mul ? g_gpu->iface->mul : g_gpu->iface->add)(g_gpu, &yg, &ag, &bg);
     char *got = dual_fetch(&dy);
     cmp_result r = compare_f32(&vy, dy.cpu, got, dy.bytes);
     static const char *shapes[] = {"same", "row-vector", "bias-over-heads", "scalar-per-row"};
     char desc[128];
     snprintf(desc, sizeof(desc), "D=%lld H=%lld M=%lld b=%s %s", (long long)D, (long long)H, (long long)M,
              shapes[bshape], in_place ? "in-place" : "out");
-    record("add", desc, &r, TOL_EXACT);
+    record(mul ? "mul" : "add", desc, &r, TOL_EXACT);
     free(got);
     if (!in_place) dual_free(&dy);
     dual_free(&da);
@@ -1211,16 +1244,18 @@ static void run_all(void) {
                         const int64_t N = K >= 2048 ? split_Ns[ni] : 45;
                         if (ni > 0 && (K != 2048 || M != 1)) continue;
                         const size_t pad = (size_t)(mi % 2) * 64;
-                        test_mul_mat_fused(types[ti], K, N, M, pad, 3, norm, ST_FUSED_EPILOGUE_STORE);
-                        test_mul_mat_fused(types[ti], K, N, M, pad, 1, norm, ST_FUSED_EPILOGUE_ADD);
-                        test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_SWIGLU);
-                        test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_GEGLU);
+                        for (int chain = 0; chain <= (M == 1); chain++) {
+                            test_mul_mat_fused(types[ti], K, N, M, pad, 3, norm, ST_FUSED_EPILOGUE_STORE, chain);
+                            test_mul_mat_fused(types[ti], K, N, M, pad, 1, norm, ST_FUSED_EPILOGUE_ADD, chain);
+                            test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_SWIGLU, chain);
+                            test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_GEGLU, chain);
+                        }
                     }
     /* an output head's shape, 40,000 rows at K = 2048 and M = 1: at least GEMV_NORM_APART_WAVES
      * waves of blocks on an H200, so its norm runs apart (cuda_gemv.cu); packed and padded */
     for (int ti = 0; ti < 3; ti++)
         for (size_t pad = 0; pad <= 64; pad += 64)
-            test_mul_mat_fused(types[ti], 2048, 40000, 1, pad, 1, 1, ST_FUSED_EPILOGUE_STORE);
+            test_mul_mat_fused(types[ti], 2048, 40000, 1, pad, 1, 1, ST_FUSED_EPILOGUE_STORE, pad > 0);
 
     for (int ti = 0; ti < 3; ti++)
         for (int64_t K = 37; K <= 64; K += 27)
@@ -1262,7 +1297,8 @@ static void run_all(void) {
     for (int64_t D = 37; D <= 128; D += 91)
         for (int64_t M = 1; M <= 5; M += 4) {
             for (int b = 0; b < 4; b++)
-                for (int ip = 0; ip < 2; ip++) test_add(D, M, b, ip);
+                for (int ip = 0; ip < 2; ip++)
+                    for (int mul = 0; mul < 2; mul++) test_add(D, M, b, ip, mul);
             test_scale(D, M, false);
             test_scale(D, M, true);
         }
