@@ -65,6 +65,10 @@ typedef struct st_cuda_ctx {
     int n_retired, retired_cap;
     int gemv_max_split;                  /* the most warps a decode GEMV row may take (cuda_gemv_decode.cu) */
     bool norm_prepared;                  /* a normed product reads a prepared x * norm_w (cuda_gemv.cu) */
+    float *norm_ss;                      /* the partial sums of x . x the last fused add wrote */
+    size_t norm_ss_bytes;
+    const void *norm_ss_for;             /* ... for the x * norm_w at this address (NULL: none) */
+    int64_t norm_ss_rows;
     int norm_apart_waves;                /* a fused one-column product with a norm this many waves long or
                                             more runs the norm on its own first (0: never; cuda_gemv.cu) */
 } st_cuda_ctx;

@@ -84,6 +84,10 @@ typedef struct gemv_args {
     st_cuda_view out_w; // ADD, when out_norm_w: out * out_norm_w after the add [n, M]
     const float *out_norm_w;
     const float *x_w;   // with norm_w: x * norm_w [K] formed before (one column), or NULL
+    const float *x_ss;  // with x_w: [n_ss] partial sums of x . x (the add before wrote them)
+    int n_ss;
+    float *out_ss;      // ADD with out_w, one column: [ceil(n / 4)] sums of out^2 by 4 rows
+                        // (the decode kernel only: gemv_run clears it when another kernel runs)
 } gemv_args;
 
 // h[c][k] = (x[c][k] * s_c) * norm_w[k] with s_c = 1 / sqrt(mean(x[c]^2) + eps), in
@@ -276,12 +280,15 @@ static cuda_gemv_decode_args gemv_decode_args(const gemv_args &a, int epi) {
     d.x = (const float *)a.x.data;
     d.norm_w = a.norm_w;
     d.x_w = a.norm_w ? a.x_w : NULL;
+    d.x_ss = a.x_ss;
+    d.n_ss = a.n_ss;
     d.eps = a.eps;
     d.w_up = a.w_up;
     d.up_nb1 = a.up_nb1;
     d.out = (float *)a.out.data;
     d.out_w = a.out_norm_w ? (float *)a.out_w.data : NULL;
     d.out_norm_w = a.out_norm_w;
+    d.out_ss = a.out_norm_w ? a.out_ss : NULL;
     return d;
 }
 
@@ -303,9 +310,10 @@ static st_status gemv_run(st_cuda_ctx *c, gemv_args &a, st_type type, int epi, s
     if (a.norm_w && !a.norm_in_loop) a.x_vec = a.K % 4 == 0;
     if (gemv_decode_takes(a, type)) {
         cuda_gemv_decode_args d = gemv_decode_args(a, epi);
-        if (epi != GEMV_ADD || GEMV_DECODE_ADD || cuda_gemv_decode_split(c, &d, type) > 1)
+        if (epi != GEMV_ADD || GEMV_DECODE_ADD || d.out_ss || cuda_gemv_decode_split(c, &d, type) > 1)
             return cuda_gemv_decode_run(c, &d, type, err);
     }
+    a.out_ss = NULL; // (this file's kernel does not form the sums of squares)
     switch (type) {
     case ST_TYPE_F32: return gemv_launch_epi<ST_TYPE_F32>(c, a, epi, (unsigned int)blocks, err);
     case ST_TYPE_F16: return gemv_launch_epi<ST_TYPE_F16>(c, a, epi, (unsigned int)blocks, err);
@@ -385,8 +393,12 @@ static bool fused_norm_apart(const st_cuda_ctx *c, const st_fused_mul_mat *op) {
 }
 
 st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err) {
-    if (!fused_supported(op)) return st_backend_mul_mat_fused_composite(b, op, err);
     st_cuda_ctx *c = cuda_ctx(b);
+    // the sums of squares the fused op just before wrote, for its next_h: valid for this op only
+    const void *ss_for = c->norm_ss_for;
+    const int64_t ss_rows = c->norm_ss_rows;
+    c->norm_ss_for = NULL;
+    if (!fused_supported(op)) return st_backend_mul_mat_fused_composite(b, op, err);
     const bool apart = fused_norm_apart(c, op);
     if (apart) { // h = rmsnorm(x) * norm_w [K, 1], then the product of h
         const st_status s = st_cuda_rms_norm(b, op->h, op->x, op->norm_w, op->eps, err);
@@ -422,10 +434,28 @@ st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_er
         ST_ASSERT(cuda_is_f32_rows(op->next_norm_w) && op->next_norm_w->ne[0] == op->out->ne[0]);
         a.out_w = cuda_view(op->next_h);
         a.out_norm_w = (const float *)op->next_norm_w->data;
+        // and the sums of squares of out by 4 rows, for the product after (one column)
+        const int64_t n_ss = (op->out->ne[0] + 3) / 4;
+        const size_t bytes = (size_t)n_ss * sizeof(float);
+        if (a.M == 1 && !c->capturing && bytes > c->norm_ss_bytes) {
+            const st_status s = st_cuda_grow(c, (void **)&c->norm_ss, &c->norm_ss_bytes, bytes, "norm partials", err);
+            if (s != ST_OK) return s;
+        }
+        if (a.M == 1 && bytes <= c->norm_ss_bytes) a.out_ss = c->norm_ss;
     }
-    // x * norm_w formed before: read by the decode kernel's loop instead of x and norm_w
+    // x * norm_w and the sums of squares of x formed by the add before: the decode kernel's
+    // loop reads x_w instead of x and norm_w
     const st_tensor *xw = op->x_w;
-    if (c->norm_prepared && a.norm_w && xw && a.M == 1 && cuda_is_f32_rows(xw) && xw->ne[0] == a.K && cuda_aligned16(xw->data))
+    if (c->norm_prepared && a.norm_w && xw && xw->data == ss_for && ss_rows == a.K && a.M == 1 &&
+        cuda_is_f32_rows(xw) && xw->ne[0] == a.K && cuda_aligned16(xw->data)) {
         a.x_w = (const float *)xw->data;
-    return gemv_run(c, a, op->w[0]->type, (int)op->epilogue, err);
+        a.x_ss = c->norm_ss;
+        a.n_ss = (int)((a.K + 3) / 4);
+    }
+    const st_status s = gemv_run(c, a, op->w[0]->type, (int)op->epilogue, err);
+    if (s == ST_OK && a.out_ss) {
+        c->norm_ss_for = op->next_h->data;
+        c->norm_ss_rows = op->out->ne[0];
+    }
+    return s;
 }

@@ -56,12 +56,15 @@ typedef struct cuda_gemv_decode_args {
     const float *x;                     /* [K] */
     const float *norm_w;                /* [K] or NULL: y = s * dot(w, x * norm_w) */
     const float *x_w;                   /* [K] x * norm_w (prepared), or NULL */
+    const float *x_ss;                  /* with x_w: [n_ss] partial sums of x . x */
+    int n_ss;
     float eps;
     const char *w_up;                   /* GLU: [K, n] */
     int64_t up_nb1;
     float *out;                         /* ADD: out += W x; GLU: out = act(gate) * up */
     float *out_w;                       /* ADD: out * out_norm_w after the add, or NULL */
     const float *out_norm_w;
+    float *out_ss;                      /* ADD with out_w, or NULL: [ceil(n / 4)] sums of out^2 by 4 rows */
 } cuda_gemv_decode_args;
 st_status cuda_gemv_decode_run(st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type type, st_error *err);
 /* The warps a row the decode kernel gives the product a: 2 when that keeps its grid within

@@ -98,20 +98,12 @@ __device__ __forceinline__ void gemv_decode_row(const char *__restrict__ wg, con
     }
 }
 
-// This lane's sum of squares of x over its pieces (as gemv_decode_row visits them: the same
-// order as the norm in the loop, so the same bits), for a product whose x * norm_w came
-// prepared (DEC_NORM_PREPARED).
-template <st_type T, int S>
-__device__ __forceinline__ float gemv_decode_sumsq(const float *__restrict__ x, int n_vec, int sub) {
-    constexpr int VEC = 16 / cuda_elem_bytes<T>::value, W = ST_GPU_WARP_SIZE * S;
-    float ss = 0.0f;
-    for (int v = sub * ST_GPU_WARP_SIZE + threadIdx.x % ST_GPU_WARP_SIZE; v < n_vec; v += W)
-#pragma unroll
-        for (int i = 0; i < VEC; i += 4) {
-            const float4 q = __ldg((const float4 *)(x + v * VEC + i));
-            ss = fmaf(q.x, q.x, ss), ss = fmaf(q.y, q.y, ss), ss = fmaf(q.z, q.z, ss), ss = fmaf(q.w, q.w, ss);
-        }
-    return ss;
+// The sum of squares of a prepared x: the partial sums the add before wrote (a group of 4
+// rows each), added in a fixed order (lane-strided, then the shuffle tree).
+__device__ __forceinline__ float gemv_decode_partials_sum(const float *__restrict__ x_ss, int n_ss) {
+    float t = 0.0f;
+    for (int i = threadIdx.x % ST_GPU_WARP_SIZE; i < n_ss; i += ST_GPU_WARP_SIZE) t += __ldg(x_ss + i);
+    return cuda_warp_sum(t);
 }
 
 template <st_type T, int EPI, int NORM, int MIN_BLOCKS, int S>
@@ -124,11 +116,16 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
     while (p + 1 < a.n_parts && blockIdx.x >= a.block0[p + 1]) p++;
     const int64_t n = (int64_t)(blockIdx.x - a.block0[p]) * ROWS + warp / S;
     const bool live = n < a.n[p];
+    __shared__ unsigned int arrived[CUDA_GEMV_WARPS / 4]; // ADD: rows of a group of 4 done
+    if (EPI == ST_FUSED_EPILOGUE_ADD) {
+        if (threadIdx.x < CUDA_GEMV_WARPS / 4) arrived[threadIdx.x] = 0;
+        __syncthreads();
+    }
     if (S == 1 && !live) return; // (S > 1: every warp reaches the barrier below)
     float acc = 0.0f, up = 0.0f, ss = 0.0f;
     __shared__ float prepared_ss[CUDA_GEMV_WARPS]; // kept out of the loop's registers
-    if (NORM == DEC_NORM_PREPARED) {
-        ss = cuda_warp_sum(live ? gemv_decode_sumsq<T, S>(a.x, a.n_vec, sub) : 0.0f);
+    if (NORM == DEC_NORM_PREPARED) { // the row's first warp holds the whole sum
+        ss = sub == 0 ? gemv_decode_partials_sum(a.x_ss, a.n_ss) : 0.0f;
         if (threadIdx.x % ST_GPU_WARP_SIZE == 0) prepared_ss[warp] = ss;
     }
     if (live)
@@ -162,6 +159,21 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
         const float o = __fadd_rn(a.out[n], acc);
         a.out[n] = o;
         if (a.out_w) a.out_w[n] = __fmul_rn(o, a.out_norm_w[n]); // the next product's x * norm_w
+        if (a.out_ss) { // o^2 of the rows 4g .. 4g + 3, added in row order by the last to finish
+            __shared__ float sq[CUDA_GEMV_WARPS];
+            const int r = warp / S, lg = r / 4;
+            const int64_t g = n / 4;
+            const int in_group = (int)(a.n[0] - 4 * g < 4 ? a.n[0] - 4 * g : 4);
+            sq[r] = __fmul_rn(o, o);
+            __threadfence_block();
+            if (atomicAdd(&arrived[lg], 1u) == (unsigned int)in_group - 1) {
+                __threadfence_block();
+                const volatile float *vs = sq + 4 * lg;
+                float t = 0.0f;
+                for (int j = 0; j < in_group; j++) t = __fadd_rn(t, vs[j]);
+                a.out_ss[g] = t;
+            }
+        }
     } else {
         const float g = EPI == ST_FUSED_EPILOGUE_GEGLU ? cuda_gelu_tanh_f32(acc) : cuda_silu_f32(acc);
         a.out[n] = __fmul_rn(g, up);

@@ -316,6 +316,76 @@ static void test_mul_mat_fused(st_type t, int64_t K, int64_t N, int64_t M, size_
     dual_free(&dxw);
 }
 
+/* A residual add that prepares the next product's norm, then that product, as the forward
+ * pass issues one-token steps: x [N] += W_a a (a [Ka]) forming next_h = x * norm_w, then
+ * the normed product of x (weights [N, Nc]; epi STORE over 3 parts or a gated pair) given
+ * next_h as x_w. On CUDA the add also leaves the sums of squares of x by 4 rows for the
+ * product (cuda_gemv.cu); the CPU runs the composite. Both results against the CPU. */
+static void test_fused_chain(st_type t, int64_t Ka, int64_t N, int64_t Nc, size_t pad, st_fused_epilogue epi) {
+    const bool glu = epi != ST_FUSED_EPILOGUE_STORE;
+    const int n_w = glu ? 2 : 3;
+    weight wa = weight_new(t, Ka, N, 1, pad), w[3];
+    for (int i = 0; i < n_w; i++) w[i] = weight_new(t, N, glu ? Nc : Nc - 3 * i, 1, pad);
+    view va = mkpacked(ST_TYPE_F32, Ka, 1, 1), vx = mkpacked(ST_TYPE_F32, N, 1, 1), vo = mkpacked(ST_TYPE_F32, Nc, 1, 1);
+    dual da = dual_new(view_bytes(&va)), dx = dual_new(view_bytes(&vx)), dnw = dual_new(view_bytes(&vx));
+    dual dxw = dual_new(view_bytes(&vx)), dh = dual_new(view_bytes(&vx)), dya = dual_new(view_bytes(&vx));
+    dual dout = dual_new(view_bytes(&vo)), dy[3];
+    view vy[3];
+    dual_random_f32(&da);
+    dual_random_f32(&dx);
+    dual_random_f32(&dnw);
+    dual_poison(&dxw);
+    dual_poison(&dout);
+    st_tensor ac = on(&va, da.cpu), ag = on(&va, da.gpu), xc = on(&vx, dx.cpu), xg = on(&vx, dx.gpu);
+    st_tensor nc = on(&vx, dnw.cpu), ng = on(&vx, dnw.gpu), xwc = on(&vx, dxw.cpu), xwg = on(&vx, dxw.gpu);
+    st_tensor hc = on(&vx, dh.cpu), hg = on(&vx, dh.gpu), yac = on(&vx, dya.cpu), yag = on(&vx, dya.gpu);
+    st_tensor outc = on(&vo, dout.cpu), outg = on(&vo, dout.gpu), wac = on(&wa.v, wa.d.cpu), wag = on(&wa.v, wa.d.gpu);
+    st_fused_mul_mat pc = {.n_w = 1, .w = {&wac}, .y = {&yac}, .x = &ac, .epilogue = ST_FUSED_EPILOGUE_ADD, .out = &xc,
+                           .next_norm_w = &nc, .next_h = &xwc};
+    st_fused_mul_mat pg = {.n_w = 1, .w = {&wag}, .y = {&yag}, .x = &ag, .epilogue = ST_FUSED_EPILOGUE_ADD, .out = &xg,
+                           .next_norm_w = &ng, .next_h = &xwg};
+    st_fused_mul_mat qc = {.n_w = n_w, .x = &xc, .norm_w = &nc, .eps = 1e-6f, .h = &hc, .epilogue = epi, .x_w = &xwc};
+    st_fused_mul_mat qg = {.n_w = n_w, .x = &xg, .norm_w = &ng, .eps = 1e-6f, .h = &hg, .epilogue = epi, .x_w = &xwg};
+    st_tensor wc[3], wg[3], yc[3], yg[3];
+    for (int i = 0; i < n_w; i++) {
+        vy[i] = mkpacked(ST_TYPE_F32, w[i].v.t.ne[1], 1, 1);
+        dy[i] = dual_new(view_bytes(&vy[i]));
+        dual_poison(&dy[i]);
+        wc[i] = on(&w[i].v, w[i].d.cpu), wg[i] = on(&w[i].v, w[i].d.gpu);
+        yc[i] = on(&vy[i], dy[i].cpu), yg[i] = on(&vy[i], dy[i].gpu);
+        qc.w[i] = &wc[i], qg.w[i] = &wg[i], qc.y[i] = &yc[i], qg.y[i] = &yg[i];
+    }
+    if (glu) qc.out = &outc, qg.out = &outg;
+    st_error err = {0};
+    if (st_backend_mul_mat_fused(g_cpu, &pc, &err) != ST_OK || st_backend_mul_mat_fused(g_cpu, &qc, &err) != ST_OK)
+        test_die("cpu mul_mat_fused", &err);
+    if (st_backend_mul_mat_fused(g_gpu, &pg, &err) != ST_OK || st_backend_mul_mat_fused(g_gpu, &qg, &err) != ST_OK)
+        test_die("cuda mul_mat_fused", &err);
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s Ka=%lld N=%lld Nc=%lld pad=%zu %s", tname(t), (long long)Ka, (long long)N,
+             (long long)Nc, pad, epilogue_name[epi]);
+    const double tol = mm_tol(t, 1) * (glu ? 2 : 1);
+    dual *checked[5] = {&dx, &dxw};
+    view *views[5] = {&vx, &vx};
+    int n_checked = 2;
+    if (glu) checked[n_checked] = &dout, views[n_checked++] = &vo;
+    else
+        for (int i = 0; i < n_w; i++) checked[n_checked] = &dy[i], views[n_checked++] = &vy[i];
+    for (int i = 0; i < n_checked; i++) {
+        char *got = dual_fetch(checked[i]);
+        cmp_result r = compare_f32(views[i], checked[i]->cpu, got, checked[i]->bytes);
+        record(i == 0 ? "fused chain: x" : i == 1 ? "fused chain: x * norm_w" : "fused chain: product", desc, &r, tol);
+        free(got);
+    }
+    for (int i = 0; i < n_w; i++) {
+        dual_free(&dy[i]);
+        weight_free(&w[i]);
+    }
+    weight_free(&wa);
+    dual *all[] = {&da, &dx, &dnw, &dxw, &dh, &dya, &dout};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) dual_free(all[i]);
+}
+
 /* ---- mul_mat_id ---------------------------------------------------------------------- */
 
 typedef enum moe_x { MOE_PER_SLOT = 0, MOE_SHARED_2D = 1, MOE_SHARED_3D = 2 } moe_x;
@@ -1251,6 +1321,17 @@ static void run_all(void) {
                             test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_GEGLU, chain);
                         }
                     }
+    /* a residual add preparing the next product's norm, then that product: model shapes
+     * (llama-3.2-1b's o then q/k/v or gate/up; qwen3-8b's down then q/k/v) and rows that
+     * end a group of 4 early (N = 1002) */
+    for (int ti = 0; ti < 3; ti++)
+        for (size_t pad = 0; pad <= 64; pad += 64) {
+            test_fused_chain(types[ti], 2048, 2048, 3072, pad, ST_FUSED_EPILOGUE_STORE);
+            test_fused_chain(types[ti], 2048, 2048, 8192, pad, ST_FUSED_EPILOGUE_SWIGLU);
+            test_fused_chain(types[ti], 12288, 4096, 6144, pad, ST_FUSED_EPILOGUE_STORE);
+            test_fused_chain(types[ti], 256, 1002, 300, pad, ST_FUSED_EPILOGUE_GEGLU);
+            test_fused_chain(types[ti], 256, 1002, 300, pad, ST_FUSED_EPILOGUE_STORE);
+        }
     /* an output head's shape, 40,000 rows at K = 2048 and M = 1: at least GEMV_NORM_APART_WAVES
      * waves of blocks on an H200, so its norm runs apart (cuda_gemv.cu); packed and padded */
     for (int ti = 0; ti < 3; ti++)
