@@ -447,7 +447,8 @@ st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_er
     // loop reads x_w instead of x and norm_w
     const st_tensor *xw = op->x_w;
     if (c->norm_prepared && a.norm_w && xw && xw->data == ss_for && ss_rows == a.K && a.M == 1 &&
-        cuda_is_f32_rows(xw) && xw->ne[0] == a.K && cuda_aligned16(xw->data)) {
+        (a.K + 3) / 4 <= GEMV_PREPARED_MAX_SS && cuda_is_f32_rows(xw) && xw->ne[0] == a.K &&
+        cuda_aligned16(xw->data)) {
         a.x_w = (const float *)xw->data;
         a.x_ss = c->norm_ss;
         a.n_ss = (int)((a.K + 3) / 4);

@@ -45,6 +45,8 @@
 /* cuda_gemv_decode.cu: one column, 16-byte aligned weight rows and x, K % (16 / type
  * size) == 0. Up to three weights of one type sharing x form one grid (q, k, v); a gated
  * pair is part 0 (gate) with w_up. */
+/* The most partial sums of x . x a prepared norm reads (four a thread of a block). */
+#define GEMV_PREPARED_MAX_SS (CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE * 4)
 typedef struct cuda_gemv_decode_args {
     const char *w[CUDA_GEMV_MAX_PARTS]; /* [K, n] at row stride nb1 */
     int64_t nb1[CUDA_GEMV_MAX_PARTS], n[CUDA_GEMV_MAX_PARTS];
@@ -57,7 +59,7 @@ typedef struct cuda_gemv_decode_args {
     const float *norm_w;                /* [K] or NULL: y = s * dot(w, x * norm_w) */
     const float *x_w;                   /* [K] x * norm_w (prepared), or NULL */
     const float *x_ss;                  /* with x_w: [n_ss] partial sums of x . x */
-    int n_ss;
+    int n_ss;                           /* <= GEMV_PREPARED_MAX_SS */
     float eps;
     const char *w_up;                   /* GLU: [K, n] */
     int64_t up_nb1;

@@ -98,12 +98,47 @@ __device__ __forceinline__ void gemv_decode_row(const char *__restrict__ wg, con
     }
 }
 
-// The sum of squares of a prepared x: the partial sums the add before wrote (a group of 4
-// rows each), added in a fixed order (lane-strided, then the shuffle tree).
-__device__ __forceinline__ float gemv_decode_partials_sum(const float *__restrict__ x_ss, int n_ss) {
-    float t = 0.0f;
-    for (int i = threadIdx.x % ST_GPU_WARP_SIZE; i < n_ss; i += ST_GPU_WARP_SIZE) t += __ldg(x_ss + i);
-    return cuda_warp_sum(t);
+// The partial sums of x . x the add before wrote (a group of 4 rows each; n_ss <=
+// GEMV_PREPARED_MAX_SS), copied into shared memory by asynchronous copies issued before
+// the row loop (thread t: partials 4t .. 4t + 3), so that their round trip hides under the
+// weight loads and no register holds them through the loop.
+__device__ __forceinline__ float *gemv_decode_partials(void) {
+    __shared__ __align__(16) float parts[GEMV_PREPARED_MAX_SS];
+    return parts;
+}
+
+__device__ __forceinline__ void gemv_decode_partials_copy(const float *__restrict__ x_ss, int n_ss) {
+    float *parts = gemv_decode_partials();
+    const int i = threadIdx.x * 4;
+    if (i + 3 < n_ss) {
+        const unsigned int dst = (unsigned int)__cvta_generic_to_shared(parts + i);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(x_ss + i) : "memory");
+    } else {
+        for (int j = i; j < n_ss && j < i + 4; j++) {
+            const unsigned int dst = (unsigned int)__cvta_generic_to_shared(parts + j);
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(x_ss + j) : "memory");
+        }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// The block's sum of the partials, in a fixed order (each thread's four, the shuffle tree,
+// the warps in order): the same value in every block. Every thread of the block calls it.
+__device__ __forceinline__ float gemv_decode_partials_sum(int n_ss) {
+    __shared__ float warp_sums[CUDA_GEMV_WARPS];
+    asm volatile("cp.async.wait_all;" ::: "memory"); // this thread's own copies have landed
+    const float *parts = gemv_decode_partials();
+    const int i = threadIdx.x * 4;
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) v[j] = i + j < n_ss ? parts[i + j] : 0.0f;
+    const float t = cuda_warp_sum((v[0] + v[1]) + (v[2] + v[3]));
+    if (threadIdx.x % ST_GPU_WARP_SIZE == 0) warp_sums[threadIdx.x / ST_GPU_WARP_SIZE] = t;
+    __syncthreads();
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < CUDA_GEMV_WARPS; i++) ss += warp_sums[i];
+    return ss;
 }
 
 template <st_type T, int EPI, int NORM, int MIN_BLOCKS, int S>
@@ -116,18 +151,15 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
     while (p + 1 < a.n_parts && blockIdx.x >= a.block0[p + 1]) p++;
     const int64_t n = (int64_t)(blockIdx.x - a.block0[p]) * ROWS + warp / S;
     const bool live = n < a.n[p];
-    __shared__ unsigned int arrived[CUDA_GEMV_WARPS / 4]; // ADD: rows of a group of 4 done
-    if (EPI == ST_FUSED_EPILOGUE_ADD) {
+    __shared__ unsigned int arrived[CUDA_GEMV_WARPS / 4]; // ADD with sums: rows of a group of 4 done
+    if (EPI == ST_FUSED_EPILOGUE_ADD && a.out_ss) { // (a.out_ss is the same in every thread)
         if (threadIdx.x < CUDA_GEMV_WARPS / 4) arrived[threadIdx.x] = 0;
         __syncthreads();
     }
-    if (S == 1 && !live) return; // (S > 1: every warp reaches the barrier below)
+    // (S > 1 or a prepared norm: every warp reaches the barriers below)
+    if (S == 1 && NORM != DEC_NORM_PREPARED && !live) return;
     float acc = 0.0f, up = 0.0f, ss = 0.0f;
-    __shared__ float prepared_ss[CUDA_GEMV_WARPS]; // kept out of the loop's registers
-    if (NORM == DEC_NORM_PREPARED) { // the row's first warp holds the whole sum
-        ss = sub == 0 ? gemv_decode_partials_sum(a.x_ss, a.n_ss) : 0.0f;
-        if (threadIdx.x % ST_GPU_WARP_SIZE == 0) prepared_ss[warp] = ss;
-    }
+    if (NORM == DEC_NORM_PREPARED) gemv_decode_partials_copy(a.x_ss, a.n_ss);
     if (live)
         gemv_decode_row<T, NORM == DEC_NORM_IN_LOOP, GLU, S>(a.w[p] + n * a.nb1[p], GLU ? a.w_up + n * a.up_nb1 : NULL,
                                                              a.n_vec, sub, NORM == DEC_NORM_PREPARED ? a.x_w : a.x,
@@ -135,9 +167,10 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
     acc = cuda_warp_sum(acc);
     if (GLU) up = cuda_warp_sum(up);
     if (NORM == DEC_NORM_IN_LOOP) ss = cuda_warp_sum(ss);
-    if (NORM == DEC_NORM_PREPARED) {
-        __syncwarp();
-        ss = prepared_ss[warp];
+    if (NORM == DEC_NORM_PREPARED) { // the row's first warp holds the whole sum
+        const float total = gemv_decode_partials_sum(a.n_ss);
+        ss = sub == 0 ? total : 0.0f;
+        if (S == 1 && !live) return;
     }
     if (S > 1) { // the row's S warp sums, added in warp order by its first warp
         __shared__ float sums[CUDA_GEMV_WARPS][3];
@@ -183,7 +216,7 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
 // Blocks an SM: GEMV_DECODE_MIN_BLOCKS (<= 32 registers); a norm in the loop, and a gated
 // pair of other than F16 rows (ptxas: 68-132 bytes of spills at 32 registers), take
 // GEMV_NORM_MIN_BLOCKS' registers. A prepared norm's loop is the plain one (its sum of
-// squares comes before it). (Taking the 6-block build for the grids whose last wave it
+// squares comes from the add's partials, loaded before the loop and summed after it). (Taking the 6-block build for the grids whose last wave it
 // fills better, qwen3-8b's gate/up without a norm, gained 0.3 us a layer: not kept.)
 static constexpr int gemv_decode_min_blocks(st_type t, int epi, int norm) {
     return norm == DEC_NORM_IN_LOOP || ((epi == ST_FUSED_EPILOGUE_SWIGLU || epi == ST_FUSED_EPILOGUE_GEGLU) && t != ST_TYPE_F16)
