@@ -247,7 +247,7 @@ static inline void mm_views(x_layout xl, int64_t K, int64_t N, int64_t M, view *
 
 /* ---- bookkeeping: one line per case, a table per op ---------------------------------- */
 
-#define TEST_MAX_OPS 32
+#define TEST_MAX_OPS 48
 
 typedef struct op_stats {
     const char *op;
