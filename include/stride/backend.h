@@ -160,6 +160,11 @@ typedef struct st_backend_iface {
 
     /* Optional: a backend's fused version of op (NULL: the composite of plain ops). */
     st_status (*mul_mat_fused)(st_backend *b, const st_fused_mul_mat *op, st_error *err);
+    /* Optional, with mul_mat_fused: whether the one-token fused product op (a norm in it,
+     * x_w not set) runs faster from the x * norm_w the residual add before it can prepare
+     * (next_h, then x_w) than forming it itself. NULL: never. The results are the same
+     * either way; this only picks the faster. */
+    bool (*prepared_norm_pays)(st_backend *b, const st_fused_mul_mat *op);
     st_status (*rope_store)(st_backend *b, const st_fused_rope_store *op, st_error *err);
     st_status (*rope_attention)(st_backend *b, const st_fused_rope_attention *op, st_error *err);
 

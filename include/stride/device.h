@@ -32,6 +32,7 @@ typedef struct st_device_info {
     int compute_minor;
     size_t total_memory;     /* bytes; 0 when unknown */
     size_t l2_bytes;         /* last-level cache (L2 on GPUs); 0 when unknown */
+    int multiprocessors;     /* SMs of a CUDA device; 0 on the CPU */
     int driver_version;      /* CUDA driver/runtime versions (e.g. 13000); 0 on the CPU */
     int runtime_version;
 } st_device_info;

@@ -410,6 +410,7 @@ static st_backend_iface cuda_make_iface(void) {
     t.mul_mat = st_cuda_mul_mat;
     t.mul_mat_id = st_cuda_mul_mat_id;
     t.mul_mat_fused = st_cuda_mul_mat_fused;
+    t.prepared_norm_pays = st_cuda_prepared_norm_pays;
     t.rope_store = st_cuda_rope_store;
     t.rope_attention = st_cuda_rope_attention;
     t.rope_table = st_cuda_rope_table;
@@ -454,18 +455,19 @@ static st_status cuda_env_override(const char *name, long lo, long hi, const cha
 // The decode tuning, overridable for A/B measurements in one build: the most warps a
 // decode GEMV row may take (cuda_gemv_decode.cu), 2, or 1 from STRIDE_CUDA_GEMV_SPLIT=1;
 // how many waves long a fused product must be to run its norm apart (cuda_gemv.cu),
-// GEMV_NORM_APART_WAVES, or STRIDE_CUDA_NORM_APART_WAVES (0: never); whether a normed
-// product reads the x * norm_w a residual add prepared (st_fused_mul_mat's x_w), or forms
-// it in its loop as without one (STRIDE_CUDA_NORM_PREPARED=0).
+// GEMV_NORM_APART_WAVES, or STRIDE_CUDA_NORM_APART_WAVES (0: never); where a normed
+// product reads the x * norm_w a residual add prepared (st_fused_mul_mat's x_w) instead of
+// forming it in its loop: STRIDE_CUDA_NORM_PREPARED=1 where that pays (the default,
+// st_cuda_prepared_norm_pays), 0 never, 2 wherever it can.
 static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
     long split = 2, apart = GEMV_NORM_APART_WAVES, prepared = 1;
     st_status s = cuda_env_override("STRIDE_CUDA_GEMV_SPLIT", 1, 2, "warps a row", &split, err);
     if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_NORM_APART_WAVES", 0, 1000000, "waves", &apart, err);
-    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_NORM_PREPARED", 0, 1, "0 or 1", &prepared, err);
+    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_NORM_PREPARED", 0, 2, "0, 1 or 2", &prepared, err);
     if (s != ST_OK) return s;
     c->gemv_max_split = (int)split;
     c->norm_apart_waves = (int)apart;
-    c->norm_prepared = prepared != 0;
+    c->norm_prepared = (int)prepared;
     return ST_OK;
 }
 

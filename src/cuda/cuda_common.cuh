@@ -64,7 +64,8 @@ typedef struct st_cuda_ctx {
     void **retired;                      /* buffers st_cuda_grow replaced, freed with the context */
     int n_retired, retired_cap;
     int gemv_max_split;                  /* the most warps a decode GEMV row may take (cuda_gemv_decode.cu) */
-    bool norm_prepared;                  /* a normed product reads a prepared x * norm_w (cuda_gemv.cu) */
+    int norm_prepared;                   /* normed products read a prepared x * norm_w: 0 never, 1 where
+                                            it pays, 2 wherever they can (st_cuda_prepared_norm_pays) */
     float *norm_ss;                      /* the partial sums of x . x the last fused add wrote */
     size_t norm_ss_bytes;
     const void *norm_ss_for;             /* ... for the x * norm_w at this address (NULL: none) */
@@ -273,6 +274,7 @@ st_status st_cuda_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *
 /* The matrix-vector product (any M; one pass per CUDA_GEMV_MAX_COLS columns). */
 st_status st_cuda_gemv(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err);
 st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err);
+bool st_cuda_prepared_norm_pays(st_backend *b, const st_fused_mul_mat *op);
 
 /* cuda_moe.cu */
 st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,

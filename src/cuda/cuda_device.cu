@@ -37,6 +37,7 @@ extern "C" st_status st_cuda_runtime_query(int index, st_device_info *out, st_er
     out->compute_minor = prop.minor;
     out->total_memory = prop.totalGlobalMem;
     out->l2_bytes = (size_t)prop.l2CacheSize;
+    out->multiprocessors = prop.multiProcessorCount;
     ST_GPU_CHECK(st_gpu_driver_get_version(&out->driver_version));
     ST_GPU_CHECK(st_gpu_runtime_get_version(&out->runtime_version));
     return ST_OK;

@@ -292,6 +292,16 @@ static cuda_gemv_decode_args gemv_decode_args(const gemv_args &a, int epi) {
     return d;
 }
 
+// Where a's norm goes: one column with aligned rows folds it into the loop (a gated pair
+// only from GEMV_NORM_IN_LOOP_GLU_MIN_K); otherwise it is staged, and the staged h is
+// 16-byte aligned when K is a multiple of 4.
+static void gemv_route_norm(gemv_args &a, int epi) {
+    const bool glu = epi == GEMV_SWIGLU || epi == GEMV_GEGLU;
+    a.norm_in_loop = a.norm_w && GEMV_NORM_IN_LOOP_ON && a.M == 1 && a.w_vec && a.x_vec && a.K % 4 == 0 &&
+                     cuda_aligned16(a.norm_w) && (!glu || a.K >= GEMV_NORM_IN_LOOP_GLU_MIN_K);
+    if (a.norm_w && !a.norm_in_loop) a.x_vec = a.K % 4 == 0;
+}
+
 // One launch over n_parts weights of one type sharing x (and, for GLU, w_up).
 static st_status gemv_run(st_cuda_ctx *c, gemv_args &a, st_type type, int epi, st_error *err) {
     int64_t blocks = 0;
@@ -301,13 +311,7 @@ static st_status gemv_run(st_cuda_ctx *c, gemv_args &a, st_type type, int epi, s
     }
     if (blocks == 0 || a.M == 0) return ST_OK;
     ST_ASSERT(blocks <= INT32_MAX);
-    // One column with aligned rows folds the norm into the loop (a gated pair only from
-    // GEMV_NORM_IN_LOOP_GLU_MIN_K); otherwise it is staged, and the staged h is 16-byte
-    // aligned when K is a multiple of 4.
-    const bool glu = epi == GEMV_SWIGLU || epi == GEMV_GEGLU;
-    a.norm_in_loop = a.norm_w && GEMV_NORM_IN_LOOP_ON && a.M == 1 && a.w_vec && a.x_vec && a.K % 4 == 0 &&
-                     cuda_aligned16(a.norm_w) && (!glu || a.K >= GEMV_NORM_IN_LOOP_GLU_MIN_K);
-    if (a.norm_w && !a.norm_in_loop) a.x_vec = a.K % 4 == 0;
+    gemv_route_norm(a, epi);
     if (gemv_decode_takes(a, type)) {
         cuda_gemv_decode_args d = gemv_decode_args(a, epi);
         if (epi != GEMV_ADD || GEMV_DECODE_ADD || d.out_ss || cuda_gemv_decode_split(c, &d, type) > 1)
@@ -392,18 +396,9 @@ static bool fused_norm_apart(const st_cuda_ctx *c, const st_fused_mul_mat *op) {
     return blocks >= (int64_t)c->norm_apart_waves * c->sm_count * GEMV_DECODE_MIN_BLOCKS;
 }
 
-st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err) {
-    st_cuda_ctx *c = cuda_ctx(b);
-    // the sums of squares the fused op just before wrote, for its next_h: valid for this op only
-    const void *ss_for = c->norm_ss_for;
-    const int64_t ss_rows = c->norm_ss_rows;
-    c->norm_ss_for = NULL;
-    if (!fused_supported(op)) return st_backend_mul_mat_fused_composite(b, op, err);
-    const bool apart = fused_norm_apart(c, op);
-    if (apart) { // h = rmsnorm(x) * norm_w [K, 1], then the product of h
-        const st_status s = st_cuda_rms_norm(b, op->h, op->x, op->norm_w, op->eps, err);
-        if (s != ST_OK) return s;
-    }
+// The kernel arguments of a fused op fused_supported takes (apart: its norm already formed
+// into op->h, the product reads h).
+static gemv_args fused_gemv_args(const st_fused_mul_mat *op, bool apart) {
     gemv_args a = gemv_args_for(apart ? op->h : op->x);
     a.w_vec = weight_rows_aligned16(op->w[0]);
     a.norm_w = op->norm_w && !apart ? (const float *)op->norm_w->data : NULL;
@@ -428,6 +423,50 @@ st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_er
         ST_ASSERT(cuda_is_f32_rows(op->out) && cuda_nrows(op->out) == a.M);
         a.out = cuda_view(op->out);
     }
+    return a;
+}
+
+// Whether a one-column product with its norm in the loop (op, as the forward pass issues it,
+// x_w not yet given) runs faster from the x * norm_w that the residual add before it can
+// prepare (st_fused_mul_mat's next_h). Its loop is then the plain one, at
+// GEMV_DECODE_MIN_BLOCKS blocks an SM instead of GEMV_NORM_MIN_BLOCKS, while the add pays a
+// multiply, a store and the sums of squares (0.4-0.6 us). Measured on the H200
+// (bench/decode-norm-prepared-h200.md, v3 and q/k/v only): it pays where the higher
+// occupancy takes a wave off the grid (llama-3.2-1b's gate/up, 2 waves -> 1: +2.8% tg128)
+// and where a one-wave grid has K >= GEMV_PREPARED_MIN_K (qwen3-8b's q/k/v: +2.4%); it
+// loses elsewhere (qwen3-1.7b -1.5 to -1.9%; qwen3-8b's two-wave gate/up -0.9%). The
+// results are the same bits either way. STRIDE_CUDA_NORM_PREPARED=0: never, 2: wherever
+// the decode kernel can (tests: the chained forward pass on tiny models).
+bool st_cuda_prepared_norm_pays(st_backend *b, const st_fused_mul_mat *op) {
+    const st_cuda_ctx *c = cuda_ctx(b);
+    if (c->norm_prepared == 0 || !op->norm_w || !op->h || op->x_w || !fused_supported(op) || cuda_nrows(op->x) != 1 ||
+        fused_norm_apart(c, op))
+        return false;
+    gemv_args a = fused_gemv_args(op, false);
+    const int epi = (int)op->epilogue;
+    const st_type type = op->w[0]->type;
+    gemv_route_norm(a, epi);
+    if (!gemv_decode_takes(a, type) || (a.K + 3) / 4 > GEMV_PREPARED_MAX_SS) return false;
+    if (c->norm_prepared == 2) return true;
+    cuda_gemv_decode_args d = gemv_decode_args(a, epi);
+    const int in_loop = cuda_gemv_decode_waves(c, &d, type);
+    d.x_w = d.x; // (any: the prepared kernel's grid)
+    return cuda_gemv_decode_waves(c, &d, type) < in_loop || (in_loop == 1 && a.K >= GEMV_PREPARED_MIN_K);
+}
+
+st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    // the sums of squares the fused op just before wrote, for its next_h: valid for this op only
+    const void *ss_for = c->norm_ss_for;
+    const int64_t ss_rows = c->norm_ss_rows;
+    c->norm_ss_for = NULL;
+    if (!fused_supported(op)) return st_backend_mul_mat_fused_composite(b, op, err);
+    const bool apart = fused_norm_apart(c, op);
+    if (apart) { // h = rmsnorm(x) * norm_w [K, 1], then the product of h
+        const st_status s = st_cuda_rms_norm(b, op->h, op->x, op->norm_w, op->eps, err);
+        if (s != ST_OK) return s;
+    }
+    gemv_args a = fused_gemv_args(op, apart);
     if (op->next_h) { // out * next_norm_w, in the epilogue
         ST_ASSERT(op->epilogue == ST_FUSED_EPILOGUE_ADD && cuda_is_f32_rows(op->next_h) &&
                   cuda_same_shape(op->next_h, op->out));

@@ -47,6 +47,11 @@
  * pair is part 0 (gate) with w_up. */
 /* The most partial sums of x . x a prepared norm reads (four a thread of a block). */
 #define GEMV_PREPARED_MAX_SS (CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE * 4)
+/* A one-wave normed product from this K on takes its x * norm_w prepared by the add before
+ * it (st_cuda_prepared_norm_pays; qwen3-8b's q/k/v at K = 4,096 gained, K = 2,048 lost). */
+#ifndef GEMV_PREPARED_MIN_K
+#define GEMV_PREPARED_MIN_K 4096
+#endif
 typedef struct cuda_gemv_decode_args {
     const char *w[CUDA_GEMV_MAX_PARTS]; /* [K, n] at row stride nb1 */
     int64_t nb1[CUDA_GEMV_MAX_PARTS], n[CUDA_GEMV_MAX_PARTS];
@@ -72,6 +77,9 @@ st_status cuda_gemv_decode_run(st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type
 /* The warps a row the decode kernel gives the product a: 2 when that keeps its grid within
  * one wave of the SMs at the kernel's blocks an SM (and ctx->gemv_max_split allows), else 1. */
 int cuda_gemv_decode_split(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type);
+/* The waves of SMs the decode kernel's grid for a takes, at that split and its blocks an SM
+ * (a norm in the loop holds fewer than a prepared one or none). */
+int cuda_gemv_decode_waves(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type);
 /* Index arithmetic within a row (pieces, elements): 64-bit; a tuning build may ask for
  * 32-bit (-DCUDA_GEMV_ROW_INDEX_32, bench/kernels/gemv_variants_bench.cu), rows being far
  * shorter than 2^31 elements. Row offsets (n * nb1) stay 64-bit either way. */

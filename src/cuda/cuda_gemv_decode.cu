@@ -216,10 +216,12 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
 // Blocks an SM: GEMV_DECODE_MIN_BLOCKS (<= 32 registers); a norm in the loop, and a gated
 // pair of other than F16 rows (ptxas: 68-132 bytes of spills at 32 registers), take
 // GEMV_NORM_MIN_BLOCKS' registers. A prepared norm's loop is the plain one (its sum of
-// squares comes from the add's partials, loaded before the loop and summed after it). (Taking the 6-block build for the grids whose last wave it
-// fills better, qwen3-8b's gate/up without a norm, gained 0.3 us a layer: not kept.)
+// squares comes from the add's partials, loaded before the loop and summed after it).
+// (Taking the 6-block build for the grids whose last wave it fills better, qwen3-8b's
+// gate/up without a norm, gained 0.3 us a layer: not kept.)
 static constexpr int gemv_decode_min_blocks(st_type t, int epi, int norm) {
-    return norm == DEC_NORM_IN_LOOP || ((epi == ST_FUSED_EPILOGUE_SWIGLU || epi == ST_FUSED_EPILOGUE_GEGLU) && t != ST_TYPE_F16)
+    return norm == DEC_NORM_IN_LOOP ||
+                   ((epi == ST_FUSED_EPILOGUE_SWIGLU || epi == ST_FUSED_EPILOGUE_GEGLU) && t != ST_TYPE_F16)
                ? GEMV_NORM_MIN_BLOCKS
                : GEMV_DECODE_MIN_BLOCKS;
 }
@@ -242,6 +244,12 @@ static int64_t gemv_decode_blocks(const cuda_gemv_decode_args *a, int S, int *bl
 int cuda_gemv_decode_split(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type) {
     const int64_t wave = (int64_t)c->sm_count * gemv_decode_min_blocks(type, a->epilogue, gemv_decode_norm(a));
     return c->gemv_max_split >= 2 && gemv_decode_blocks(a, 1, NULL) * 2 <= wave ? 2 : 1;
+}
+
+int cuda_gemv_decode_waves(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type) {
+    const int64_t wave = (int64_t)c->sm_count * gemv_decode_min_blocks(type, a->epilogue, gemv_decode_norm(a));
+    const int64_t blocks = gemv_decode_blocks(a, cuda_gemv_decode_split(c, a, type), NULL);
+    return (int)((blocks + wave - 1) / wave);
 }
 
 template <st_type T, int EPI, int NORM>

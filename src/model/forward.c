@@ -93,9 +93,70 @@ static st_status project_add(st_session *s, st_tensor *x, const st_tensor *w, co
     return ST_OK;
 }
 
-/* The products after a residual add that may take their x * norm_w from it (project_add):
- * one token, on a backend that fuses products (the others would only add a multiply). */
-static bool chains_norms(const st_session *s, int64_t M) { return M == 1 && s->model->backend->iface->mul_mat_fused; }
+/* Whether the residual add before the normed product op should form its x * norm_w
+ * (project_add): one token, where the backend says the product runs faster from it. */
+static bool prepare_norm_for(const st_session *s, const st_fused_mul_mat *op) {
+    st_backend *b = s->model->backend;
+    return op->x->ne[1] == 1 && op->norm_w && b->iface->mul_mat_fused && b->iface->prepared_norm_pays &&
+           b->iface->prepared_norm_pays(b, op);
+}
+
+/* A layer's normed q/k/v product: h = rmsnorm(x) * attn_norm; q, k, v = Wq h, Wk h, Wv h
+ * (or Wqkv h). op points into the struct: it stays where it was built. */
+typedef struct qkv_product {
+    st_tensor x, h, qkv, q, k, v; /* qkv [Hq + 2Hk, M]; q, k, v its rows */
+    st_fused_mul_mat op;
+} qkv_product;
+
+static void qkv_product_init(const st_session *s, const st_layer_weights *l, int64_t M, qkv_product *p) {
+    const st_hparams *hp = &s->model->hp;
+    const int64_t hd = hp->head_dim, Hq = hp->n_head * hd, Hk = hp->n_head_kv * hd;
+    p->x = cols(&s->x, M), p->h = cols(&s->h, M), p->qkv = cols(&s->qkv, M);
+    p->q = rows(&p->qkv, 0, Hq, M), p->k = rows(&p->qkv, Hq, Hk, M), p->v = rows(&p->qkv, Hq + Hk, Hk, M);
+    st_fused_mul_mat op = {.x = &p->x, .norm_w = l->attn_norm, .eps = hp->rms_eps, .h = &p->h};
+    if (l->wqkv) {
+        op.n_w = 1;
+        op.w[0] = l->wqkv; /* [K, Hq + 2Hk] */
+        op.y[0] = &p->qkv;
+    } else {
+        op.n_w = 3;
+        op.w[0] = l->wq, op.w[1] = l->wk, op.w[2] = l->wv;
+        op.y[0] = &p->q, op.y[1] = &p->k, op.y[2] = &p->v;
+    }
+    p->op = op;
+}
+
+/* A dense layer's normed gate/up product: h = rmsnorm(x) * ffn_norm; act = act(Wgate h) *
+ * Wup h in the op's epilogue, or, for a fused [K, 2F] gate_up weight (phi3), gate_up = Wgate_up
+ * h and the SwiGLU after it (swiglu_after). op points into the struct, as above. */
+typedef struct gate_up_product {
+    st_tensor x, h, gate, up, gate_up, act; /* act [F, M] */
+    bool swiglu_after;
+    st_fused_mul_mat op;
+} gate_up_product;
+
+static void gate_up_product_init(const st_session *s, const st_layer_weights *l, int64_t M, gate_up_product *p) {
+    const st_hparams *hp = &s->model->hp;
+    const int64_t F = hp->n_ff;
+    p->x = cols(&s->x, M), p->h = cols(&s->h, M);
+    p->act = rows(&s->ffn_b, 0, F, M);
+    st_fused_mul_mat op = {.x = &p->x, .norm_w = l->ffn_norm, .eps = hp->rms_eps, .h = &p->h};
+    p->swiglu_after = !l->w_gate;
+    if (l->w_gate) {
+        p->gate = rows(&s->ffn_a, 0, F, M), p->up = rows(&s->ffn_a, F, F, M);
+        op.n_w = 2;
+        op.w[0] = l->w_gate, op.w[1] = l->w_up;
+        op.y[0] = &p->gate, op.y[1] = &p->up;
+        op.epilogue = hp->ffn_act == ST_FFN_ACT_GELU_TANH ? ST_FUSED_EPILOGUE_GEGLU : ST_FUSED_EPILOGUE_SWIGLU;
+        op.out = &p->act;
+    } else { /* gate rows first */
+        p->gate_up = rows(&s->ffn_a, 0, 2 * F, M);
+        op.n_w = 1;
+        op.w[0] = l->w_up;
+        op.y[0] = &p->gate_up;
+    }
+    p->op = op;
+}
 
 /* The rope of a layer: the sliding-window layers' base where the model has one. */
 static st_rope_params layer_rope(const st_model *m, bool swa) {
@@ -117,34 +178,23 @@ static st_status attention_block(st_session *s, const st_layer_weights *l, int64
     st_backend *b = m->backend;
     const st_backend_iface *be = b->iface;
     const int64_t hd = hp->head_dim, Hq = hp->n_head * hd, Hk = hp->n_head_kv * hd;
-    st_tensor x = cols(&s->x, M), h = cols(&s->h, M), pos = s->pos;
+    st_tensor pos = s->pos;
     pos.ne[0] = M;
 
-    /* h = rmsnorm(x) * attn_norm;  q, k, v = Wq h, Wk h, Wv h  (or Wqkv h) */
-    st_tensor qkv = cols(&s->qkv, M);
-    st_tensor q2 = rows(&qkv, 0, Hq, M), k2 = rows(&qkv, Hq, Hk, M), v2 = rows(&qkv, Hq + Hk, Hk, M);
-    st_fused_mul_mat qkv_op = {.x = &x, .norm_w = l->attn_norm, .eps = hp->rms_eps, .h = &h};
-    if (l->attn_norm && *x_w_norm == l->attn_norm) qkv_op.x_w = &s->x_w;
-    if (l->wqkv) {
-        qkv_op.n_w = 1;
-        qkv_op.w[0] = l->wqkv; /* [K, Hq + 2Hk] */
-        qkv_op.y[0] = &qkv;
-    } else {
-        qkv_op.n_w = 3;
-        qkv_op.w[0] = l->wq, qkv_op.w[1] = l->wk, qkv_op.w[2] = l->wv;
-        qkv_op.y[0] = &q2, qkv_op.y[1] = &k2, qkv_op.y[2] = &v2;
-    }
-    TRY(st_backend_mul_mat_fused(b, &qkv_op, err));
-    st_tensor q = heads(&qkv, 0, Hq, hd, M);       /* [hd, n_head, M] */
-    st_tensor k = heads(&qkv, Hq, Hk, hd, M);      /* [hd, n_head_kv, M] */
-    st_tensor v = heads(&qkv, Hq + Hk, Hk, hd, M); /* [hd, n_head_kv, M] */
+    qkv_product p;
+    qkv_product_init(s, l, M, &p);
+    if (l->attn_norm && *x_w_norm == l->attn_norm) p.op.x_w = &s->x_w;
+    TRY(st_backend_mul_mat_fused(b, &p.op, err));
+    st_tensor q = heads(&p.qkv, 0, Hq, hd, M);       /* [hd, n_head, M] */
+    st_tensor k = heads(&p.qkv, Hq, Hk, hd, M);      /* [hd, n_head_kv, M] */
+    st_tensor v = heads(&p.qkv, Hq + Hk, Hk, hd, M); /* [hd, n_head_kv, M] */
 
     /* q, k = rmsnorm(q) * q_norm, rmsnorm(k) * k_norm: per head (qwen3, gemma3, fused below)
      * or over the whole projection (olmoe, here); then RoPE; then k, v into the cache */
     const bool per_head_norm = l->q_norm && l->q_norm->ne[0] == hd;
     if (l->q_norm && !per_head_norm) {
-        be->rms_norm(b, &q2, &q2, l->q_norm, hp->rms_eps);
-        be->rms_norm(b, &k2, &k2, l->k_norm, hp->rms_eps);
+        be->rms_norm(b, &p.q, &p.q, l->q_norm, hp->rms_eps);
+        be->rms_norm(b, &p.k, &p.k, l->k_norm, hp->rms_eps);
     }
     const bool swa = st_hparams_layer_is_swa(hp, il);
     const st_rope_params rp = layer_rope(m, swa);
@@ -159,40 +209,34 @@ static st_status attention_block(st_session *s, const st_layer_weights *l, int64
 
     st_tensor a2 = cols(&s->attn, M), o = cols(&s->proj, M);
     /* the dense FFN's fused norm + gate/up may take its x * ffn_norm from the add */
-    const st_tensor *next = chains_norms(s, M) && hp->n_expert == 0 ? l->ffn_norm : NULL;
-    return project_add(s, &x, l->wo, &a2, &o, l->post_attn_norm, next, x_w_norm, err); /* x += [post-norm] Wo a */
+    const st_tensor *next = NULL;
+    if (M == 1 && hp->n_expert == 0) {
+        gate_up_product g;
+        gate_up_product_init(s, l, M, &g);
+        if (prepare_norm_for(s, &g.op)) next = l->ffn_norm;
+    }
+    return project_add(s, &p.x, l->wo, &a2, &o, l->post_attn_norm, next, x_w_norm, err); /* x += [post-norm] Wo a */
 }
 
 /* x += Wdown (act(Wgate h) * Wup h),  h = rmsnorm(x) * ffn_norm  (post-norm on gemma3);
- * next_norm: the next layer's attention norm (NULL after the last layer). */
-static st_status ffn_dense(st_session *s, const st_layer_weights *l, int64_t M, const st_tensor *next_norm,
+ * next_l: the next layer (NULL after the last), whose q/k/v product may take its x *
+ * attn_norm from the add. */
+static st_status ffn_dense(st_session *s, const st_layer_weights *l, int64_t M, const st_layer_weights *next_l,
                            const st_tensor **x_w_norm, st_error *err) {
-    st_model *m = s->model;
-    const st_hparams *hp = &m->hp;
-    st_backend *b = m->backend;
-    const int64_t F = hp->n_ff;
-    st_tensor x = cols(&s->x, M), h = cols(&s->h, M), out = cols(&s->proj, M);
-    st_tensor act = rows(&s->ffn_b, 0, F, M); /* [F, M] */
-    st_fused_mul_mat op = {.x = &x, .norm_w = l->ffn_norm, .eps = hp->rms_eps, .h = &h};
-    if (l->ffn_norm && *x_w_norm == l->ffn_norm) op.x_w = &s->x_w;
-    if (l->w_gate) {
-        st_tensor gate = rows(&s->ffn_a, 0, F, M), up = rows(&s->ffn_a, F, F, M);
-        op.n_w = 2;
-        op.w[0] = l->w_gate, op.w[1] = l->w_up;
-        op.y[0] = &gate, op.y[1] = &up;
-        op.epilogue = hp->ffn_act == ST_FFN_ACT_GELU_TANH ? ST_FUSED_EPILOGUE_GEGLU : ST_FUSED_EPILOGUE_SWIGLU;
-        op.out = &act;
-        TRY(st_backend_mul_mat_fused(b, &op, err));
-    } else { /* fused gate_up (phi3): gate rows first */
-        st_tensor gate_up = rows(&s->ffn_a, 0, 2 * F, M);
-        op.n_w = 1;
-        op.w[0] = l->w_up;
-        op.y[0] = &gate_up;
-        TRY(st_backend_mul_mat_fused(b, &op, err));
-        b->iface->swiglu_fused(b, &act, &gate_up);
+    st_backend *b = s->model->backend;
+    st_tensor out = cols(&s->proj, M);
+    gate_up_product g;
+    gate_up_product_init(s, l, M, &g);
+    if (l->ffn_norm && *x_w_norm == l->ffn_norm) g.op.x_w = &s->x_w;
+    TRY(st_backend_mul_mat_fused(b, &g.op, err));
+    if (g.swiglu_after) b->iface->swiglu_fused(b, &g.act, &g.gate_up);
+    const st_tensor *next = NULL;
+    if (M == 1 && next_l) {
+        qkv_product p;
+        qkv_product_init(s, next_l, M, &p);
+        if (prepare_norm_for(s, &p.op)) next = next_l->attn_norm;
     }
-    const st_tensor *next = chains_norms(s, M) ? next_norm : NULL;
-    return project_add(s, &x, l->w_down, &act, &out, l->post_ffn_norm, next, x_w_norm, err); /* [D, M] */
+    return project_add(s, &g.x, l->w_down, &g.act, &out, l->post_ffn_norm, next, x_w_norm, err); /* [D, M] */
 }
 
 static st_status ffn_moe(st_session *s, const st_layer_weights *l, int64_t M, st_error *err) {
@@ -247,8 +291,7 @@ st_status st_forward(st_session *s, int64_t M, int64_t n_kv, int64_t n_out, st_e
             TRY(ffn_moe(s, l, M, err));
             x_w_norm = NULL;
         } else {
-            const st_tensor *next = il + 1 < hp->n_layer ? m->layers[il + 1].attn_norm : NULL;
-            TRY(ffn_dense(s, l, M, next, &x_w_norm, err));
+            TRY(ffn_dense(s, l, M, il + 1 < hp->n_layer ? &m->layers[il + 1] : NULL, &x_w_norm, err));
         }
     }
 

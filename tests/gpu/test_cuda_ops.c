@@ -1081,6 +1081,61 @@ static void test_attention_decode(void) {
             }
 }
 
+/* The backend's choice of where a residual add prepares the next product's norm
+ * (st_cuda_prepared_norm_pays), on the issue-5 models' q/k/v and gate/up products (F16,
+ * one token). On a 132-SM H200 the measured best is llama-3.2-1b's gate/up only, neither
+ * of qwen3-1.7b's, qwen3-8b's q/k/v only (bench/decode-norm-prepared-h200.md); the rule
+ * reads shapes, types and alignment, so the tensors point at no memory. Other devices:
+ * skipped (the table is the H200's). */
+static void test_prepared_norm_rule(void) {
+    st_device_info info;
+    st_error err = {0};
+    if (st_device_query(ST_BACKEND_CUDA, 0, &info, &err) != ST_OK) test_die("device query", &err);
+    const char *env = getenv("STRIDE_CUDA_NORM_PREPARED");
+    if (info.multiprocessors != 132 || (env && strcmp(env, "1") != 0)) {
+        printf("skip prepared-norm rule: %d SMs (the table is for 132), STRIDE_CUDA_NORM_PREPARED=%s\n",
+               info.multiprocessors, env ? env : "(unset)");
+        return;
+    }
+    static const struct {
+        const char *name;
+        int64_t K, n[3];
+        int n_w;
+        bool want;
+    } cases[] = {
+        {"llama-3.2-1b q/k/v", 2048, {2048, 512, 512}, 3, false},
+        {"llama-3.2-1b gate/up", 2048, {8192, 8192}, 2, true},
+        {"qwen3-1.7b q/k/v", 2048, {2048, 1024, 1024}, 3, false},
+        {"qwen3-1.7b gate/up", 2048, {6144, 6144}, 2, false},
+        {"qwen3-8b q/k/v", 4096, {4096, 1024, 1024}, 3, true},
+        {"qwen3-8b gate/up", 4096, {12288, 12288}, 2, false},
+    };
+    char *const nowhere = (char *)(uintptr_t)(1u << 20); /* 16-byte aligned, never read */
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const int64_t K = cases[i].K;
+        const bool glu = cases[i].n_w == 2;
+        view vx = mkpacked(ST_TYPE_F32, K, 1, 1), vn = mkpacked(ST_TYPE_F32, K, 1, 1);
+        st_tensor x = on(&vx, nowhere), h = on(&vx, nowhere), nw = on(&vn, nowhere), w[3], y[3], out;
+        st_fused_mul_mat op = {.n_w = cases[i].n_w, .x = &x, .norm_w = &nw, .eps = 1e-6f, .h = &h};
+        for (int j = 0; j < cases[i].n_w; j++) {
+            view vw = mkpacked(ST_TYPE_F16, K, cases[i].n[j], 1), vy = mkpacked(ST_TYPE_F32, cases[i].n[j], 1, 1);
+            w[j] = on(&vw, nowhere), y[j] = on(&vy, nowhere);
+            op.w[j] = &w[j], op.y[j] = &y[j];
+        }
+        if (glu) {
+            view vo = mkpacked(ST_TYPE_F32, cases[i].n[0], 1, 1);
+            out = on(&vo, nowhere);
+            op.epilogue = ST_FUSED_EPILOGUE_SWIGLU, op.out = &out;
+        }
+        const bool got = g_gpu->iface->prepared_norm_pays(g_gpu, &op);
+        const cmp_result r = {.bad = got != cases[i].want};
+        char desc[128];
+        snprintf(desc, sizeof(desc), "%s: %s (want %s)", cases[i].name, got ? "prepared" : "in the loop",
+                 cases[i].want ? "prepared" : "in the loop");
+        record("prepared norm rule", desc, &r, 0.0);
+    }
+}
+
 /* ---- routing and combination ---------------------------------------------------------- */
 
 static void test_topk(int64_t E, int32_t k, bool softmax_first, bool normalize, int64_t M) {
@@ -1332,6 +1387,7 @@ static void run_all(void) {
             test_fused_chain(types[ti], 256, 1002, 300, pad, ST_FUSED_EPILOGUE_GEGLU);
             test_fused_chain(types[ti], 256, 1002, 300, pad, ST_FUSED_EPILOGUE_STORE);
         }
+    test_prepared_norm_rule();
     /* an output head's shape, 40,000 rows at K = 2048 and M = 1: at least GEMV_NORM_APART_WAVES
      * waves of blocks on an H200, so its norm runs apart (cuda_gemv.cu); packed and padded */
     for (int ti = 0; ti < 3; ti++)
