@@ -11,9 +11,9 @@
 //   P.V       one pair of output dimensions per thread, NR rows (a template bucket)
 // and writes its partial result (max, sum, unnormalised acc[head_dim]) per row. A second
 // kernel combines the splits of a row: out = sum_s 2^(m_s - m) acc_s / sum_s 2^(m_s - m) l_s.
-// When the range is one split (a short cache: up to DEC_MIN_SPLIT_KEYS keys), that split
-// writes out = acc / l itself and the combine kernel returns after its plan; a grid of one
-// split (a bound n_kv of at most DEC_MIN_SPLIT_KEYS keys) launches no combine kernel.
+// When the range is one split (a short cache: up to dec_one_split_keys(C) keys, two chunks),
+// that split writes out = acc / l itself and the combine kernel returns after its plan; a
+// grid of one split (a bound n_kv of at most that many keys) launches no combine kernel.
 //
 // CUDA graphs: the launch (grid, block, shared memory, n_split) depends on the head counts,
 // head_dim, M, the device's SM count and the bound n_kv (no more splits than n_kv keys can
@@ -34,6 +34,11 @@
 #define DEC_WARPS (DEC_THREADS / ST_GPU_WARP_SIZE)
 #define DEC_MAX_SPLITS 128
 #define DEC_MIN_SPLIT_KEYS 64
+/* One split takes a range of up to this many chunks alone (DEC_MIN_SPLIT_KEYS keys where
+ * that is more): one block walking a second 64-key chunk beat two splits and the combine
+ * kernel by 0.5-1.1 us a layer at depths 64-127 for head_dim 64 and 128 (F16), and was
+ * within 0.25 us where a chunk has twice the rows (bench/decode-one-split-h200.md). */
+#define DEC_ONE_SPLIT_CHUNKS 2
 /* Splits are chosen to put about this many blocks on every SM, and no more than n_kv keys
  * can fill. The grid is sized for the longest range under n_kv (a recorded step cannot
  * depend on the position; the session records one step per depth bucket), so below the
@@ -52,9 +57,20 @@
 #define DEC_MAX_NR 16 // rows per thread in P.V (the largest template bucket)
 #define DEC_COMBINE_THREADS 128
 
+// Keys a chunk holds: DEC_CHUNK_BYTES of K (and as many of V) in rows of D elements of sz
+// bytes, at most 64.
+__host__ __device__ constexpr int dec_chunk_keys(int D, int sz) {
+    return DEC_CHUNK_BYTES / (D * sz) < 64 ? DEC_CHUNK_BYTES / (D * sz) : 64;
+}
+
+// The most keys one split takes alone (dec_make_plan), for chunks of C keys.
+__host__ __device__ constexpr int dec_one_split_keys(int C) {
+    return DEC_ONE_SPLIT_CHUNKS * C > DEC_MIN_SPLIT_KEYS ? DEC_ONE_SPLIT_CHUNKS * C : DEC_MIN_SPLIT_KEYS;
+}
+
 template <st_type T, int D> struct dec_cfg {
     static constexpr int SZ = T == ST_TYPE_F16 ? 2 : 4;
-    static constexpr int C = DEC_CHUNK_BYTES / (D * SZ) < 64 ? DEC_CHUNK_BYTES / (D * SZ) : 64; // keys per chunk
+    static constexpr int C = dec_chunk_keys(D, SZ);
     static constexpr int ROWB = D * SZ + 16;      // shared bytes per K/V row: +16, so that the
                                                   // 16-byte reads of consecutive rows hit distinct banks
     static constexpr int PIECES = D * SZ / 16;    // 16-byte pieces of a cache row
@@ -101,7 +117,8 @@ __device__ __forceinline__ dec_plan dec_make_plan(const int32_t *__restrict__ po
         return pl;
     }
     const int len = H - L + 1;
-    const int n = min(n_split, (len + DEC_MIN_SPLIT_KEYS - 1) / DEC_MIN_SPLIT_KEYS);
+    const int n =
+        len <= dec_one_split_keys(C) ? 1 : min(n_split, (len + DEC_MIN_SPLIT_KEYS - 1) / DEC_MIN_SPLIT_KEYS);
     const int per = (len + n - 1) / n;
     pl.lo = L;
     pl.hi = H;
@@ -527,8 +544,11 @@ static st_status dec_run(st_backend *b, st_tensor *dst, const st_tensor *q, cons
     int64_t n_split = ((int64_t)DEC_BLOCKS_PER_SM * c->sm_count + n_head_kv - 1) / n_head_kv;
     if (n_split > DEC_MAX_SPLITS) n_split = DEC_MAX_SPLITS;
     // A split past ceil(n_kv / DEC_MIN_SPLIT_KEYS) never works (dec_make_plan: its count is
-    // at most ceil(len / DEC_MIN_SPLIT_KEYS), len <= n_kv): the same plan from a smaller grid.
-    const int64_t n_useful = (p->n_kv + DEC_MIN_SPLIT_KEYS - 1) / DEC_MIN_SPLIT_KEYS;
+    // at most ceil(len / DEC_MIN_SPLIT_KEYS), len <= n_kv, and 1 up to dec_one_split_keys):
+    // the same plan from a smaller grid.
+    const int C = dec_chunk_keys((int)D, k_cache->type == ST_TYPE_F16 ? 2 : 4);
+    const int64_t n_useful =
+        p->n_kv <= dec_one_split_keys(C) ? 1 : (p->n_kv + DEC_MIN_SPLIT_KEYS - 1) / DEC_MIN_SPLIT_KEYS;
     if (n_split > n_useful) n_split = n_useful;
     if (n_split < 1) n_split = 1;
     const int64_t slots = n_head * M * n_split;

@@ -7,8 +7,9 @@
 
 #include "stride/model.h"
 
-/* Depth buckets of the recorded decode steps (st_session's decode_graphs). The first, 64
- * keys, is one split of the CUDA decode attention: no combine kernel for depths 0-63. */
+/* Depth buckets of the recorded decode steps (st_session's decode_graphs). The CUDA decode
+ * attention runs the first (64 keys) as one split, and the second (128) too where a chunk
+ * is 64 keys (head_dim 64 or 128 in F16): no combine kernel at those depths. */
 #define ST_DECODE_BUCKETS 7
 #define ST_DECODE_FIRST_BOUND 64
 

@@ -1052,16 +1052,17 @@ static void test_attention_prefill(void) {
 
 /* Decode shapes: M = 1..4 tokens at depths 1 .. ~5000 with a cache much larger than n_kv
  * (ctx_extra; every path is also run with n_kv = n_ctx), F16 and F32 caches, windows
- * shorter than the depth, soft-capping. n_kv 1 and 64: a grid of one split (no combine
- * kernel), against n_kv = n_ctx's grid bit for bit. */
+ * shorter than the depth, soft-capping. n_kv 1, 64, 100 and 128: a grid of one split (no
+ * combine kernel; 100 and 128 where a chunk is 64 keys, two chunks), against n_kv = n_ctx's
+ * grid bit for bit; 150: three splits. */
 static void test_attention_decode(void) {
-    const int64_t depths[] = {1, 64, 100, 1000, 4999};
+    const int64_t depths[] = {1, 64, 100, 128, 150, 1000, 4999};
     const int64_t hds[] = {64, 128, 256};
     const int64_t groups[] = {1, 2, 4, 8};
     int k = 0;
     for (int hi = 0; hi < 3; hi++)
         for (int gi = 0; gi < 4; gi++)
-            for (int di = 0; di < 5; di++, k++) {
+            for (int di = 0; di < 7; di++, k++) {
                 const int64_t Hkv = groups[gi] == 8 ? 1 : 2 + (k % 3 == 0 ? 2 : 0), n_kv = depths[di];
                 int64_t M = 1 + k % 4;
                 if (M > n_kv) M = n_kv;
@@ -1071,9 +1072,9 @@ static void test_attention_decode(void) {
                                 .Hkv = Hkv,
                                 .n_kv = n_kv,
                                 .M = M,
-                                .window = di >= 3 && gi % 2 == 1 ? 300 : 0,
+                                .window = di >= 5 && gi % 2 == 1 ? 300 : 0,
                                 .softcap = gi == 3 ? 0.5f : 0.0f,
-                                .scale_mul = di == 4 ? 4.0f : 1.0f,
+                                .scale_mul = di == 6 ? 4.0f : 1.0f,
                                 .positions = k % 5 == 4,
                                 .ctx_extra = 777,
                                 .q_strided = (k % 2) == 0};
