@@ -93,17 +93,24 @@ __device__ __forceinline__ void gemv_decode_row(const char *__restrict__ wg, con
     }
 }
 
+// The part (of a.n_parts) this block's rows belong to.
+__device__ __forceinline__ int gemv_decode_part(const cuda_gemv_decode_args &a) {
+    int p = 0;
+    while (p + 1 < a.n_parts && blockIdx.x >= a.block0[p + 1]) p++;
+    return p;
+}
+
 template <st_type T, int EPI, bool NORM, int MIN_BLOCKS, int S>
 __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS)
     gemv_decode_kernel(const cuda_gemv_decode_args a) {
     constexpr bool GLU = EPI == ST_FUSED_EPILOGUE_SWIGLU || EPI == ST_FUSED_EPILOGUE_GEGLU;
+    constexpr bool STORE = EPI == ST_FUSED_EPILOGUE_STORE;
     constexpr int ROWS = CUDA_GEMV_WARPS / S; // rows a block
     const int warp = threadIdx.x / ST_GPU_WARP_SIZE, sub = warp % S;
-    int p = 0;
-    while (p + 1 < a.n_parts && blockIdx.x >= a.block0[p + 1]) p++;
+    const int p = gemv_decode_part(a);
     const int64_t n = (int64_t)(blockIdx.x - a.block0[p]) * ROWS + warp / S;
     const bool live = n < a.n[p];
-    if (S == 1 && !live) return; // (S > 1: every warp reaches the barrier below)
+    if (S == 1 && !STORE && !live) return; // (S > 1 or STORE: every warp reaches a barrier below)
     float acc = 0.0f, up = 0.0f, ss = 0.0f;
     if (live)
         gemv_decode_row<T, NORM, GLU, S>(a.w[p] + n * a.nb1[p], GLU ? a.w_up + n * a.up_nb1 : NULL, a.n_vec, sub,
@@ -115,19 +122,30 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
         __shared__ float sums[CUDA_GEMV_WARPS][3];
         if (threadIdx.x % ST_GPU_WARP_SIZE == 0) sums[warp][0] = acc, sums[warp][1] = up, sums[warp][2] = ss;
         __syncthreads();
-        if (sub != 0 || !live) return;
+        if (!STORE && (sub != 0 || !live)) return;
+        if (sub == 0) // (STORE: every warp goes on to the barrier below)
 #pragma unroll
-        for (int j = 1; j < S; j++) acc += sums[warp + j][0], up += sums[warp + j][1], ss += sums[warp + j][2];
+            for (int j = 1; j < S; j++) acc += sums[warp + j][0], up += sums[warp + j][1], ss += sums[warp + j][2];
     }
     if (NORM) { // the scale as cuda_gemv.cu's norm in the loop forms it
         const float s = (float)(1.0 / sqrt((double)ss / (double)a.K + (double)a.eps));
         acc *= s;
         if (GLU) up *= s;
     }
+    if (STORE) {
+        // The block's rows leave in one contiguous store (32 bytes at S = 1), not one store
+        // a warp: y may be page-locked host memory (a decode step's logits, which the output
+        // head writes straight to the host), where every store is a PCIe write.
+        __shared__ float ys[ROWS];
+        if (threadIdx.x % ST_GPU_WARP_SIZE == 0 && sub == 0) ys[warp / S] = acc;
+        __syncthreads();
+        const int q = gemv_decode_part(a); // (p again: not held through the row loop)
+        const int64_t r = (int64_t)(blockIdx.x - a.block0[q]) * ROWS + threadIdx.x;
+        if (threadIdx.x < ROWS && r < a.n[q]) a.y[q][r] = ys[threadIdx.x];
+        return;
+    }
     if (threadIdx.x % ST_GPU_WARP_SIZE != 0) return;
-    if (EPI == ST_FUSED_EPILOGUE_STORE) {
-        a.y[p][n] = acc;
-    } else if (EPI == ST_FUSED_EPILOGUE_ADD) {
+    if (EPI == ST_FUSED_EPILOGUE_ADD) {
         a.out[n] = __fadd_rn(a.out[n], acc);
     } else {
         const float g = EPI == ST_FUSED_EPILOGUE_GEGLU ? cuda_gelu_tanh_f32(acc) : cuda_silu_f32(acc);
