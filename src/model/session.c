@@ -211,7 +211,7 @@ static st_status decode_token(st_session *s, int32_t token, st_error *err) {
     st_backend *b = s->model->backend;
     s->step_in[0] = token;
     s->step_in[1] = (int32_t)s->n_past;
-    st_forward_io io = {.ids = s->step_ids, .pos = s->step_pos, .n_kv = s->opt.n_ctx, .n_out = 1,
+    st_forward_io io = {.ids = s->step_ids, .pos = s->step_pos, .n_kv = s->n_past + 1, .n_out = 1,
                         .logits = &s->step_out};
     if (!s->graphs_enabled) return plain_step(s, &io, err);
     const int k = decode_bucket(s, s->n_past, &io.n_kv);
