@@ -45,17 +45,6 @@ __device__ __forceinline__ void block_pieces(int F, int *p0, int *p1) {
     *p1 = (int)(n * (blockIdx.x + 1) / gridDim.x);
 }
 
-__device__ __forceinline__ float dot8(uint4 q, const float *x) {
-    const __half2 *h = (const __half2 *)&q;
-    const float4 a = *(const float4 *)x, b = *(const float4 *)(x + 4);
-    const float2 h0 = __half22float2(h[0]), h1 = __half22float2(h[1]), h2 = __half22float2(h[2]),
-                 h3 = __half22float2(h[3]);
-    float s = h0.x * a.x;
-    s = fmaf(h0.y, a.y, s), s = fmaf(h1.x, a.z, s), s = fmaf(h1.y, a.w, s);
-    s = fmaf(h2.x, b.x, s), s = fmaf(h2.y, b.y, s), s = fmaf(h3.x, b.z, s), s = fmaf(h3.y, b.w, s);
-    return s;
-}
-
 // What a warp's tasks are, for block-local sizes: nc columns of g (P = nc / 8 pieces),
 // rounds R of FFN_U loads a lane per row of E.
 struct ffn_plan {
@@ -146,7 +135,7 @@ __global__ void __launch_bounds__(FFN_THREADS) ffn_split(const float *__restrict
             const int v = lane + 32 * (round * FFN_U + u);
             if (v < E / 8) {
                 if (STREAM) sink += __uint_as_float(cur[u].x ^ cur[u].w);
-                else acc += dot8(cur[u], xn + v * 8);
+                else acc += dot8(cur[u], ((const float4 *)xn)[2 * v], ((const float4 *)xn)[2 * v + 1], 0.0f);
             }
         }
         if (round == p.R - 1) {
@@ -174,7 +163,7 @@ __global__ void __launch_bounds__(FFN_THREADS) ffn_split(const float *__restrict
             float s = 0.0f;
             if (rr < p.rows_per_load && e < E) {
                 if (STREAM) sink += __uint_as_float(cur[u].x ^ cur[u].w);
-                else s = dot8(cur[u], g + piece * 8);
+                else s = dot8(cur[u], ((const float4 *)g)[2 * piece], ((const float4 *)g)[2 * piece + 1], 0.0f);
             }
             my_seg[u * 32 + lane] = s;
         }
@@ -211,6 +200,8 @@ __global__ void __launch_bounds__(SUM_THREADS) ffn_sum(float *x, const float *__
     }
 }
 
+// ffn_split's dynamic shared memory: h [E], the rows of Wg and Wu, the slice of g, each
+// warp's Wd piece sums.
 static size_t ffn_smem(int E) { return ((size_t)E + 3 * FFN_MAX_PIECES * 8 + FFN_WARPS * FFN_U * 32) * sizeof(float); }
 
 struct ffn_layer {

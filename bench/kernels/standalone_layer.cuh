@@ -1,8 +1,8 @@
 // Shared by the standalone decode-product benchmarks (persistent_gemv_bench.cu,
 // stream_chain_bench.cu, gemv_variants_bench.cu, read_floor_bench.cu, fused_ffn_bench.cu:
-// CHECK, COPY_GBS, graph_us, captured_us, run_from; no stride library code): a dense layer's F16 product weights
-// for L layers in one allocation, the dims from the command line, and the plain
-// one-warp-a-row dot product they time.
+// CHECK, COPY_GBS, graph_us, captured_us, run_from, dot8; no stride library code): a dense
+// layer's F16 product weights for L layers in one allocation, the dims from the command
+// line, and the plain one-warp-a-row dot product they time.
 //
 //   qkv [QKV][E], o [E][Q], gate [F][E], up [F][E], down [E][F]   (row-major, per layer)
 #ifndef STRIDE_BENCH_STANDALONE_LAYER_CUH
@@ -81,6 +81,17 @@ static layer *alloc_layers(const dims &d) {
     return ls;
 }
 
+// acc + the 8 products of piece q (F16) with x[0..8) = (a, b), in order.
+__device__ __forceinline__ float dot8(uint4 q, float4 a, float4 b, float acc) {
+    const __half2 *h = (const __half2 *)&q;
+    const float2 h0 = __half22float2(h[0]), h1 = __half22float2(h[1]), h2 = __half22float2(h[2]),
+                 h3 = __half22float2(h[3]);
+    acc = fmaf(h0.x, a.x, acc), acc = fmaf(h0.y, a.y, acc), acc = fmaf(h1.x, a.z, acc);
+    acc = fmaf(h1.y, a.w, acc), acc = fmaf(h2.x, b.x, acc), acc = fmaf(h2.y, b.y, acc);
+    acc = fmaf(h3.x, b.z, acc), acc = fmaf(h3.y, b.w, acc);
+    return acc;
+}
+
 // dot(w[0..K), x[0..K)) in every lane of the warp: lane l owns the 16-byte pieces l, l + 32,
 // ... in order (U of them in flight), then a shuffle tree; K % 8 == 0, rows 16-byte aligned.
 template <int U, typename IDX>
@@ -97,14 +108,8 @@ __device__ __forceinline__ float row_dot(const __half *__restrict__ w, const flo
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (v + u * 32 >= n_vec) break;
-            const __half2 *h = (const __half2 *)&q[u];
             const float4 *xv = (const float4 *)(x + (v + u * 32) * 8);
-            const float4 a = __ldg(xv), b = __ldg(xv + 1);
-            const float2 h0 = __half22float2(h[0]), h1 = __half22float2(h[1]), h2 = __half22float2(h[2]),
-                         h3 = __half22float2(h[3]);
-            acc = fmaf(h0.x, a.x, acc), acc = fmaf(h0.y, a.y, acc), acc = fmaf(h1.x, a.z, acc);
-            acc = fmaf(h1.y, a.w, acc), acc = fmaf(h2.x, b.x, acc), acc = fmaf(h2.y, b.y, acc);
-            acc = fmaf(h3.x, b.z, acc), acc = fmaf(h3.y, b.w, acc);
+            acc = dot8(q[u], __ldg(xv), __ldg(xv + 1), acc);
         }
     }
 #pragma unroll

@@ -191,18 +191,6 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
 // The consumer warps' barrier (the producer and epilogue warps never join it).
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS) : "memory"); }
 
-// acc + the 8 products of piece q (F16) with x[0..8), in order.
-__device__ __forceinline__ float dot8(uint4 q, const float4 *x, float acc) {
-    const __half2 *h = (const __half2 *)&q;
-    const float4 a = x[0], b = x[1];
-    const float2 h0 = __half22float2(h[0]), h1 = __half22float2(h[1]), h2 = __half22float2(h[2]),
-                 h3 = __half22float2(h[3]);
-    acc = fmaf(h0.x, a.x, acc), acc = fmaf(h0.y, a.y, acc), acc = fmaf(h1.x, a.z, acc);
-    acc = fmaf(h1.y, a.w, acc), acc = fmaf(h2.x, b.x, acc), acc = fmaf(h2.y, b.y, acc);
-    acc = fmaf(h3.x, b.z, acc), acc = fmaf(h3.y, b.w, acc);
-    return acc;
-}
-
 // Shared memory: full, ready, empty [MAX_STAGES] barriers | sums [MAX_STAGES][2 (gate, up)
 // [warps], then the product's norm scale] | residual [MAX_BLOCK_ROWS], the consumers' sums
 // of squares [warps] | x [k_max] floats | ring [n_stages][STAGE_BYTES], each part 128-byte
@@ -432,8 +420,8 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
                     for (int i = 0; i < ROWS_PER_WARP; i++) {
                         if (i >= RW || row0 + i >= nr) break;
-                        a[i] = dot8(((const uint4 *)(st + (row0 + i) * row_bytes))[v], xv, a[i]);
-                        if (glu) u[i] = dot8(((const uint4 *)(st + (R + row0 + i) * row_bytes))[v], xv, u[i]);
+                        a[i] = dot8(((const uint4 *)(st + (row0 + i) * row_bytes))[v], xv[0], xv[1], a[i]);
+                        if (glu) u[i] = dot8(((const uint4 *)(st + (R + row0 + i) * row_bytes))[v], xv[0], xv[1], u[i]);
                     }
                 }
 #pragma unroll

@@ -113,7 +113,9 @@ typedef struct st_backend_iface {
     void (*dealloc)(st_backend *b, void *ptr);
     /* Optional (NULL: malloc/free serve): host memory the backend copies to and from
      * fastest (page-locked on CUDA). write() from it is asynchronous: the source must not
-     * change until the next read or synchronize. */
+     * change until the next read or synchronize. Ops may also write into it directly (a
+     * decode step's output head writes its logits there; CUDA maps page-locked memory
+     * into the device's unified address space); the host reads it after synchronize. */
     st_status (*host_alloc)(st_backend *b, size_t nbytes, void **out, st_error *err);
     void (*host_free)(st_backend *b, void *ptr);
     /* Host -> device, n contiguous bytes. */

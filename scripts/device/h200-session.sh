@@ -61,9 +61,9 @@ O=${OUT:-/tmp/out}; mkdir -p "$O" models
 export PATH=/usr/local/cuda/bin:$PATH PYTHONPATH=$PWD/.whl XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/stride-xdg}
 MODELS=${MODELS:-llama-3.2-1b qwen3-1.7b qwen3-8b}
 IFS=';' read -r -a CHAIN_VARIANTS <<<"${CHAIN_VARIANTS:--DCONSUMER_WARPS=16}"
-CHAIN_STAGES=${CHAIN_STAGES:-8}
+CHAIN_STAGES=${CHAIN_STAGES:-8} # caps on the ring's stages (8: as many as shared memory holds)
 IFS=';' read -r -a FFN_VARIANTS <<<"${FFN_VARIANTS:--DFFN_THREADS=512}"
-FFN_BPS=${FFN_BPS:-1} # caps on the ring's stages (8: as many as shared memory holds)
+FFN_BPS=${FFN_BPS:-1} # blocks an SM of the fused FFN kernel
 S=build-gpu/stride
 # cmocka carried as .cm (scripts/device/carry-cmocka.sh): the builds include the ctest suite
 if [ -f .cm/include/cmocka.h ]; then

@@ -32,11 +32,10 @@ void st_cuda_keep_error(st_cuda_ctx *c, st_status s, const st_error *err) {
     snprintf(c->sticky.message, sizeof(c->sticky.message), "%s", err ? err->message : "CUDA op failed");
 }
 
-// The first failure of a void op, then the first data error a kernel recorded. Waits for
-// the stream (the caller has queued what it needs before).
+// The first failure of a void op, then the first data error a kernel recorded (in
+// page-locked memory: nothing to copy). Waits for the stream (the caller has queued what it
+// needs before).
 static st_status cuda_sync_and_check(st_cuda_ctx *c, st_error *err) {
-    ST_GPU_CHECK(st_gpu_memcpy_async(c->h_op_error, c->d_op_error, sizeof(st_cuda_op_error),
-                                     st_gpu_memcpy_device_to_host, c->stream));
     ST_GPU_CHECK(st_gpu_stream_synchronize(c->stream));
     if (c->sticky.status != ST_OK) {
         st_status s = c->sticky.status;
@@ -44,9 +43,9 @@ static st_status cuda_sync_and_check(st_cuda_ctx *c, st_error *err) {
         st_error_clear(&c->sticky);
         return s;
     }
-    st_cuda_op_error e = *c->h_op_error;
+    st_cuda_op_error e = *c->h_op_error; // written by kernels before the stream finished
     if (e.code == ST_CUDA_OP_ERROR_NONE) return ST_OK;
-    ST_GPU_CHECK(st_gpu_memset_async(c->d_op_error, 0, sizeof(st_cuda_op_error), c->stream));
+    ST_GPU_CHECK(st_gpu_memset_async(&c->d_op_error->code, 0, sizeof(int), c->stream)); // free the claim
     memset(c->h_op_error, 0, sizeof(*c->h_op_error));
     switch (e.code) {
     case ST_CUDA_OP_ERROR_ROW_ID:
@@ -483,10 +482,21 @@ static st_status cuda_ctx_create(int index, st_cuda_ctx *c, st_error *err) {
     ST_GPU_BLAS_CHECK(st_gpu_blas_set_workspace(c->blas, c->blas_workspace, CUDA_BLAS_WORKSPACE_BYTES));
     // Default math: F32 GEMMs stay in F32 (no TF32), so they match the CPU to f32 rounding.
     ST_GPU_BLAS_CHECK(st_gpu_blas_set_math_mode(c->blas, st_gpu_blas_default_math));
-    ST_GPU_CHECK(st_gpu_malloc((void **)&c->d_op_error, sizeof(st_cuda_op_error)));
-    ST_GPU_CHECK(st_gpu_memset_async(c->d_op_error, 0, sizeof(st_cuda_op_error), c->stream));
+    // Kernels write page-locked host memory through its host address (the op-error record, a
+    // decode step's logits): unified addressing maps it into the device's address space.
+    int unified = 0;
+    ST_GPU_CHECK(st_gpu_device_get_attribute(&unified, st_gpu_dev_attr_unified_addressing, index));
+    if (!unified)
+        return st_error_set(err, ST_ERROR_DEVICE,
+                            "CUDA device %d has no unified addressing, which stride needs (kernels write "
+                            "page-locked host memory): use a 64-bit build on a supported platform",
+                            index);
     ST_GPU_CHECK(st_gpu_host_alloc((void **)&c->h_op_error, sizeof(st_cuda_op_error), st_gpu_host_alloc_default));
     memset(c->h_op_error, 0, sizeof(*c->h_op_error));
+    st_cuda_op_error claim = {};
+    claim.host = c->h_op_error;
+    ST_GPU_CHECK(st_gpu_malloc((void **)&c->d_op_error, sizeof(st_cuda_op_error)));
+    ST_GPU_CHECK(st_gpu_memcpy_async(c->d_op_error, &claim, sizeof(claim), st_gpu_memcpy_host_to_device, c->stream));
     ST_GPU_CHECK(st_gpu_event_create(&c->timer_start));
     ST_GPU_CHECK(st_gpu_event_create(&c->timer_stop));
     st_status s = cuda_decode_tuning(c, err);

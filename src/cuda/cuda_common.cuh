@@ -8,9 +8,10 @@
  * write/read/synchronize returns it). Bad DATA seen by a kernel (a token id outside the
  * vocabulary, an expert id outside [0, E), a cache position outside the context) cannot
  * be returned by the op without a host synchronisation, which the decode path must not
- * have: the kernel records the first such error in ctx->d_op_error and skips the bad
- * row, and the next read/synchronize returns ST_ERROR_INVALID with the CPU backend's
- * message.
+ * have: the kernel records the first such error (claimed in ctx->d_op_error, written to
+ * its page-locked host record, so that a synchronize reads it without a copy) and skips
+ * the bad row, and the next read/synchronize returns ST_ERROR_INVALID with the CPU
+ * backend's message.
  */
 #ifndef STRIDE_CUDA_COMMON_CUH
 #define STRIDE_CUDA_COMMON_CUH
@@ -32,10 +33,12 @@ typedef enum st_cuda_op_error_code {
 } st_cuda_op_error_code;
 
 typedef struct st_cuda_op_error {
-    int code;       /* st_cuda_op_error_code; set first, by atomicCAS from 0 */
+    int code;       /* st_cuda_op_error_code; claimed by atomicCAS from 0 in device memory */
     int value;      /* the offending id or position */
     long long index; /* where it was: token index (slot for expert ids: token * n_used + j) */
     long long limit; /* the exclusive upper bound it broke */
+    struct st_cuda_op_error *host; /* device record only: where the claimant writes the record
+                                    * (page-locked, read by the host after a synchronize) */
 } st_cuda_op_error;
 
 #define ST_CUDA_PINNED_BUFFERS 2
@@ -47,8 +50,8 @@ typedef struct st_cuda_ctx {
     void *blas_workspace;
     void *scratch;                       /* GEMM operands: converted x, staged y */
     size_t scratch_bytes;
-    st_cuda_op_error *d_op_error;        /* device: first data error of an op */
-    st_cuda_op_error *h_op_error;        /* pinned host copy, read after a sync */
+    st_cuda_op_error *d_op_error;        /* device: the claim on the first data error of an op */
+    st_cuda_op_error *h_op_error;        /* page-locked: its record, written by the kernel */
     st_error sticky;                     /* first failure of a void op */
     void *pinned[ST_CUDA_PINNED_BUFFERS]; /* weight upload staging, double-buffered */
     st_gpu_event_t pinned_free[ST_CUDA_PINNED_BUFFERS]; /* its last copy has finished */
@@ -199,10 +202,12 @@ __device__ __forceinline__ float cuda_gelu_tanh_f32(float x) {
 /* Records a data error (first one wins); the kernel then skips the bad row. */
 __device__ __forceinline__ void cuda_report_op_error(st_cuda_op_error *e, int code, int value, long long index,
                                                      long long limit) {
-    if (atomicCAS(&e->code, 0, code) == 0) {
-        e->value = value;
-        e->index = index;
-        e->limit = limit;
+    if (atomicCAS(&e->code, 0, code) == 0) { // plain stores to the host: no PCIe atomics needed
+        st_cuda_op_error *h = e->host;
+        h->value = value;
+        h->index = index;
+        h->limit = limit;
+        h->code = code;
     }
 }
 

@@ -141,14 +141,21 @@ __device__ __forceinline__ float gemv_decode_partials_sum(int n_ss) {
     return ss;
 }
 
+// The part (of a.n_parts) this block's rows belong to.
+__device__ __forceinline__ int gemv_decode_part(const cuda_gemv_decode_args &a) {
+    int p = 0;
+    while (p + 1 < a.n_parts && blockIdx.x >= a.block0[p + 1]) p++;
+    return p;
+}
+
 template <st_type T, int EPI, int NORM, int MIN_BLOCKS, int S>
 __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS)
     gemv_decode_kernel(const cuda_gemv_decode_args a) {
     constexpr bool GLU = EPI == ST_FUSED_EPILOGUE_SWIGLU || EPI == ST_FUSED_EPILOGUE_GEGLU;
+    constexpr bool STORE = EPI == ST_FUSED_EPILOGUE_STORE;
     constexpr int ROWS = CUDA_GEMV_WARPS / S; // rows a block
     const int warp = threadIdx.x / ST_GPU_WARP_SIZE, sub = warp % S;
-    int p = 0;
-    while (p + 1 < a.n_parts && blockIdx.x >= a.block0[p + 1]) p++;
+    const int p = gemv_decode_part(a);
     const int64_t n = (int64_t)(blockIdx.x - a.block0[p]) * ROWS + warp / S;
     const bool live = n < a.n[p];
     __shared__ unsigned int arrived[CUDA_GEMV_WARPS / 4]; // ADD with sums: rows of a group of 4 done
@@ -156,8 +163,8 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
         if (threadIdx.x < CUDA_GEMV_WARPS / 4) arrived[threadIdx.x] = 0;
         __syncthreads();
     }
-    // (S > 1 or a prepared norm: every warp reaches the barriers below)
-    if (S == 1 && NORM != DEC_NORM_PREPARED && !live) return;
+    // (S > 1, a prepared norm or STORE: every warp reaches the barriers below)
+    if (S == 1 && NORM != DEC_NORM_PREPARED && !STORE && !live) return;
     float acc = 0.0f, up = 0.0f, ss = 0.0f;
     if (NORM == DEC_NORM_PREPARED) gemv_decode_partials_copy(a.x_ss, a.n_ss);
     if (live)
@@ -170,25 +177,36 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
     if (NORM == DEC_NORM_PREPARED) { // the row's first warp holds the whole sum
         const float total = gemv_decode_partials_sum(a.n_ss);
         ss = sub == 0 ? total : 0.0f;
-        if (S == 1 && !live) return;
+        if (S == 1 && !STORE && !live) return;
     }
     if (S > 1) { // the row's S warp sums, added in warp order by its first warp
         __shared__ float sums[CUDA_GEMV_WARPS][3];
         if (threadIdx.x % ST_GPU_WARP_SIZE == 0) sums[warp][0] = acc, sums[warp][1] = up, sums[warp][2] = ss;
         __syncthreads();
-        if (sub != 0 || !live) return;
+        if (!STORE && (sub != 0 || !live)) return;
+        if (sub == 0) // (STORE: every warp goes on to the barrier below)
 #pragma unroll
-        for (int j = 1; j < S; j++) acc += sums[warp + j][0], up += sums[warp + j][1], ss += sums[warp + j][2];
+            for (int j = 1; j < S; j++) acc += sums[warp + j][0], up += sums[warp + j][1], ss += sums[warp + j][2];
     }
     if (NORM) { // the scale as cuda_gemv.cu's norm in the loop forms it
         const float s = (float)(1.0 / sqrt((double)ss / (double)a.K + (double)a.eps));
         acc *= s;
         if (GLU) up *= s;
     }
+    if (STORE) {
+        // The block's rows leave in one contiguous store (32 bytes at S = 1), not one store
+        // a warp: y may be page-locked host memory (a decode step's logits, which the output
+        // head writes straight to the host), where every store is a PCIe write.
+        __shared__ float ys[ROWS];
+        if (threadIdx.x % ST_GPU_WARP_SIZE == 0 && sub == 0) ys[warp / S] = acc;
+        __syncthreads();
+        const int q = gemv_decode_part(a); // (p again: not held through the row loop)
+        const int64_t r = (int64_t)(blockIdx.x - a.block0[q]) * ROWS + threadIdx.x;
+        if (threadIdx.x < ROWS && r < a.n[q]) a.y[q][r] = ys[threadIdx.x];
+        return;
+    }
     if (threadIdx.x % ST_GPU_WARP_SIZE != 0) return;
-    if (EPI == ST_FUSED_EPILOGUE_STORE) {
-        a.y[p][n] = acc;
-    } else if (EPI == ST_FUSED_EPILOGUE_ADD) {
+    if (EPI == ST_FUSED_EPILOGUE_ADD) {
         const float o = __fadd_rn(a.out[n], acc);
         a.out[n] = o;
         if (a.out_w) a.out_w[n] = __fmul_rn(o, a.out_norm_w[n]); // the next product's x * norm_w

@@ -171,15 +171,14 @@ static st_rope_params layer_rope(const st_model *m, bool swa) {
 
 /* tables: s->rope_cs holds this step's rotations (one token, a backend with rope_table).
  * *x_w_norm: what s->x_w holds x times on entry and on return (project_add). */
-static st_status attention_block(st_session *s, const st_layer_weights *l, int64_t il, int64_t M, int64_t n_kv,
+static st_status attention_block(st_session *s, const st_layer_weights *l, int64_t il, const st_forward_io *io,
                                  bool tables, const st_tensor **x_w_norm, st_error *err) {
     st_model *m = s->model;
     const st_hparams *hp = &m->hp;
     st_backend *b = m->backend;
     const st_backend_iface *be = b->iface;
-    const int64_t hd = hp->head_dim, Hq = hp->n_head * hd, Hk = hp->n_head_kv * hd;
-    st_tensor pos = s->pos;
-    pos.ne[0] = M;
+    const int64_t hd = hp->head_dim, Hq = hp->n_head * hd, Hk = hp->n_head_kv * hd, M = io->ids.ne[0];
+    st_tensor pos = io->pos;
 
     qkv_product p;
     qkv_product_init(s, l, M, &p);
@@ -202,7 +201,7 @@ static st_status attention_block(st_session *s, const st_layer_weights *l, int64
     st_fused_rope_store rs = {.q = &q, .k = &k, .v = &v, .eps = hp->rms_eps, .positions = &pos, .rope = &rp,
                               .k_cache = &kv->k, .v_cache = &kv->v, .rope_cs = tables ? &s->rope_cs[swa] : NULL};
     if (per_head_norm) rs.q_norm = l->q_norm, rs.k_norm = l->k_norm;
-    st_attn_params ap = {.n_kv = n_kv, .window = swa ? (int32_t)hp->sliding_window : 0, .scale = hp->attn_scale};
+    st_attn_params ap = {.n_kv = io->n_kv, .window = swa ? (int32_t)hp->sliding_window : 0, .scale = hp->attn_scale};
     st_tensor attn = heads(&s->attn, 0, Hq, hd, M); /* [hd, n_head, M] */
     st_fused_rope_attention ra = {.rs = rs, .out = &attn, .attn = &ap};
     TRY(st_backend_rope_attention(b, &ra, err));
@@ -260,33 +259,32 @@ static st_status ffn_moe(st_session *s, const st_layer_weights *l, int64_t M, st
     return ST_OK;
 }
 
-st_status st_forward(st_session *s, int64_t M, int64_t n_kv, int64_t n_out, st_error *err) {
+st_status st_forward(st_session *s, const st_forward_io *io, st_error *err) {
     st_model *m = s->model;
     const st_hparams *hp = &m->hp;
     st_backend *b = m->backend;
     const st_backend_iface *be = b->iface;
-    st_tensor x = cols(&s->x, M), ids = s->ids;
-    ids.ne[0] = M;
+    const int64_t M = io->ids.ne[0], n_out = io->n_out;
+    ST_ASSERT(io->pos.ne[0] == M && n_out <= M && (n_out == 0 || n_out <= io->logits->ne[1]));
+    st_tensor x = cols(&s->x, M);
 
-    TRY(be->get_rows(b, &x, m->token_embd, &ids, err)); /* [D, M] */
+    TRY(be->get_rows(b, &x, m->token_embd, &io->ids, err)); /* [D, M] */
     if (hp->embd_scale != 1.0f) be->scale(b, &x, &x, hp->embd_scale);
 
     /* one token: its rotations once for the layers of each rope (global, sliding-window) */
     const bool tables = M == 1 && be->rope_table && hp->n_rot >= 2;
     if (tables) {
-        st_tensor pos = s->pos;
-        pos.ne[0] = 1;
         for (int swa = 0; swa < 2; swa++) {
             if (!s->rope_cs_used[swa]) continue;
             const st_rope_params rp = layer_rope(m, swa);
-            TRY(be->rope_table(b, &s->rope_cs[swa], &pos, &rp, err));
+            TRY(be->rope_table(b, &s->rope_cs[swa], &io->pos, &rp, err));
         }
     }
 
     const st_tensor *x_w_norm = NULL; /* s->x_w holds x times this norm weight (project_add) */
     for (int64_t il = 0; il < hp->n_layer; il++) {
         const st_layer_weights *l = &m->layers[il];
-        TRY(attention_block(s, l, il, M, n_kv, tables, &x_w_norm, err));
+        TRY(attention_block(s, l, il, io, tables, &x_w_norm, err));
         if (hp->n_expert > 0) {
             TRY(ffn_moe(s, l, M, err));
             x_w_norm = NULL;
@@ -301,7 +299,7 @@ st_status st_forward(st_session *s, int64_t M, int64_t n_kv, int64_t n_out, st_e
     last.ne[1] = n_out;
     last.data = (char *)x.data + (size_t)(M - n_out) * x.nb[1];
     last.nb[2] = last.nb[3] = last.nb[1] * (size_t)n_out;
-    st_tensor hn = cols(&s->h, n_out), logits = cols(&s->logits, n_out); /* [V, n_out] */
+    st_tensor hn = cols(&s->h, n_out), logits = cols(io->logits, n_out); /* [V, n_out] */
     st_fused_mul_mat head = {.n_w = 1, .w = {m->output}, .y = {&logits}, .x = &last, .norm_w = m->output_norm,
                              .eps = hp->rms_eps, .h = &hn};
     return st_backend_mul_mat_fused(b, &head, err);

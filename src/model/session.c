@@ -29,6 +29,10 @@ static size_t layout_scratch(st_session *s, void *base) {
     size_t off = 0;
     s->ids = place(base, &off, ST_TYPE_I32, U, 1, 1);
     s->pos = place(base, &off, ST_TYPE_I32, U, 1, 1);
+    s->step_ids = place(base, &off, ST_TYPE_I32, 2, 1, 1); /* id, position: step_in's layout */
+    s->step_ids.ne[0] = 1;
+    s->step_pos = s->step_ids;
+    if (base) s->step_pos.data = (int32_t *)s->step_ids.data + 1;
     s->x = place(base, &off, ST_TYPE_F32, D, U, 1);
     s->h = place(base, &off, ST_TYPE_F32, D, U, 1);
     s->qkv = place(base, &off, ST_TYPE_F32, Hq + 2 * Hk, U, 1);
@@ -70,10 +74,10 @@ static void drop_decode_graphs(st_session *s) {
     }
 }
 
+/* s->logits for micro-batches of n tokens (decode steps write to step_logits instead). */
 static st_status ensure_logits(st_session *s, int64_t n, st_error *err) {
     if (n <= s->n_logits_cap) return ST_OK;
     st_backend *b = s->model->backend;
-    drop_decode_graphs(s); /* they write to the old logits buffer */
     if (s->logits_buffer) b->iface->dealloc(b, s->logits_buffer);
     s->logits_buffer = NULL;
     s->n_logits_cap = 0;
@@ -145,6 +149,9 @@ st_status st_session_init(st_model *m, const st_session_options *opt, st_session
         st_error_wrap(err, "allocating the decode step's host buffers");
         goto fail;
     }
+    s->step_out = (st_tensor){.type = ST_TYPE_F32, .ne = {hp->n_vocab, 1, 1, 1}, .data = s->step_logits};
+    bool packed = st_tensor_set_packed_strides(&s->step_out);
+    ST_ASSERT(packed);
     s->batch_pos = malloc((size_t)s->opt.n_ubatch * sizeof(int32_t));
     if (!s->batch_pos) {
         st = st_error_set(err, ST_ERROR_NOMEM, "out of memory");
@@ -189,39 +196,44 @@ static int decode_bucket(const st_session *s, int64_t pos, int64_t *n_kv) {
     return k;
 }
 
-/* One token at position n_past through the model, its logits to s->logits: the id and
+/* A decode step run as plain ops: the copy of step_in, then the forward pass. */
+static st_status plain_step(st_session *s, st_forward_io *io, st_error *err) {
+    st_backend *b = s->model->backend;
+    st_status st = b->iface->write(b, s->step_ids.data, s->step_in, 2 * sizeof(int32_t), err);
+    return st == ST_OK ? st_forward(s, io, err) : st;
+}
+
+/* One token at position n_past through the model, its logits to step_logits: the id and
  * position go through the page-locked step_in, then the recorded decode step of its depth
- * bucket is replayed where the backend records (session_internal.h). The copies out of
- * step_in are asynchronous: the caller reads or synchronizes before the next call
- * rewrites it. */
+ * bucket is replayed where the backend records (session_internal.h). The copy out of
+ * step_in and the logits are asynchronous: the caller synchronizes before it reads
+ * step_logits or the next call rewrites step_in. */
 static st_status decode_token(st_session *s, int32_t token, st_error *err) {
     st_backend *b = s->model->backend;
-    const int64_t n_ctx = s->opt.n_ctx;
     s->step_in[0] = token;
     s->step_in[1] = (int32_t)s->n_past;
-    st_status ws;
-    if ((ws = b->iface->write(b, s->ids.data, &s->step_in[0], sizeof(int32_t), err)) != ST_OK ||
-        (ws = b->iface->write(b, s->pos.data, &s->step_in[1], sizeof(int32_t), err)) != ST_OK)
-        return ws;
-    if (!s->graphs_enabled) return st_forward(s, 1, s->n_past + 1, 1, err);
-    int64_t n_kv;
-    const int k = decode_bucket(s, s->n_past, &n_kv);
+    st_forward_io io = {.ids = s->step_ids, .pos = s->step_pos, .n_kv = s->n_past + 1, .n_out = 1,
+                        .logits = &s->step_out};
+    if (!s->graphs_enabled) return plain_step(s, &io, err);
+    const int k = decode_bucket(s, s->n_past, &io.n_kv);
     if (!s->decode_graphs[k]) {
         if (!s->decode_warm) {
             s->decode_warm = true;
-            return st_forward(s, 1, n_ctx, 1, err);
+            io.n_kv = s->opt.n_ctx;
+            return plain_step(s, &io, err);
         }
         st_status st = b->iface->graph_begin(b, err);
         if (st != ST_OK) return st;
         st_error fwd_err = {0}, end_err = {0};
-        st_status fs = st_forward(s, 1, n_kv, 1, &fwd_err);
+        st_status fs = plain_step(s, &io, &fwd_err); /* recorded, the copy included */
         st_status es = b->iface->graph_end(b, &s->decode_graphs[k], &end_err); /* always ends the recording */
         if (fs != ST_OK || es != ST_OK) {
             /* Not recordable here: run plainly from now on (correct, only slower). */
             fprintf(stderr, "stride: decode graphs disabled: %s\n", fs != ST_OK ? fwd_err.message : end_err.message);
             s->graphs_enabled = false;
             drop_decode_graphs(s);
-            return st_forward(s, 1, n_ctx, 1, err);
+            io.n_kv = s->opt.n_ctx;
+            return plain_step(s, &io, err);
         }
     }
     return b->iface->graph_launch(b, s->decode_graphs[k], err);
@@ -248,10 +260,7 @@ st_status st_session_decode(st_session *s, int32_t token, const float **logits, 
     st_status st = check_tokens(s, &token, 1, err);
     if (st != ST_OK) return st;
     st_backend *b = s->model->backend;
-    const size_t row_bytes = (size_t)s->model->hp.n_vocab * sizeof(float);
-    if ((st = decode_token(s, token, err)) != ST_OK ||
-        (st = b->iface->read(b, s->step_logits, s->logits.data, row_bytes, err)) != ST_OK)
-        return st;
+    if ((st = decode_token(s, token, err)) != ST_OK || (st = b->iface->synchronize(b, err)) != ST_OK) return st;
     s->n_past++;
     *logits = s->step_logits;
     return ST_OK;
@@ -265,27 +274,30 @@ st_status st_session_eval(st_session *s, const int32_t *tokens, int64_t n, bool 
     if (st != ST_OK) return st;
     const int64_t U = s->opt.n_ubatch;
     if (all_logits && (st = ensure_logits(s, U < n ? U : n, err)) != ST_OK) return st;
+    const size_t row_bytes = (size_t)hp->n_vocab * sizeof(float);
     int32_t *pos = s->batch_pos;
     for (int64_t done = 0; done < n; done += U) {
         int64_t M = n - done < U ? n - done : U;
         bool last_batch = done + M == n;
         int64_t n_out = all_logits ? M : (last_batch ? 1 : 0);
+        float *dst = logits && (all_logits || last_batch) ? logits + (all_logits ? done : 0) * hp->n_vocab : NULL;
         if (M == 1 && n_out == 1) {
-            st = decode_token(s, tokens[done], err);
-            if (st == ST_OK && !logits) st = b->iface->synchronize(b, err); /* step_in is free again */
+            /* a decode step; synchronized either way: step_in is free again, step_logits final */
+            if ((st = decode_token(s, tokens[done], err)) == ST_OK && (st = b->iface->synchronize(b, err)) == ST_OK &&
+                dst)
+                memcpy(dst, s->step_logits, row_bytes);
         } else {
             for (int64_t i = 0; i < M; i++) pos[i] = (int32_t)(s->n_past + i);
+            st_forward_io io = {.ids = s->ids, .pos = s->pos, .n_kv = s->n_past + M, .n_out = n_out,
+                                .logits = &s->logits};
+            io.ids.ne[0] = io.pos.ne[0] = M;
             if ((st = b->iface->write(b, s->ids.data, tokens + done, (size_t)M * sizeof(int32_t), err)) == ST_OK &&
-                (st = b->iface->write(b, s->pos.data, pos, (size_t)M * sizeof(int32_t), err)) == ST_OK)
-                st = st_forward(s, M, s->n_past + M, n_out, err);
+                (st = b->iface->write(b, s->pos.data, pos, (size_t)M * sizeof(int32_t), err)) == ST_OK &&
+                (st = st_forward(s, &io, err)) == ST_OK && dst)
+                st = b->iface->read(b, dst, s->logits.data, (size_t)n_out * row_bytes, err);
         }
         if (st != ST_OK) break;
         s->n_past += M;
-        if (logits && (all_logits || last_batch)) {
-            float *dst = logits + (all_logits ? done : 0) * hp->n_vocab;
-            st = b->iface->read(b, dst, s->logits.data, (size_t)(n_out * hp->n_vocab) * sizeof(float), err);
-            if (st != ST_OK) break;
-        }
     }
     return st;
 }

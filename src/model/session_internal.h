@@ -29,6 +29,8 @@ struct st_session {
     void *scratch;
     st_tensor ids;          /* I32 [U] token ids */
     st_tensor pos;          /* I32 [U] positions */
+    st_tensor step_ids;     /* I32 [1] a one-token step's id, and after it ... */
+    st_tensor step_pos;     /* I32 [1] ... its position: one copy from step_in fills both */
     st_tensor x;            /* [D, U] residual stream */
     st_tensor h;            /* [D, U] normalised input of a sub-block */
     st_tensor qkv;          /* [Hq + 2Hk, U] q, k, v rows of each token, one after another */
@@ -49,26 +51,38 @@ struct st_session {
 
     /* A one-token step's host side, in the backend's host memory (page-locked on CUDA,
      * so that the copies are asynchronous DMA): its token id and position (every
-     * one-token step), and the logits row st_session_decode returns. */
+     * one-token step), and its logits row, which the output head writes straight into
+     * (host_alloc's memory is addressable by the backend's ops) and st_session_decode
+     * returns. */
     int32_t *step_in;       /* [2]: id, pos */
     float *step_logits;     /* [V] */
+    st_tensor step_out;     /* F32 [V, 1] over step_logits */
     int32_t *batch_pos;     /* [U]: a micro-batch's positions (pageable: its copy completes at once) */
 
     /* Decode steps (one token, its logits) replay recorded forward passes on backends
      * that record (CUDA graphs): the first step runs plainly over the whole context (lazy
      * allocations happen, at their largest), then each depth bucket is recorded on its
-     * first step and replayed for every later one. A recording reads the token id and
-     * position from s->ids/s->pos in device memory and attends over n_kv = its bucket's
-     * bound (64, 128, 256, 512, 1,024, 2,048 keys, then n_ctx; each query still sees only
-     * keys up to its own position), so that the backend sizes attention for the keys there
-     * can be at that depth; the results do not depend on the bound. */
+     * first step and replayed for every later one. A recording holds the copy of the id
+     * and position from step_in to step_ids/step_pos, writes the logits to step_logits,
+     * and attends over n_kv = its bucket's bound (64, 128, 256, 512, 1,024, 2,048 keys,
+     * then n_ctx; each query still sees only keys up to its own position), so that the
+     * backend sizes attention for the keys there can be at that depth; the results do not
+     * depend on the bound. */
     bool graphs_enabled;        /* the backend records and STRIDE_DISABLE_GRAPHS is not set */
     bool decode_warm;           /* a plain decode step has run */
     st_backend_graph *decode_graphs[ST_DECODE_BUCKETS];
 };
 
-/* Runs tokens ids[0..M) at positions pos[0..M) (already in backend memory) through the
- * model. Logits of the last `n_out` tokens of the batch go to s->logits [V, n_out]. */
-st_status st_forward(st_session *s, int64_t M, int64_t n_kv, int64_t n_out, st_error *err);
+/* One forward pass: M tokens with their positions (in backend memory), attention over
+ * n_kv keys (> the last position), the logits of the batch's last n_out tokens (0: nobody
+ * reads them) to the first n_out columns of logits. */
+typedef struct st_forward_io {
+    st_tensor ids;            /* I32 [M] */
+    st_tensor pos;            /* I32 [M] */
+    int64_t n_kv, n_out;
+    const st_tensor *logits;  /* [V, >= n_out]: s->logits, or a decode step's step_out */
+} st_forward_io;
+
+st_status st_forward(st_session *s, const st_forward_io *io, st_error *err);
 
 #endif

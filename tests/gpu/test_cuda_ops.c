@@ -386,6 +386,45 @@ static void test_fused_chain(st_type t, int64_t Ka, int64_t N, int64_t Nc, size_
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) dual_free(all[i]);
 }
 
+/* A one-token product whose y is page-locked host memory (host_alloc), as a decode step's
+ * output head writes its logits straight to the host: the same bytes as into device
+ * memory, the rows outside the view untouched. K = 37 takes the general kernel, K = 2048
+ * the decode kernel (N = 45: a last block with dead warps; 40,000: the head's norm apart). */
+static void test_mul_mat_to_host(st_type t, int64_t K, int64_t N, bool norm) {
+    weight w = weight_new(t, K, N, 1, 0);
+    view vx = mkpacked(ST_TYPE_F32, K, 1, 1), vh = vx, vn = vx;
+    view vy = mkview(ST_TYPE_F32, N, 1, 1, (size_t)(N + 3) * 4, (size_t)(N + 3) * 4, 4); /* gaps both sides */
+    dual dx = dual_new(view_bytes(&vx)), dh = dual_new(view_bytes(&vh)), dn = dual_new(view_bytes(&vn));
+    dual dy = dual_new(view_bytes(&vy));
+    dual_random_f32(&dx);
+    dual_random_f32(&dn);
+    dual_poison(&dy);
+    st_error err = {0};
+    char *host = NULL;
+    if (g_gpu->iface->host_alloc(g_gpu, dy.bytes, (void **)&host, &err) != ST_OK) test_die("cuda host_alloc", &err);
+    memcpy(host, dy.host, dy.bytes); /* the same poison */
+    st_tensor wg = on(&w.v, w.d.gpu), xg = on(&vx, dx.gpu), hg = on(&vh, dh.gpu), ng = on(&vn, dn.gpu);
+    st_tensor yd = on(&vy, dy.gpu), yh = on(&vy, host);
+    st_fused_mul_mat op = {.n_w = 1, .w = {&wg}, .y = {&yd}, .x = &xg, .h = &hg, .eps = 1e-6f};
+    if (norm) op.norm_w = &ng;
+    if (st_backend_mul_mat_fused(g_gpu, &op, &err) != ST_OK) test_die("cuda mul_mat_fused", &err);
+    op.y[0] = &yh;
+    if (st_backend_mul_mat_fused(g_gpu, &op, &err) != ST_OK) test_die("cuda mul_mat_fused to host", &err);
+    char *want = dual_fetch(&dy); /* synchronizes: host is final too */
+    cmp_result r = compare_bytes(want, host, dy.bytes);
+    char desc[96];
+    snprintf(desc, sizeof(desc), "%s K=%lld N=%lld%s y in page-locked host memory", tname(t), (long long)K,
+             (long long)N, norm ? " norm" : "");
+    record("mul_mat to host = to device", desc, &r, TOL_EXACT);
+    free(want);
+    g_gpu->iface->host_free(g_gpu, host);
+    dual_free(&dx);
+    dual_free(&dh);
+    dual_free(&dn);
+    dual_free(&dy);
+    weight_free(&w);
+}
+
 /* ---- mul_mat_id ---------------------------------------------------------------------- */
 
 typedef enum moe_x { MOE_PER_SLOT = 0, MOE_SHARED_2D = 1, MOE_SHARED_3D = 2 } moe_x;
@@ -1394,6 +1433,11 @@ static void run_all(void) {
     for (int ti = 0; ti < 3; ti++)
         for (size_t pad = 0; pad <= 64; pad += 64)
             test_mul_mat_fused(types[ti], 2048, 40000, 1, pad, 1, 1, ST_FUSED_EPILOGUE_STORE, pad > 0);
+    for (int ti = 0; ti < 3; ti++) {
+        test_mul_mat_to_host(types[ti], 37, 45, false);
+        test_mul_mat_to_host(types[ti], 2048, 45, true);
+        test_mul_mat_to_host(types[ti], 2048, 40000, true);
+    }
 
     for (int ti = 0; ti < 3; ti++)
         for (int64_t K = 37; K <= 64; K += 27)
