@@ -205,8 +205,10 @@ if want models; then
                 if [ $rc1 -eq 0 ]; then row "$name logits cuda -ub 1~cpu" PASS "$res1"; else row "$name logits cuda -ub 1~cpu" FAIL "$res1"; fi
 
                 # the residual adds preparing the next product's norm wherever the decode
-                # kernel can (the tiny shapes never meet the rule) against nowhere: the same
-                # bits (the chained kernels themselves: test_cuda_ops' "fused chain" rows).
+                # kernel can (the tiny shapes never meet the rule) against nowhere. Not the
+                # same bits: the add sums x . x by groups of 4 rows, the loop by lanes (2026-
+                # 12-01, 9014561: 1e-7 in f32), so within f32 summation order, as -ub 1 ~ cpu
+                # (the chained kernels themselves: test_cuda_ops' "fused chain" rows).
                 # Not for MoE layers or post-norms (olmoe, gemma3), which do not chain.
                 if [ "$preset" != tiny-olmoe ] && [ "$preset" != tiny-gemma3 ]; then
                     for chain in 0 2; do
@@ -214,7 +216,7 @@ if want models; then
                         STRIDE_CUDA_NORM_PREPARED=$chain "$STRIDE" run -m "$m" --tokens $PROMPT --decode-tokens $DECODE \
                             -n 0 --backend cuda --logits-out "$WORK/$preset-$type-chain$chain.npy" >>"$OUTDIR/models.log" 2>&1
                     done
-                    resc=$(compare_npy "$WORK/$preset-$type-chain2.npy" "$WORK/$preset-$type-chain0.npy" 0 2>&1)
+                    resc=$(compare_npy "$WORK/$preset-$type-chain2.npy" "$WORK/$preset-$type-chain0.npy" 1e-4 2>&1)
                     if [ $? -eq 0 ]; then row "$name norms prepared = in the loop" PASS "$resc"
                     else row "$name norms prepared = in the loop" FAIL "$resc"; fi
                 fi
