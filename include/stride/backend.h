@@ -51,7 +51,8 @@ typedef enum st_fused_epilogue {
  * next_h is the next product's x * norm_w formed on the way (the residual add's output is
  * that product's x, next_norm_w its norm_w): passed to it as x_w, a backend that fuses the
  * norm into its product may read it instead of forming x * norm_w itself (the sum of
- * squares still comes from x). x_w changes nothing of the meaning.
+ * squares still comes from x). x_w changes nothing of the meaning (the rounding of the
+ * sum of squares may differ: see prepared_norm_pays).
  *
  * Only STORE promises the contents of y[]; h and, for the other epilogues, y[] are
  * scratch whose contents are unspecified afterwards. */
@@ -164,8 +165,10 @@ typedef struct st_backend_iface {
     st_status (*mul_mat_fused)(st_backend *b, const st_fused_mul_mat *op, st_error *err);
     /* Optional, with mul_mat_fused: whether the one-token fused product op (a norm in it,
      * x_w not set) runs faster from the x * norm_w the residual add before it can prepare
-     * (next_h, then x_w) than forming it itself. NULL: never. The results are the same
-     * either way; this only picks the faster. */
+     * (next_h, then x_w) than forming it itself. NULL: never. The meaning is the same
+     * either way; a backend may sum x . x in another order on the prepared path (CUDA:
+     * within f32 rounding). The answer depends on shapes, not strides, so padding on and
+     * off take the same path. */
     bool (*prepared_norm_pays)(st_backend *b, const st_fused_mul_mat *op);
     st_status (*rope_store)(st_backend *b, const st_fused_rope_store *op, st_error *err);
     st_status (*rope_attention)(st_backend *b, const st_fused_rope_attention *op, st_error *err);

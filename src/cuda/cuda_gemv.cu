@@ -434,9 +434,11 @@ static gemv_args fused_gemv_args(const st_fused_mul_mat *op, bool apart) {
 // (bench/decode-norm-prepared-h200.md, v3 and q/k/v only): it pays where the higher
 // occupancy takes a wave off the grid (llama-3.2-1b's gate/up, 2 waves -> 1: +2.8% tg128)
 // and where a one-wave grid has K >= GEMV_PREPARED_MIN_K (qwen3-8b's q/k/v: +2.4%); it
-// loses elsewhere (qwen3-1.7b -1.5 to -1.9%; qwen3-8b's two-wave gate/up -0.9%). The
-// results are the same bits either way. STRIDE_CUDA_NORM_PREPARED=0: never, 2: wherever
-// the decode kernel can (tests: the chained forward pass on tiny models).
+// loses elsewhere (qwen3-1.7b -1.5 to -1.9%; qwen3-8b's two-wave gate/up -0.9%). With the
+// rule on main: +2.8% / +0.2% / +1.6% tg128 (bench/step-io-h200.md). The results agree to
+// f32 rounding, not bit for bit: the prepared sum of squares adds by groups of 4 rows, the
+// loop by lanes (1e-7 on the tiny f32 models). STRIDE_CUDA_NORM_PREPARED=0: never, 2:
+// wherever the decode kernel can (tests: the chained forward pass on tiny models).
 bool st_cuda_prepared_norm_pays(st_backend *b, const st_fused_mul_mat *op) {
     const st_cuda_ctx *c = cuda_ctx(b);
     if (c->norm_prepared == 0 || !op->norm_w || !op->h || op->x_w || !fused_supported(op) || cuda_nrows(op->x) != 1 ||
