@@ -259,13 +259,17 @@ static int64_t gemv_decode_blocks(const cuda_gemv_decode_args *a, int S, int *bl
     return blocks;
 }
 
+// The blocks one wave of the SMs holds for a's kernel.
+static int64_t gemv_decode_wave(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type) {
+    return (int64_t)c->sm_count * gemv_decode_min_blocks(type, a->epilogue, gemv_decode_norm(a));
+}
+
 int cuda_gemv_decode_split(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type) {
-    const int64_t wave = (int64_t)c->sm_count * gemv_decode_min_blocks(type, a->epilogue, gemv_decode_norm(a));
-    return c->gemv_max_split >= 2 && gemv_decode_blocks(a, 1, NULL) * 2 <= wave ? 2 : 1;
+    return c->gemv_max_split >= 2 && gemv_decode_blocks(a, 1, NULL) * 2 <= gemv_decode_wave(c, a, type) ? 2 : 1;
 }
 
 int cuda_gemv_decode_waves(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type) {
-    const int64_t wave = (int64_t)c->sm_count * gemv_decode_min_blocks(type, a->epilogue, gemv_decode_norm(a));
+    const int64_t wave = gemv_decode_wave(c, a, type);
     const int64_t blocks = gemv_decode_blocks(a, cuda_gemv_decode_split(c, a, type), NULL);
     return (int)((blocks + wave - 1) / wave);
 }

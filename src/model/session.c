@@ -149,9 +149,8 @@ st_status st_session_init(st_model *m, const st_session_options *opt, st_session
         st_error_wrap(err, "allocating the decode step's host buffers");
         goto fail;
     }
-    s->step_out = (st_tensor){.type = ST_TYPE_F32, .ne = {hp->n_vocab, 1, 1, 1}, .data = s->step_logits};
-    bool packed = st_tensor_set_packed_strides(&s->step_out);
-    ST_ASSERT(packed);
+    size_t step_off = 0;
+    s->step_out = place(s->step_logits, &step_off, ST_TYPE_F32, hp->n_vocab, 1, 1);
     s->batch_pos = malloc((size_t)s->opt.n_ubatch * sizeof(int32_t));
     if (!s->batch_pos) {
         st = st_error_set(err, ST_ERROR_NOMEM, "out of memory");
