@@ -205,9 +205,13 @@ __device__ void dec_rope_row(float *y, const float *__restrict__ x, const float 
 // and, by the one block of the kv head that holds the position (split 0 when none does),
 // the new key normed, roped and stored with the new value into the cache at the position
 // (reported, not stored, when it is outside the cache, as st_cuda_rope_store does).
-// scratch: the K/V chunk area, free until the first chunk (>= (DEC_WARPS + 1) * D floats).
+// scratch: the K/V chunk area, free until the first chunk (>= (DEC_WARPS + 1) * D floats);
+// the new key stays at dec_rope_new_key(scratch) until then. Returns whether this block
+// stored the new key and value.
+template <int D> __device__ __forceinline__ float *dec_rope_new_key(float *scratch) { return scratch + DEC_WARPS * D; }
+
 template <st_type T, int D>
-__device__ void dec_rope_prepare(const dec_rope_args &ra, st_cuda_view q, st_cuda_view kc, st_cuda_view vc,
+__device__ bool dec_rope_prepare(const dec_rope_args &ra, st_cuda_view q, st_cuda_view kc, st_cuda_view vc,
                                  int32_t p, const dec_plan &pl, int kvh, int s, int group, float *Qs, int qld,
                                  float *scratch) {
     __shared__ float red[DEC_WARPS];
@@ -219,7 +223,7 @@ __device__ void dec_rope_prepare(const dec_rope_args &ra, st_cuda_view q, st_cud
     const bool store = store_ok && s == holder;
     const double pos = (double)p * (double)ra.freq_scale;
     const int n_rows = group + (store ? 1 : 0); // the group's queries, then the new key
-    float *k_new = scratch + DEC_WARPS * D;
+    float *k_new = dec_rope_new_key<D>(scratch);
     auto row = [&](int j, int t0, int n_thr, float *tmp) {
         if (j < group) {
             const int64_t h = (int64_t)kvh * group + j;
@@ -244,8 +248,19 @@ __device__ void dec_rope_prepare(const dec_rope_args &ra, st_cuda_view q, st_cud
             cuda_cache_store<T>(ko, d, k_new[d]);
             cuda_cache_store<T>(vo, d, vr[d]);
         }
-        __syncthreads(); // this block reads the row back from the cache below
+        // (a later chunk that reads the row back is fetched after the chunk loop's barrier)
     }
+    return store;
+}
+
+// 16-byte piece `piece` of a cache row of T holding src[] as cuda_cache_store stores it.
+template <st_type T> __device__ __forceinline__ uint4 dec_cache_piece(const float *src, int piece) {
+    constexpr int E = T == ST_TYPE_F16 ? 8 : 4;
+    uint4 u;
+    char *b = (char *)&u;
+#pragma unroll
+    for (int e = 0; e < E; e++) cuda_cache_store<T>(b, e, src[piece * E + e]);
+    return u;
 }
 
 // Partials: acc [n_head, M, n_split][D] f32, then (max, sum) [n_head, M, n_split] float2.
@@ -273,22 +288,6 @@ __global__ void __launch_bounds__(DEC_THREADS)
     float *m_s = Ps + R * C, *l_s = m_s + R, *a_s = l_s + R; // [R] running max, sum, rescale factor
     int *lo_s = (int *)(a_s + R), *hi_s = lo_s + R;          // [R] visible keys
 
-    if (ROPE) {
-        static_assert(2 * C * ROWB >= (DEC_WARPS + 1) * D * 4, "the rope scratch fits the K/V chunk area");
-        dec_rope_prepare<T, D>(ra, q, kc, vc, positions[0], pl, kvh, s, group, Qs, QLD, (float *)Ks);
-    } else {
-        for (int i = tid; i < R * D; i += DEC_THREADS) {
-            const int r = i / D, d = i % D;
-            const int64_t m = r / group, h = (int64_t)kvh * group + r % group;
-            Qs[r * QLD + d] = ((const float *)(q.data + h * q.nb1 + m * q.nb2))[d];
-        }
-    }
-    for (int r = tid; r < R; r += DEC_THREADS) {
-        attn_visible_range(positions[r / group], n_kv, window, &lo_s[r], &hi_s[r]);
-        m_s[r] = -INFINITY;
-        l_s[r] = 0.0f;
-    }
-
     const char *k_head = kc.data + (int64_t)kvh * kc.nb1, *v_head = vc.data + (int64_t)kvh * vc.nb1;
     uint4 kr[cfg::UPT], vr[cfg::UPT];
     auto fetch = [&](int c0) {
@@ -302,13 +301,44 @@ __global__ void __launch_bounds__(DEC_THREADS)
             }
         }
     };
+    // The first chunk is loaded before the queries are prepared, under their latency. The
+    // new key's row in it is stale until the prologue stores it: patched from the prologue.
+    if (s_lo < s_end) fetch(s_lo);
+
+    if (ROPE) {
+        static_assert(2 * C * ROWB >= (DEC_WARPS + 1) * D * 4, "the rope scratch fits the K/V chunk area");
+        const int p = positions[0];
+        const bool stored = dec_rope_prepare<T, D>(ra, q, kc, vc, p, pl, kvh, s, group, Qs, QLD, (float *)Ks);
+        if (stored && p >= s_lo && p < min(s_lo + C, s_end)) { // the bits the cache now holds
+            const float *k_new = dec_rope_new_key<D>((float *)Ks);
+            const float *v_new = (const float *)(ra.v.data + (int64_t)kvh * ra.v.nb1);
+#pragma unroll
+            for (int u = 0; u < cfg::UPT; u++) {
+                const int i = tid + u * DEC_THREADS, key = i / cfg::PIECES, piece = i % cfg::PIECES;
+                if (key == p - s_lo) {
+                    kr[u] = dec_cache_piece<T>(k_new, piece);
+                    vr[u] = dec_cache_piece<T>(v_new, piece);
+                }
+            }
+        }
+    } else {
+        for (int i = tid; i < R * D; i += DEC_THREADS) {
+            const int r = i / D, d = i % D;
+            const int64_t m = r / group, h = (int64_t)kvh * group + r % group;
+            Qs[r * QLD + d] = ((const float *)(q.data + h * q.nb1 + m * q.nb2))[d];
+        }
+    }
+    for (int r = tid; r < R; r += DEC_THREADS) {
+        attn_visible_range(positions[r / group], n_kv, window, &lo_s[r], &hi_s[r]);
+        m_s[r] = -INFINITY;
+        l_s[r] = 0.0f;
+    }
 
     const int dp = tid % cfg::TPR, rg = tid / cfg::TPR; // P.V: dims 2dp, 2dp+1 of rows rg + i * NRG
     float2 acc[NR];
 #pragma unroll
     for (int i = 0; i < NR; i++) acc[i] = make_float2(0.0f, 0.0f);
 
-    if (s_lo < s_end) fetch(s_lo);
     for (int c0 = s_lo; c0 < s_end; c0 += C) {
         const int nk = min(C, s_end - c0);
         __syncthreads(); // the last chunk is consumed (the first time: Qs and the row state are written)
@@ -382,6 +412,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
                 acc[i].y *= a;
             }
         }
+#pragma unroll 4
         for (int j = 0; j < nk; j++) {
             const float2 v = dec_load2<T>(Vs + j * ROWB, 2 * dp);
 #pragma unroll
