@@ -61,6 +61,11 @@ st_status st_quant_check_weight_type(st_type type, const char *what, st_error *e
  * otherwise: check with st_quant_supported or st_quant_check_weight_type first). */
 void st_quant_dequantize_row(st_type type, const void *src, float *dst, int64_t n);
 
+/* Quantizes one row to q8_0 (n a multiple of 32): each block's d = max |x| / 127 (stored as
+ * f16), q = round(x / d) from the f32 d, as ggml's reference quantizer does. For synthetic
+ * models (stride synth --type q8_0); dst holds n / 32 blocks of 34 bytes. */
+void st_quant_quantize_row_q8_0(const float *src, void *dst, int64_t n);
+
 /* The per-family dequantizers behind the dispatch; n is a multiple of the block size. */
 void st_quant_dequantize_row_q8_0(const void *src, float *dst, int64_t n);
 void st_quant_dequantize_row_q4_0(const void *src, float *dst, int64_t n);

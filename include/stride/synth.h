@@ -58,7 +58,7 @@ void st_synth_preset_size(const st_synth_preset *p, st_type weight_type, uint64_
                           uint64_t *n_bytes);
 
 typedef struct st_synth_options {
-    st_type weight_type;  /* F32, F16 or BF16: matrices and embeddings; norms stay F32 */
+    st_type weight_type;  /* F32, F16, BF16 or Q8_0: matrices and embeddings; norms stay F32 */
     uint64_t seed;
     /* Called now and then while writing, for progress display; may be NULL. */
     void (*progress)(void *ctx, uint64_t bytes_done, uint64_t bytes_total);

@@ -11,6 +11,8 @@
  *   nib(i) = qs[i] & 15 for i < 16, qs[i - 16] >> 4 for i >= 16 (byte j packs values j
  *   and j + 16); hi(i) = bit i of the little-endian u32 qh, moved to bit 4.
  */
+#include <math.h>
+
 #include "quant/quant_internal.h"
 
 #define QK 32 /* values per block */
@@ -27,6 +29,20 @@ void st_quant_dequantize_row_q8_0(const void *src, float *dst, int64_t n) {
         const float d = quant_half(b);
         const int8_t *qs = (const int8_t *)(b + 2);
         for (int i = 0; i < QK; i++) dst[i] = d * (float)qs[i];
+    }
+}
+
+void st_quant_quantize_row_q8_0(const float *src, void *dst, int64_t n) {
+    uint8_t *b = dst;
+    const int64_t nb = quant_blocks(n, QK);
+    for (int64_t ib = 0; ib < nb; ib++, b += 34, src += QK) {
+        float amax = 0.0f;
+        for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(src[i]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t dh = st_f32_to_f16(d);
+        b[0] = (uint8_t)(dh & 0xff);
+        b[1] = (uint8_t)(dh >> 8);
+        for (int i = 0; i < QK; i++) ((int8_t *)(b + 2))[i] = (int8_t)roundf(src[i] * id);
     }
 }
 

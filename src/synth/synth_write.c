@@ -16,12 +16,16 @@
  *     adds the 1 of Gemma's (1 + w) norm to the stored weight, so a GGUF file holds
  *     values near 1 and the runtime multiplies by them as they are;
  *   - rope factors are computed, not random (see fill_rope_factors).
+ * Matrices and embeddings are written in the requested type: f32, f16 or bf16 rounded from
+ * those values, or q8_0 quantized from them (st_quant_quantize_row_q8_0), so that a q8_0
+ * file holds the f16 file's weights to within half a quantization step.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "stride/quant.h"
 #include "synth_internal.h"
 
 /* Elements generated per chunk: 4 MiB of floats, at most 4 MiB written per call. */
@@ -168,14 +172,18 @@ static uint64_t tensor_nelements(const st_synth_tensor *t) {
     return (uint64_t)t->ne[0] * (uint64_t)t->ne[1] * (uint64_t)t->ne[2];
 }
 
-static size_t type_size(st_type type) { return type == ST_TYPE_F32 ? 4 : 2; }
+/* Bytes of a tensor in its type (whole blocks: a q8_0 row is a multiple of 32 values). */
+static uint64_t tensor_bytes(const st_synth_tensor *t) {
+    const st_type_traits *tr = st_type_get_traits((uint32_t)t->type);
+    return tensor_nelements(t) / (uint64_t)tr->block_size * (uint64_t)tr->block_bytes;
+}
 
 void st_synth_preset_size(const st_synth_preset *p, st_type weight_type, uint64_t *n_tensors,
                           uint64_t *n_bytes) {
     st_synth_tensor *t = NULL;
     uint64_t n = 0, bytes = 0;
     if (st_synth_build_tensors(p, weight_type, &t, &n, NULL) == ST_OK)
-        for (uint64_t i = 0; i < n; i++) bytes += tensor_nelements(&t[i]) * type_size(t[i].type);
+        for (uint64_t i = 0; i < n; i++) bytes += tensor_bytes(&t[i]);
     free(t);
     if (n_tensors) *n_tensors = n;
     if (n_bytes) *n_bytes = bytes;
@@ -187,6 +195,7 @@ static uint32_t file_type_of(st_type t) {
     switch (t) {
     case ST_TYPE_F16: return 1;   /* LLAMA_FTYPE_MOSTLY_F16 */
     case ST_TYPE_BF16: return 32; /* LLAMA_FTYPE_MOSTLY_BF16 */
+    case ST_TYPE_Q8_0: return 7;  /* LLAMA_FTYPE_MOSTLY_Q8_0 */
     default: return 0;            /* LLAMA_FTYPE_ALL_F32 */
     }
 }
@@ -332,7 +341,7 @@ static void fill_values(const st_synth_preset *p, const st_synth_tensor *t, uint
 
 typedef struct stream {
     float *vals;     /* CHUNK_ELEMS */
-    uint16_t *half;  /* CHUNK_ELEMS, for F16/BF16 */
+    uint16_t *half;  /* CHUNK_ELEMS, for F16/BF16; CHUNK_ELEMS / 32 q8_0 blocks (34 B < 64 B) */
     uint64_t done, total;
     const st_synth_options *opt;
 } stream;
@@ -354,6 +363,10 @@ static st_status write_tensor(st_gguf_writer *w, const st_synth_preset *p, const
             st_f32_to_bf16_row(s->vals, s->half, m);
             bytes = s->half;
             nbytes = m * sizeof(uint16_t);
+        } else if (t->type == ST_TYPE_Q8_0) { /* m: a multiple of 32 (CHUNK_ELEMS and the rows are) */
+            st_quant_quantize_row_q8_0(s->vals, s->half, (int64_t)m);
+            bytes = s->half;
+            nbytes = m / 32 * 34;
         }
         TRY(st_gguf_writer_write_data(w, bytes, nbytes, err));
         s->done += nbytes;
@@ -371,7 +384,7 @@ static st_status write_all(st_gguf_writer *w, const st_synth_preset *p, const st
     TRY(st_gguf_writer_write_header(w, err));
 
     stream s = {.opt = opt};
-    for (uint64_t i = 0; i < n_t; i++) s.total += tensor_nelements(&t[i]) * type_size(t[i].type);
+    for (uint64_t i = 0; i < n_t; i++) s.total += tensor_bytes(&t[i]);
     s.vals = malloc(CHUNK_ELEMS * sizeof(float));
     s.half = malloc(CHUNK_ELEMS * sizeof(uint16_t));
     st_status st = ST_OK;
@@ -386,12 +399,22 @@ st_status st_synth_write(const st_synth_preset *p, const st_synth_options *opt, 
                          st_error *err) {
     ST_ASSERT(p && opt && path);
     st_type wt = opt->weight_type;
-    if (wt != ST_TYPE_F32 && wt != ST_TYPE_F16 && wt != ST_TYPE_BF16)
-        return st_error_set(err, ST_ERROR_INVALID, "synth: weight type %s is not f32, f16 or bf16",
+    if (wt != ST_TYPE_F32 && wt != ST_TYPE_F16 && wt != ST_TYPE_BF16 && wt != ST_TYPE_Q8_0)
+        return st_error_set(err, ST_ERROR_INVALID, "synth: weight type %s is not f32, f16, bf16 or q8_0",
                             st_type_name(wt));
     st_synth_tensor *t = NULL;
     uint64_t n_t = 0;
     TRY(st_synth_build_tensors(p, wt, &t, &n_t, err));
+    for (uint64_t i = 0; i < n_t; i++) {
+        const int64_t block = st_type_get_traits((uint32_t)t[i].type)->block_size;
+        if (t[i].ne[0] % block != 0) {
+            st_error_set(err, ST_ERROR_INVALID,
+                         "synth: preset %s: %s has rows of %lld values, not a multiple of %s's block of %lld",
+                         p->name, t[i].name, (long long)t[i].ne[0], st_type_name(t[i].type), (long long)block);
+            free(t);
+            return ST_ERROR_INVALID;
+        }
+    }
 
     st_gguf_writer *w = NULL;
     st_status st = st_gguf_writer_open(path, &w, err);

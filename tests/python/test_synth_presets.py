@@ -2,10 +2,12 @@
 """`stride synth` writes files that the `gguf` package (PyPI) reads with the tensor
 names, types and shapes llama.cpp expects.
 
-For every tiny preset and each of f32/f16/bf16 the expected tensor set is computed here,
-independently of stride, from the file's own metadata and llama.cpp's naming rules
+For every tiny preset and each of f32/f16/bf16/q8_0 the expected tensor set is computed
+here, independently of stride, from the file's own metadata and llama.cpp's naming rules
 (written out below), then compared with what the file holds. Also: vocabulary, weight
-statistics, rope factors, determinism of the seed, and the command's exit codes.
+statistics, rope factors, the q8_0 weights against the f32 file's (dequantized by the
+gguf package, within 0.57 of a block's step), determinism of the seed, and the command's
+exit codes.
 """
 import argparse
 import math
@@ -14,7 +16,7 @@ import subprocess
 import sys
 
 import numpy as np
-from gguf import GGUFReader, GGMLQuantizationType
+from gguf import GGUFReader, GGMLQuantizationType, quants
 
 from harness import Checks
 
@@ -30,8 +32,8 @@ TINY = {
     "tiny-olmoe": dict(arch="olmoe", tied=False, n_embd=64, n_head=4, n_head_kv=4, head_dim=16),
 }
 TYPES = {"f32": GGMLQuantizationType.F32, "f16": GGMLQuantizationType.F16,
-         "bf16": GGMLQuantizationType.BF16}
-FILE_TYPES = {"f32": 0, "f16": 1, "bf16": 32}
+         "bf16": GGMLQuantizationType.BF16, "q8_0": GGMLQuantizationType.Q8_0}
+FILE_TYPES = {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7}
 F32 = GGMLQuantizationType.F32
 N_FIXED_TOKENS = 3 + 256  # <unk> <s> </s> + byte tokens
 
@@ -191,9 +193,7 @@ def check_file(c, path, preset, info, tname):
             continue
         c.check(t.tensor_type == etype, f"{tag}: {name} type {t.tensor_type.name}, want {etype.name}")
         c.check([int(x) for x in t.shape] == ene, f"{tag}: {name} shape {list(t.shape)}, want {ene}")
-        v = np.asarray(t.data).astype(np.float32).reshape(-1)
-        if t.tensor_type == GGMLQuantizationType.BF16:  # gguf hands back raw uint16 bits
-            v = (np.asarray(t.data).view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(-1)
+        v = values(t)
         c.check(v.size == int(np.prod(ene)), f"{tag}: {name} element count")
         c.check(bool(np.all(np.isfinite(v))), f"{tag}: {name} not finite")
         if name.startswith("rope_"):
@@ -215,6 +215,32 @@ def check_file(c, path, preset, info, tname):
             c.check(abs(float(v.mean())) < 0.1 * want, f"{tag}: {name} mean {v.mean():.4f} not ~0")
             c.check(float(np.abs(v).max()) <= math.sqrt(3.0 / k) * 1.01, f"{tag}: {name} exceeds sqrt(3/K)")
     return r
+
+
+def values(t):
+    """A tensor's elements as f32, flat."""
+    if t.tensor_type == GGMLQuantizationType.BF16:  # gguf hands back raw uint16 bits
+        return (np.asarray(t.data).view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(-1)
+    if t.tensor_type == GGMLQuantizationType.Q8_0:  # raw blocks
+        return quants.dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32).reshape(-1)
+    return np.asarray(t.data).astype(np.float32).reshape(-1)
+
+
+def check_q8_0_against_f32(c, q8_path, f32_path, tag):
+    """Every q8_0 matrix holds the f32 file's values quantized: per block of 32, the error is
+    at most half a step d = max|x| / 127, plus d's rounding to f16 (2^-11 d on each of up
+    to 127 steps): 0.57 d."""
+    f32 = {t.name: values(t) for t in GGUFReader(f32_path).tensors}
+    n = 0
+    for t in GGUFReader(q8_path).tensors:
+        if t.tensor_type != GGMLQuantizationType.Q8_0:
+            continue
+        x, q = f32[t.name].reshape(-1, 32), values(t).reshape(-1, 32)
+        d = np.abs(x).max(axis=1, keepdims=True) / 127.0
+        worst = float((np.abs(q - x) / np.maximum(d, 1e-30)).max())
+        c.check(worst <= 0.57, f"{tag}: {t.name} q8_0 is {worst:.3f} steps off the f32 values (at most 0.57)")
+        n += 1
+    c.check(n > 0, f"{tag}: no q8_0 matrix in the file")
 
 
 def run(cmd):
@@ -239,6 +265,8 @@ def main():
             c.check(p.stdout.startswith(f"wrote {path}: "), f"{preset}/{tname}: summary line {p.stdout!r}")
             check_file(c, path, preset, info, tname)
             files_checked += 1
+            if tname == "q8_0":  # (f32 came first: TYPES' order)
+                check_q8_0_against_f32(c, path, os.path.join(args.work, f"{preset}-f32.gguf"), f"{preset}/q8_0")
 
         # determinism: the same seed gives the same bytes, another seed other weights
         a, b, d = (os.path.join(args.work, f"{preset}-seed{x}.gguf") for x in ("7a", "7b", "8"))

@@ -23,15 +23,16 @@ static void print_presets(FILE *out, st_type type) {
 
 static void print_help(FILE *out, st_type type) {
     fprintf(out,
-            "usage: stride synth PRESET -o FILE [--type f16|bf16|f32] [--seed N]\n"
+            "usage: stride synth PRESET -o FILE [--type f16|bf16|f32|q8_0] [--seed N]\n"
             "       stride synth --list [--type T]\n\n"
             "Writes a GGUF file with random weights and the exact tensor names, shapes and\n"
             "metadata of a real model (llama.cpp's converter conventions), with a valid\n"
             "synthetic SentencePiece-style vocabulary of the model's size. For benchmarks.\n\n"
             "options:\n"
             "  -o, --output FILE  where to write (required)\n"
-            "  --type T           type of the matrices and embeddings: f16 (default), bf16, f32;\n"
-            "                     norms and rope factors are always f32\n"
+            "  --type T           type of the matrices and embeddings: f16 (default), bf16, f32,\n"
+            "                     or q8_0 (8-bit blocks, for quantized benchmarks); norms and\n"
+            "                     rope factors are always f32\n"
             "  --seed N           random seed (default 1); the same seed gives the same file\n"
             "  --list             list the presets and exit\n"
             "  -h, --help         this help\n\n");
@@ -41,7 +42,7 @@ static void print_help(FILE *out, st_type type) {
 static bool parse_type(const char *s, st_type *out) {
     st_type t;
     if (!st_type_from_name(s, &t)) return false;
-    if (t != ST_TYPE_F32 && t != ST_TYPE_F16 && t != ST_TYPE_BF16) return false;
+    if (t != ST_TYPE_F32 && t != ST_TYPE_F16 && t != ST_TYPE_BF16 && t != ST_TYPE_Q8_0) return false;
     *out = t;
     return true;
 }
@@ -62,7 +63,7 @@ int st_cmd_synth(int argc, char **argv) {
             if (missing) return cli_usage_error(CMD, "%s needs a file name", a);
             out = v;
         } else if (cli_take_value(argc, argv, &i, "--type", &v, &missing)) {
-            if (missing) return cli_usage_error(CMD, "--type needs a value (f16, bf16 or f32)");
+            if (missing) return cli_usage_error(CMD, "--type needs a value (f16, bf16, f32 or q8_0)");
             type_s = v;
         } else if (cli_take_value(argc, argv, &i, "--seed", &v, &missing)) {
             if (missing) return cli_usage_error(CMD, "--seed needs a value");
@@ -78,7 +79,7 @@ int st_cmd_synth(int argc, char **argv) {
 
     st_type type = ST_TYPE_F16;
     if (type_s && !parse_type(type_s, &type))
-        return cli_usage_error(CMD, "bad --type '%s': use f16, bf16 or f32", type_s);
+        return cli_usage_error(CMD, "bad --type '%s': use f16, bf16, f32 or q8_0", type_s);
     if (help) {
         print_help(stdout, type);
         return ST_EXIT_OK;
