@@ -33,8 +33,8 @@
 // Run: build-gpu/decode_step_bench [--pad] [--depth N] [--n-kv N] [--reps N] [--cache-config C] [MODEL ...]
 //   --cache-config shared|equal|l1: cudaDeviceSetCacheConfig first (the L1/shared split
 //   every kernel without its own preference asks for)
-//   --n-kv: the bound attention gets (a recorded decode step passes its depth bucket's;
-//   default the cache size, 4096)
+//   --n-kv: the bound attention gets (default: the one a recorded decode step at that depth
+//   passes, its depth bucket's, st_decode_bucket; at most the cache size, 4096)
 //   MODEL: llama-3.2-1b, qwen3-1.7b, qwen3-8b (default: all three)
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +43,9 @@
 
 #include "stride/backend.h"
 #include "stride/types.h"
+extern "C" {
+#include "model/session_internal.h" // st_decode_bucket: the bound a recorded decode step passes
+}
 
 #include "kernel_bench.h"
 
@@ -398,7 +401,7 @@ static void run_model(const shape *sh, bool pad, int64_t depth, int64_t n_kv, in
 int main(int argc, char **argv) {
     g_bench_name = "decode_step_bench";
     bool pad = false;
-    int64_t depth = 64, n_kv = N_CTX;
+    int64_t depth = 64, n_kv = 0; // (0: the depth's bucket bound)
     int reps = 20, n_models = 0;
     const char *cache_config = NULL;
     const shape *models[3];
@@ -427,6 +430,7 @@ int main(int argc, char **argv) {
             models[n_models++] = found;
         }
     }
+    if (n_kv == 0 && depth >= 0) st_decode_bucket(depth, N_CTX, &n_kv);
     if (depth < 0 || depth >= n_kv || n_kv > N_CTX || reps < 1)
         die("--depth must be in [0, n_kv), --n-kv in (depth, 4096], --reps >= 1", NULL);
     if (n_models == 0)

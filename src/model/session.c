@@ -184,14 +184,11 @@ void st_session_rewind(st_session *s, int64_t n_past) {
     s->n_past = n_past;
 }
 
-/* The depth bucket of a one-token step at position pos, and the keys its recording attends
- * over (*n_kv > pos): ST_DECODE_FIRST_BOUND doubled per bucket, the last bucket and any
- * bound past the context n_ctx. */
-static int decode_bucket(const st_session *s, int64_t pos, int64_t *n_kv) {
+int st_decode_bucket(int64_t pos, int64_t n_ctx, int64_t *n_kv) {
     int k = 0;
     int64_t bound = ST_DECODE_FIRST_BOUND;
     while (k < ST_DECODE_BUCKETS - 1 && pos >= bound) k++, bound *= 2;
-    *n_kv = k == ST_DECODE_BUCKETS - 1 || bound > s->opt.n_ctx ? s->opt.n_ctx : bound;
+    *n_kv = k == ST_DECODE_BUCKETS - 1 || bound > n_ctx ? n_ctx : bound;
     return k;
 }
 
@@ -214,7 +211,7 @@ static st_status decode_token(st_session *s, int32_t token, st_error *err) {
     st_forward_io io = {.ids = s->step_ids, .pos = s->step_pos, .n_kv = s->n_past + 1, .n_out = 1,
                         .logits = &s->step_out};
     if (!s->graphs_enabled) return plain_step(s, &io, err);
-    const int k = decode_bucket(s, s->n_past, &io.n_kv);
+    const int k = st_decode_bucket(s->n_past, s->opt.n_ctx, &io.n_kv);
     if (!s->decode_graphs[k]) {
         if (!s->decode_warm) {
             s->decode_warm = true;

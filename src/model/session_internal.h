@@ -13,6 +13,11 @@
 #define ST_DECODE_BUCKETS 7
 #define ST_DECODE_FIRST_BOUND 64
 
+/* The depth bucket of a one-token step at position pos, and the keys its recording attends
+ * over (*n_kv > pos): ST_DECODE_FIRST_BOUND doubled per bucket, the last bucket and any
+ * bound past the context n_ctx. (bench/kernels/decode_step_bench.cu takes the same bound.) */
+int st_decode_bucket(int64_t pos, int64_t n_ctx, int64_t *n_kv);
+
 typedef struct st_kv_layer {
     st_tensor k; /* [head_dim, n_head_kv, C] F16/F32 */
     st_tensor v; /* [head_dim, n_head_kv, C] */
