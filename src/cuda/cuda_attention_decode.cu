@@ -5,7 +5,8 @@
 // each K/V row is read from memory once per step. The block walks its split of the keys in
 // chunks of C keys (up to 16 KiB of K and 16 KiB of V in shared memory, at most 64 keys:
 // head_dim 128 in F16 walks a 64-key split in one chunk; the next chunk is loaded
-// into registers while the current one is computed):
+// into registers while the current one is computed, the first while the queries are
+// roped):
 //   scores    one key per thread, f32 dot products against the f32 queries in shared memory
 //   softmax   one warp per row: running max and sum, the factor for the accumulator
 //   P.V       one pair of output dimensions per thread, NR rows (a template bucket)
