@@ -93,12 +93,19 @@ static st_status project_add(st_session *s, st_tensor *x, const st_tensor *w, co
     return ST_OK;
 }
 
+/* Whether a one-token step may have its residual adds prepare the next product's norm: the
+ * backend fuses products and has a rule for it (checked before building the next product's
+ * descriptor, which only the rule reads). */
+static bool norms_preparable(const st_session *s, int64_t M) {
+    const st_backend_iface *be = s->model->backend->iface;
+    return M == 1 && be->mul_mat_fused && be->prepared_norm_pays;
+}
+
 /* Whether the residual add before the normed product op should form its x * norm_w
- * (project_add): one token, where the backend says the product runs faster from it. */
+ * (project_add): where the backend says the product runs faster from it. */
 static bool prepare_norm_for(const st_session *s, const st_fused_mul_mat *op) {
     st_backend *b = s->model->backend;
-    return op->x->ne[1] == 1 && op->norm_w && b->iface->mul_mat_fused && b->iface->prepared_norm_pays &&
-           b->iface->prepared_norm_pays(b, op);
+    return op->norm_w && b->iface->prepared_norm_pays(b, op);
 }
 
 /* A layer's normed q/k/v product: h = rmsnorm(x) * attn_norm; q, k, v = Wq h, Wk h, Wv h
@@ -209,7 +216,7 @@ static st_status attention_block(st_session *s, const st_layer_weights *l, int64
     st_tensor a2 = cols(&s->attn, M), o = cols(&s->proj, M);
     /* the dense FFN's fused norm + gate/up may take its x * ffn_norm from the add */
     const st_tensor *next = NULL;
-    if (M == 1 && hp->n_expert == 0) {
+    if (hp->n_expert == 0 && norms_preparable(s, M)) {
         gate_up_product g;
         gate_up_product_init(s, l, M, &g);
         if (prepare_norm_for(s, &g.op)) next = l->ffn_norm;
@@ -230,7 +237,7 @@ static st_status ffn_dense(st_session *s, const st_layer_weights *l, int64_t M, 
     TRY(st_backend_mul_mat_fused(b, &g.op, err));
     if (g.swiglu_after) b->iface->swiglu_fused(b, &g.act, &g.gate_up);
     const st_tensor *next = NULL;
-    if (M == 1 && next_l) {
+    if (next_l && norms_preparable(s, M)) {
         qkv_product p;
         qkv_product_init(s, next_l, M, &p);
         if (prepare_norm_for(s, &p.op)) next = next_l->attn_norm;
