@@ -39,6 +39,16 @@
 #define QMM_WARPS 4
 // Chunks whose loads a lane issues before it uses the first.
 #define QMM_UNROLL 4
+// Blocks an SM the one-column matrix-vector kernel is compiled for, and its grid a
+// multiprocessor (each block walking groups of rows): 8 for the 32-value types (<= 64
+// registers, no spills), 5 for the K-quants (<= 96: at 64, ptxas spilled 8-276 bytes, their
+// QMM_UNROLL chunks in flight being 16-40 registers).
+#ifndef Q_GEMV_MIN_BLOCKS
+#define Q_GEMV_MIN_BLOCKS 8
+#endif
+#ifndef Q_GEMV_MIN_BLOCKS_K
+#define Q_GEMV_MIN_BLOCKS_K 5
+#endif
 // Threads per block of the element-parallel kernels (get_rows, dequantize, pack).
 #define QMM_THREADS 256
 // The F16 weight slab of the prefill path: rows dequantized per GEMM (bounds scratch; a
@@ -383,18 +393,18 @@ template <st_type T> __device__ __forceinline__ int q_chunk_index(int64_t c) {
 
 // ---- the matrix-vector product ----------------------------------------------------------
 
-// acc[c] = dot(row, xs[c]) for c < n_cols, in every lane of the warp: n_chunks chunks of
-// the row (K / CHUNK). x_vec: every xs[c] is 16-byte aligned (CHUNK is a multiple of 4).
+// acc[c] = dot(row, xs[c]) for c < n_cols <= NC, in every lane of the warp: n_chunks chunks
+// of the row (K / CHUNK). x_vec: every xs[c] is 16-byte aligned (CHUNK is a multiple of 4).
 // Lane l sums its chunks l, l + 32, ... in order, then a shuffle tree: the order depends
-// on K alone.
-template <st_type T>
+// on K alone (not on NC: one column gives the same bits at NC = 1 and QMM_MAX_COLS).
+template <st_type T, int NC>
 __device__ __forceinline__ void q_gemv_row(const uint8_t *__restrict__ row, int64_t n_chunks, const float *const *xs,
-                                           int n_cols, bool x_vec, float acc[QMM_MAX_COLS]) {
+                                           int n_cols, bool x_vec, float acc[NC]) {
     using F = qfmt<T>;
     constexpr int W = ST_GPU_WARP_SIZE, CH = F::CHUNK;
     const int lane = threadIdx.x % W;
 #pragma unroll
-    for (int c = 0; c < QMM_MAX_COLS; c++) acc[c] = 0.0f;
+    for (int c = 0; c < NC; c++) acc[c] = 0.0f;
     for (int64_t c0 = lane; c0 < n_chunks; c0 += (int64_t)W * QMM_UNROLL) {
         typename F::raw r[QMM_UNROLL];
 #pragma unroll
@@ -410,7 +420,7 @@ __device__ __forceinline__ void q_gemv_row(const uint8_t *__restrict__ row, int6
             F::dequant(r[u], q_chunk_index<T>(ch), wf);
             const int64_t k0 = ch * CH;
 #pragma unroll
-            for (int c = 0; c < QMM_MAX_COLS; c++) {
+            for (int c = 0; c < NC; c++) {
                 if (c >= n_cols) break;
                 float s = acc[c];
                 if (x_vec) {
@@ -431,34 +441,53 @@ __device__ __forceinline__ void q_gemv_row(const uint8_t *__restrict__ row, int6
         }
     }
 #pragma unroll
-    for (int c = 0; c < QMM_MAX_COLS; c++) {
+    for (int c = 0; c < NC; c++) {
         if (c >= n_cols) break;
         acc[c] = cuda_warp_sum(acc[c]);
     }
 }
 
-// Block: QMM_WARPS weight rows; grid y: groups of QMM_MAX_COLS columns.
-template <st_type T>
-__global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE)
+// Block: QMM_WARPS weight rows at a time, a group of them after another (grid-stride:
+// the launch sizes the grid to the blocks the SMs hold at once, so that a block's warps go
+// from row to row rather than each block serving one row a warp and leaving); grid y:
+// groups of NC columns. A column's rows of a group leave in one contiguous store, not one
+// store a warp: y may be page-locked host memory (a decode step's logits, which the output
+// head writes straight to the host), where every store is a PCIe write. NC = 1 (one token)
+// holds one accumulator a lane, so that the kernel fits q_gemv_min_blocks blocks an SM.
+template <st_type T> static constexpr int q_gemv_min_blocks() {
+    return qfmt<T>::QK == 256 ? Q_GEMV_MIN_BLOCKS_K : Q_GEMV_MIN_BLOCKS;
+}
+
+template <st_type T, int NC>
+__global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE, NC == 1 ? q_gemv_min_blocks<T>() : 1)
     q_gemv(const uint8_t *w, int64_t nb1, int64_t K, int64_t N, st_cuda_view x, st_cuda_view y, int64_t M,
            bool x_vec) {
-    const int64_t n = (int64_t)blockIdx.x * QMM_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
-    if (n >= N) return;
-    const int lane = threadIdx.x % ST_GPU_WARP_SIZE;
-    const int64_t n_chunks = K / qfmt<T>::CHUNK;
-    for (int64_t m0 = (int64_t)blockIdx.y * QMM_MAX_COLS; m0 < M; m0 += (int64_t)gridDim.y * QMM_MAX_COLS) {
-        const int n_cols = (int)(M - m0 < QMM_MAX_COLS ? M - m0 : QMM_MAX_COLS);
-        const float *xs[QMM_MAX_COLS];
+    static_assert(NC * QMM_WARPS <= QMM_WARPS * ST_GPU_WARP_SIZE, "a thread a staged value");
+    __shared__ float ys[NC][QMM_WARPS];
+    const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
+    const int64_t n_chunks = K / qfmt<T>::CHUNK, n_groups = (N + QMM_WARPS - 1) / QMM_WARPS;
+    for (int64_t m0 = (int64_t)blockIdx.y * NC; m0 < M; m0 += (int64_t)gridDim.y * NC) {
+        const int n_cols = (int)(M - m0 < NC ? M - m0 : NC);
+        const float *xs[NC];
 #pragma unroll
-        for (int c = 0; c < QMM_MAX_COLS; c++) xs[c] = (const float *)cuda_row(x, m0 + (c < n_cols ? c : 0));
-        float acc[QMM_MAX_COLS];
-        q_gemv_row<T>(w + n * nb1, n_chunks, xs, n_cols, x_vec, acc);
-        if (lane == 0) {
+        for (int c = 0; c < NC; c++) xs[c] = (const float *)cuda_row(x, m0 + (c < n_cols ? c : 0));
+        for (int64_t g = blockIdx.x; g < n_groups; g += gridDim.x) { // (the same trips in every warp)
+            const int64_t n0 = g * QMM_WARPS, n = n0 + warp;
+            if (n < N) { // (a warp past the last row still reaches the barriers)
+                float acc[NC];
+                q_gemv_row<T, NC>(w + n * nb1, n_chunks, xs, n_cols, x_vec, acc);
+                if (lane == 0) {
 #pragma unroll
-            for (int c = 0; c < QMM_MAX_COLS; c++) {
-                if (c >= n_cols) break;
-                ((float *)cuda_row(y, m0 + c))[n] = acc[c];
+                    for (int c = 0; c < NC; c++) {
+                        if (c >= n_cols) break;
+                        ys[c][warp] = acc[c];
+                    }
+                }
             }
+            __syncthreads();
+            const int c = threadIdx.x / QMM_WARPS, r = threadIdx.x % QMM_WARPS;
+            if (c < n_cols && n0 + r < N) ((float *)cuda_row(y, m0 + c))[n0 + r] = ys[c][r];
+            __syncthreads(); // ys is free for the next group
         }
     }
 }
@@ -483,11 +512,9 @@ __global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE)
         if (n >= N) continue;
         const char *xrow = x_mode == 0 ? x.data + j * x.nb1 + m * x.nb2 : x_mode == 1 ? x.data + m * x.nb1
                                                                                      : x.data + m * x.nb2;
-        const float *xs[QMM_MAX_COLS];
-#pragma unroll
-        for (int c = 0; c < QMM_MAX_COLS; c++) xs[c] = (const float *)xrow;
-        float acc[QMM_MAX_COLS];
-        q_gemv_row<T>(w + (int64_t)e * nb2 + n * nb1, K / qfmt<T>::CHUNK, xs, 1, x_vec, acc);
+        const float *xs[1] = {(const float *)xrow};
+        float acc[1];
+        q_gemv_row<T, 1>(w + (int64_t)e * nb2 + n * nb1, K / qfmt<T>::CHUNK, xs, 1, x_vec, acc);
         if (lane == 0) ((float *)(y.data + j * y.nb1 + m * y.nb2))[n] = acc[0];
     }
 }
@@ -591,10 +618,17 @@ struct q_launch_gemv {
     template <st_type T>
     static void run(st_cuda_ctx *c, const st_tensor *dst, const st_tensor *w, const st_tensor *x, int64_t M) {
         const int64_t K = w->ne[0], N = w->ne[1];
-        const int64_t groups = (M + QMM_MAX_COLS - 1) / QMM_MAX_COLS;
-        const dim3 grid(cuda_blocks(N, QMM_WARPS), cuda_grid_y(groups));
-        q_gemv<T><<<grid, QMM_WARPS * ST_GPU_WARP_SIZE, 0, c->stream>>>(
-            (const uint8_t *)w->data, (int64_t)w->nb[1], K, N, cuda_view(x), cuda_view(dst), M, cuda_rows_aligned16(x));
+        const unsigned int row_groups = cuda_blocks(N, QMM_WARPS), threads = QMM_WARPS * ST_GPU_WARP_SIZE;
+        const uint8_t *wd = (const uint8_t *)w->data;
+        if (M == 1) { // one wave of blocks, each walking groups of rows
+            const unsigned int wave = (unsigned int)c->sm_count * q_gemv_min_blocks<T>();
+            q_gemv<T, 1><<<row_groups < wave ? row_groups : wave, threads, 0, c->stream>>>(
+                wd, (int64_t)w->nb[1], K, N, cuda_view(x), cuda_view(dst), M, cuda_rows_aligned16(x));
+        } else { // a block a group of rows, for every QMM_MAX_COLS columns
+            const dim3 grid(row_groups, cuda_grid_y((M + QMM_MAX_COLS - 1) / QMM_MAX_COLS));
+            q_gemv<T, QMM_MAX_COLS><<<grid, threads, 0, c->stream>>>(wd, (int64_t)w->nb[1], K, N, cuda_view(x),
+                                                                    cuda_view(dst), M, cuda_rows_aligned16(x));
+        }
     }
 };
 

@@ -2,8 +2,9 @@
  * Quantized weights on the CUDA backend (cuda_quant.cu) against the CPU backend, which
  * dequantizes bit-exactly like the gguf package (tests/python/test_quant_vectors.py):
  * every type stride reads, odd N, K of one block, an odd number of blocks and a model-sized
- * row, M = 1, 2, 3, 7 (the matrix-vector kernel) and 8, 9, 33, 512 (dequantize-to-F16 +
- * cuBLAS), packed / strided / gapped activations, packed and padded weight row strides;
+ * row, M = 1, 2, 3, 7 (the matrix-vector kernel; at M = 1 also more rows than its grid
+ * holds at once) and 8, 9, 33, 512 (dequantize-to-F16 + cuBLAS), packed / strided /
+ * gapped activations, packed and padded weight row strides;
  * get_rows (exact), mul_mat_id, the fused product of the forward pass, the upload (kept
  * as stored), and the errors (a type CUDA cannot read, rows off the block alignment, a
  * row id outside the table).
@@ -259,6 +260,37 @@ static void test_mul_mat(st_type t, int64_t K, int64_t N, int64_t M, size_t pad,
     qweight_free(&w);
 }
 
+/* The matrix-vector product into page-locked host memory (host_alloc), as a decode step's
+ * quantized output head writes its logits straight to the host: the same bytes as into
+ * device memory, the values outside the view (gaps between and around the columns) left
+ * as they were. N = 45 leaves dead warps in the last block. */
+static void test_mul_mat_to_host(st_type t, int64_t K, int64_t N, int64_t M) {
+    qweight w = qweight_new(t, K, N, 1, 0);
+    view vx, vy;
+    mm_views(X_GAPPED, K, N, M, &vx, &vy);
+    dual dx = dual_new(view_bytes(&vx)), dy = dual_new(view_bytes(&vy));
+    dual_random_f32(&dx);
+    dual_poison(&dy);
+    st_error err = {0};
+    char *host = NULL;
+    if (g_gpu->iface->host_alloc(g_gpu, dy.bytes, (void **)&host, &err) != ST_OK) test_die("cuda host_alloc", &err);
+    memcpy(host, dy.host, dy.bytes); /* the same poison */
+    st_tensor wg = on(&w.v, w.d.gpu), xg = on(&vx, dx.gpu), yd = on(&vy, dy.gpu), yh = on(&vy, host);
+    if (g_gpu->iface->mul_mat(g_gpu, &yd, &wg, &xg, &err) != ST_OK) test_die("cuda mul_mat", &err);
+    if (g_gpu->iface->mul_mat(g_gpu, &yh, &wg, &xg, &err) != ST_OK) test_die("cuda mul_mat to host", &err);
+    char *want = dual_fetch(&dy); /* synchronizes: host is final too */
+    cmp_result r = compare_bytes(want, host, dy.bytes);
+    char desc[96];
+    snprintf(desc, sizeof(desc), "%s K=%lld N=%lld M=%lld y in page-locked host memory", tname(t), (long long)K,
+             (long long)N, (long long)M);
+    record("mul_mat to host = to device", desc, &r, TOL_EXACT);
+    free(want);
+    g_gpu->iface->host_free(g_gpu, host);
+    dual_free(&dx);
+    dual_free(&dy);
+    qweight_free(&w);
+}
+
 /* ---- mul_mat_id ----------------------------------------------------------------------------- */
 
 typedef enum moe_x { MOE_PER_SLOT = 0, MOE_SHARED_2D = 1, MOE_SHARED_3D = 2 } moe_x;
@@ -467,6 +499,12 @@ static void run_all(void) {
                 if (M == 3) test_mul_mat(t, Ks[ki], 37, M, 0, X_GAPPED);
             }
         test_mul_mat(t, Ks[2], 1001, 1, 0, X_PACKED);
+        /* one column: more row groups than the grid's blocks (132 SMs x 5-8 blocks x 4
+         * rows), so that blocks walk several */
+        test_mul_mat(t, Ks[1], 5003, 1, 16, X_PACKED);
+        test_mul_mat_to_host(t, Ks[1], 45, 1);
+        test_mul_mat_to_host(t, Ks[1], 5003, 1);
+        test_mul_mat_to_host(t, Ks[2], 1001, 3);
 
         const int64_t gemm_M[] = {8, 9, 33, 512};
         for (int ki = 1; ki < 3; ki++)
