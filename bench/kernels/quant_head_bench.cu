@@ -4,7 +4,9 @@
 //
 //   Q8_0 and Q5_0 [K, N] at gemma-3-270m's head (640 x 262,144: 640 is no multiple of the
 //   K-quants' 256), Q6_K at llama-3.2-1b's (2,048 x 128,256). Weight bytes over the 4,260
-//   GB/s copy rate is the floor. Blocks are a fixed byte pattern (valid f16 scales): the values do not matter.
+//   GB/s copy rate is the floor. And one layer's gate and up of llama-3.2-1b as one product
+//   (2,048 x 16,384) in Q4_K and Q8_0: a decode product of a quantized model. Blocks are a
+//   fixed byte pattern (valid f16 scales): the values do not matter.
 //
 // Build against a build's library (from the repository root, on the GPU machine):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Isrc -DSTRIDE_HAVE_CUDA=1 bench/kernels/quant_head_bench.cu \
@@ -53,7 +55,9 @@ int main(void) {
         int64_t K, N;
     } heads[] = {{"gemma-3-270m Q8_0", ST_TYPE_Q8_0, 640, 262144},
                  {"gemma-3-270m Q5_0", ST_TYPE_Q5_0, 640, 262144},
-                 {"llama-3.2-1b Q6_K", ST_TYPE_Q6_K, 2048, 128256}};
+                 {"llama-3.2-1b Q6_K", ST_TYPE_Q6_K, 2048, 128256},
+                 {"llama-3.2-1b gate+up Q4_K", ST_TYPE_Q4_K, 2048, 16384},
+                 {"llama-3.2-1b gate+up Q8_0", ST_TYPE_Q8_0, 2048, 16384}};
     printf("| head | weight MB | floor us | y in device memory us | y in page-locked host memory us |\n");
     printf("|---|---:|---:|---:|---:|\n");
     const char *div_env = getenv("QHB_ROWS_DIV"); // (a probe: the heads' rows divided by this)

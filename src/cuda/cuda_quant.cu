@@ -1,8 +1,9 @@
 // Block-quantized weights on the GPU, kept as stored (never padded; include/stride/quant.h
 // has the layouts, src/quant/ the CPU dequantizers these kernels reproduce bit for bit):
 //
-//   mul_mat, M < ST_CUDA_QGEMM_MIN_M (decode): a dequantizing matrix-vector kernel, one warp
-//     per weight row, reading the row once for all M columns; f32 products and sums.
+//   mul_mat, M < ST_CUDA_QGEMM_MIN_M (decode): a dequantizing matrix-vector kernel, a warp
+//     a weight row at a time, reading the row once for all M columns through shared memory
+//     (16-byte copies, several segments in flight: q_gemv); f32 products and sums.
 //   mul_mat, M >= ST_CUDA_QGEMM_MIN_M (prefill): slabs of rows dequantized to F16 in scratch,
 //     then cuBLAS (F16 x F16, f32 accumulate) on each slab, x rounded to F16 once.
 //   get_rows: the selected rows dequantized to F32 (exact: the CPU's values).
@@ -18,7 +19,9 @@
 // [c * CHUNK, (c + 1) * CHUNK). A thread loads the bytes one chunk needs (its quants and
 // the block's scales) and dequantizes them. Lane l of a warp takes chunks l, l + 32, ...
 // so that a warp's loads cover consecutive bytes of the row; each lane issues the loads
-// of QMM_UNROLL chunks before it uses any (bytes in flight). The widest load a field's
+// of QMM_UNROLL chunks before it uses any (bytes in flight). q_gemv reads the same chunks
+// from a copy of the row in shared memory (see there); the other kernels read them from
+// global memory. The widest load a field's
 // alignment allows is used: blocks of q4_K/q5_K (144/176 B) are 16-byte multiples, so
 // their quants come in 16-byte loads; q5_1 (24 B) in 8-byte, q4_1/q2_K/q8_K (20/84/292
 // B) in 4-byte loads; q8_0, q4_0, q5_0, q3_K, q6_K blocks (34/18/22/110/210 B) are only
@@ -40,14 +43,14 @@
 // Chunks whose loads a lane issues before it uses the first.
 #define QMM_UNROLL 4
 // Blocks an SM the one-column matrix-vector kernel is compiled for, and its grid a
-// multiprocessor (each block walking groups of rows): 8 for the 32-value types (<= 64
-// registers, no spills), 5 for the K-quants (<= 96: at 64, ptxas spilled 8-276 bytes, their
-// QMM_UNROLL chunks in flight being 16-40 registers).
+// multiprocessor (each block's warps walking groups of rows): 8 (<= 64 registers; ptxas
+// spills 4 bytes of q4_K there, nothing else). Its bytes in flight are in shared memory,
+// not registers.
 #ifndef Q_GEMV_MIN_BLOCKS
 #define Q_GEMV_MIN_BLOCKS 8
 #endif
 #ifndef Q_GEMV_MIN_BLOCKS_K
-#define Q_GEMV_MIN_BLOCKS_K 5
+#define Q_GEMV_MIN_BLOCKS_K 8
 #endif
 // Threads per block of the element-parallel kernels (get_rows, dequantize, pack).
 #define QMM_THREADS 256
@@ -55,24 +58,35 @@
 // 262144 x 640 output layer is 10 slabs of ~26k rows).
 #define QMM_SLAB_BYTES ((size_t)32 << 20)
 
-// ---- loads ------------------------------------------------------------------------------
+// ---- loads ----------------------------------------------------------------------------
+//
+// A format's bytes are read either from global memory, through the read-only path
+// (get_rows, the dequantizing prefill, mul_mat_id), or from a window the matrix-vector
+// kernel has staged in shared memory (Q_SHARED).
+enum q_src { Q_GLOBAL, Q_SHARED };
+
+// u16 at p (2-byte aligned).
+template <q_src S> __device__ __forceinline__ uint32_t q_ld16(const uint8_t *p) {
+    if constexpr (S == Q_GLOBAL) return __ldg((const unsigned short *)p);
+    else return *(const unsigned short *)p;
+}
 
 // A little-endian u32 at p, which is A-byte aligned (A >= 2: every block is).
-template <int A> __device__ __forceinline__ uint32_t q_ld32(const uint8_t *p) {
+template <q_src S, int A> __device__ __forceinline__ uint32_t q_ld32(const uint8_t *p) {
     if constexpr (A >= 4) {
-        return __ldg((const unsigned int *)p);
+        if constexpr (S == Q_GLOBAL) return __ldg((const unsigned int *)p);
+        else return *(const unsigned int *)p;
     } else {
-        const uint32_t lo = __ldg((const unsigned short *)p), hi = __ldg((const unsigned short *)(p + 2));
-        return lo | (hi << 16);
+        return q_ld16<S>(p) | (q_ld16<S>(p + 2) << 16);
     }
 }
 
 // NW little-endian u32 words from p (A-byte aligned) with the widest loads A allows.
-template <int A, int NW> __device__ __forceinline__ void q_ldw(const uint8_t *p, uint32_t *w) {
+template <q_src S, int A, int NW> __device__ __forceinline__ void q_ldw(const uint8_t *p, uint32_t *w) {
     if constexpr (A >= 16 && NW % 4 == 0) {
 #pragma unroll
         for (int i = 0; i < NW / 4; i++) {
-            const uint4 v = __ldg((const uint4 *)p + i);
+            const uint4 v = S == Q_GLOBAL ? __ldg((const uint4 *)p + i) : ((const uint4 *)p)[i];
             w[4 * i] = v.x;
             w[4 * i + 1] = v.y;
             w[4 * i + 2] = v.z;
@@ -81,18 +95,15 @@ template <int A, int NW> __device__ __forceinline__ void q_ldw(const uint8_t *p,
     } else if constexpr (A >= 8 && NW % 2 == 0) {
 #pragma unroll
         for (int i = 0; i < NW / 2; i++) {
-            const uint2 v = __ldg((const uint2 *)p + i);
+            const uint2 v = S == Q_GLOBAL ? __ldg((const uint2 *)p + i) : ((const uint2 *)p)[i];
             w[2 * i] = v.x;
             w[2 * i + 1] = v.y;
         }
     } else {
 #pragma unroll
-        for (int i = 0; i < NW; i++) w[i] = q_ld32<A>(p + 4 * i);
+        for (int i = 0; i < NW; i++) w[i] = q_ld32<S, A>(p + 4 * i);
     }
 }
-
-// u16 at p (2-byte aligned).
-__device__ __forceinline__ uint32_t q_ld16(const uint8_t *p) { return __ldg((const unsigned short *)p); }
 
 // Byte j of words w (little endian).
 __device__ __forceinline__ int q_byte(const uint32_t *w, int j) { return (int)((w[j >> 2] >> (8 * (j & 3))) & 0xffu); }
@@ -119,10 +130,10 @@ template <st_type T> struct qfmt;
 template <> struct qfmt<ST_TYPE_Q8_0> {
     static constexpr int QK = 32, BYTES = 34, A = 2, CHUNK = 8;
     struct raw { uint32_t d, q[2]; };
-    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+    template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
-        r.d = q_ld16(b);
-        q_ldw<2, 2>(b + 2 + 8 * ci, r.q);
+        r.d = q_ld16<S>(b);
+        q_ldw<S, 2, 2>(b + 2 + 8 * ci, r.q);
         return r;
     }
     static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
@@ -137,10 +148,10 @@ template <> struct qfmt<ST_TYPE_Q8_0> {
 template <> struct qfmt<ST_TYPE_Q4_0> {
     static constexpr int QK = 32, BYTES = 18, A = 2, CHUNK = 8;
     struct raw { uint32_t d, q[2]; };
-    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+    template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
-        r.d = q_ld16(b);
-        q_ldw<2, 2>(b + 2 + 8 * (ci & 1), r.q);
+        r.d = q_ld16<S>(b);
+        q_ldw<S, 2, 2>(b + 2 + 8 * (ci & 1), r.q);
         return r;
     }
     static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
@@ -155,10 +166,10 @@ template <> struct qfmt<ST_TYPE_Q4_0> {
 template <> struct qfmt<ST_TYPE_Q4_1> {
     static constexpr int QK = 32, BYTES = 20, A = 4, CHUNK = 8;
     struct raw { uint32_t dm, q[2]; };
-    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+    template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
-        r.dm = q_ld32<4>(b);
-        q_ldw<4, 2>(b + 4 + 8 * (ci & 1), r.q);
+        r.dm = q_ld32<S, 4>(b);
+        q_ldw<S, 4, 2>(b + 4 + 8 * (ci & 1), r.q);
         return r;
     }
     static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
@@ -173,11 +184,11 @@ template <> struct qfmt<ST_TYPE_Q4_1> {
 template <> struct qfmt<ST_TYPE_Q5_0> {
     static constexpr int QK = 32, BYTES = 22, A = 2, CHUNK = 8;
     struct raw { uint32_t d, qh, q[2]; };
-    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+    template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
-        r.d = q_ld16(b);
-        r.qh = q_ld32<2>(b + 2);
-        q_ldw<2, 2>(b + 6 + 8 * (ci & 1), r.q);
+        r.d = q_ld16<S>(b);
+        r.qh = q_ld32<S, 2>(b + 2);
+        q_ldw<S, 2, 2>(b + 6 + 8 * (ci & 1), r.q);
         return r;
     }
     static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
@@ -196,13 +207,13 @@ template <> struct qfmt<ST_TYPE_Q5_0> {
 template <> struct qfmt<ST_TYPE_Q5_1> {
     static constexpr int QK = 32, BYTES = 24, A = 8, CHUNK = 8;
     struct raw { uint32_t dm, qh, q[2]; };
-    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+    template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
         uint32_t head[2];
-        q_ldw<8, 2>(b, head);
+        q_ldw<S, 8, 2>(b, head);
         r.dm = head[0];
         r.qh = head[1];
-        q_ldw<8, 2>(b + 8 + 8 * (ci & 1), r.q);
+        q_ldw<S, 8, 2>(b + 8 + 8 * (ci & 1), r.q);
         return r;
     }
     static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
@@ -223,11 +234,11 @@ template <> struct qfmt<ST_TYPE_Q5_1> {
 template <> struct qfmt<ST_TYPE_Q2_K> {
     static constexpr int QK = 256, BYTES = 84, A = 4, CHUNK = 16;
     struct raw { uint32_t dd, sc, q[4]; };
-    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+    template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
-        r.dd = q_ld32<4>(b + 80);
-        r.sc = q_ld32<4>(b + (ci & ~3));
-        q_ldw<4, 4>(b + 16 + 32 * (ci >> 3) + 16 * (ci & 1), r.q);
+        r.dd = q_ld32<S, 4>(b + 80);
+        r.sc = q_ld32<S, 4>(b + (ci & ~3));
+        q_ldw<S, 4, 4>(b + 16 + 32 * (ci >> 3) + 16 * (ci & 1), r.q);
         return r;
     }
     static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
@@ -245,12 +256,12 @@ template <> struct qfmt<ST_TYPE_Q2_K> {
 template <> struct qfmt<ST_TYPE_Q3_K> {
     static constexpr int QK = 256, BYTES = 110, A = 2, CHUNK = 16;
     struct raw { uint32_t d, sc[3], hm[4], q[4]; };
-    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+    template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
-        r.d = q_ld16(b + 108);
-        q_ldw<2, 3>(b + 96, r.sc);
-        q_ldw<2, 4>(b + 16 * (ci & 1), r.hm);
-        q_ldw<2, 4>(b + 32 + 32 * (ci >> 3) + 16 * (ci & 1), r.q);
+        r.d = q_ld16<S>(b + 108);
+        q_ldw<S, 2, 3>(b + 96, r.sc);
+        q_ldw<S, 2, 4>(b + 16 * (ci & 1), r.hm);
+        q_ldw<S, 2, 4>(b + 32 + 32 * (ci >> 3) + 16 * (ci & 1), r.q);
         return r;
     }
     static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
@@ -294,10 +305,10 @@ __device__ __forceinline__ void q_k4_scale_min(const uint32_t *head, int s, floa
 template <> struct qfmt<ST_TYPE_Q4_K> {
     static constexpr int QK = 256, BYTES = 144, A = 16, CHUNK = 16;
     struct raw { uint32_t head[4], q[4]; };
-    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+    template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
-        q_ldw<16, 4>(b, r.head);
-        q_ldw<16, 4>(b + 16 + 32 * (ci >> 2) + 16 * (ci & 1), r.q);
+        q_ldw<S, 16, 4>(b, r.head);
+        q_ldw<S, 16, 4>(b + 16 + 32 * (ci >> 2) + 16 * (ci & 1), r.q);
         return r;
     }
     static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
@@ -315,11 +326,11 @@ template <> struct qfmt<ST_TYPE_Q4_K> {
 template <> struct qfmt<ST_TYPE_Q5_K> {
     static constexpr int QK = 256, BYTES = 176, A = 16, CHUNK = 16;
     struct raw { uint32_t head[4], qh[4], q[4]; };
-    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+    template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
-        q_ldw<16, 4>(b, r.head);
-        q_ldw<16, 4>(b + 16 + 16 * (ci & 1), r.qh);
-        q_ldw<16, 4>(b + 48 + 32 * (ci >> 2) + 16 * (ci & 1), r.q);
+        q_ldw<S, 16, 4>(b, r.head);
+        q_ldw<S, 16, 4>(b + 16 + 16 * (ci & 1), r.qh);
+        q_ldw<S, 16, 4>(b + 48 + 32 * (ci >> 2) + 16 * (ci & 1), r.q);
         return r;
     }
     static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
@@ -342,13 +353,13 @@ template <> struct qfmt<ST_TYPE_Q5_K> {
 template <> struct qfmt<ST_TYPE_Q6_K> {
     static constexpr int QK = 256, BYTES = 210, A = 2, CHUNK = 16;
     struct raw { uint32_t d, sc, ql[4], qh[4]; };
-    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+    template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
         const int h = ci >> 3, t = (ci & 7) >> 1, l0 = 16 * (ci & 1);
-        r.d = q_ld16(b + 208);
-        r.sc = q_ld16(b + 192 + (ci & ~1));
-        q_ldw<2, 4>(b + 64 * h + 32 * (t & 1) + l0, r.ql);
-        q_ldw<2, 4>(b + 128 + 32 * h + l0, r.qh);
+        r.d = q_ld16<S>(b + 208);
+        r.sc = q_ld16<S>(b + 192 + (ci & ~1));
+        q_ldw<S, 2, 4>(b + 64 * h + 32 * (t & 1) + l0, r.ql);
+        q_ldw<S, 2, 4>(b + 128 + 32 * h + l0, r.qh);
         return r;
     }
     static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
@@ -367,10 +378,10 @@ template <> struct qfmt<ST_TYPE_Q6_K> {
 template <> struct qfmt<ST_TYPE_Q8_K> {
     static constexpr int QK = 256, BYTES = 292, A = 4, CHUNK = 16;
     struct raw { uint32_t d, q[4]; };
-    static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
+    template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
-        r.d = q_ld32<4>(b);
-        q_ldw<4, 4>(b + 4 + 16 * ci, r.q);
+        r.d = q_ld32<S, 4>(b);
+        q_ldw<S, 4, 4>(b + 4 + 16 * ci, r.q);
         return r;
     }
     static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
@@ -447,48 +458,198 @@ __device__ __forceinline__ void q_gemv_row(const uint8_t *__restrict__ row, int6
     }
 }
 
-// Block: QMM_WARPS weight rows at a time, a group of them after another (grid-stride:
-// the launch sizes the grid to the blocks the SMs hold at once, so that a block's warps go
-// from row to row rather than each block serving one row a warp and leaving); grid y:
-// groups of NC columns. A column's rows of a group leave in one contiguous store, not one
-// store a warp: y may be page-locked host memory (a decode step's logits, which the output
-// head writes straight to the host), where every store is a PCIe write. NC = 1 (one token)
-// holds one accumulator a lane, so that the kernel fits q_gemv_min_blocks blocks an SM.
+// ---- the matrix-vector product, staged -----------------------------------------------------
+//
+// q_gemv: every warp of the grid walks groups of QMM_GROUP consecutive rows (group g, then
+// g + the grid's warps, ...), each row as segments of the row's chunks: a segment is the
+// SEG_CHUNKS = 32 QMM_UNROLL chunks one round of q_gemv_row's loop covers (lane l takes
+// chunks l, l + 32, ... of it), so that a lane sums its chunks in the order q_gemv_row
+// does and the bits are the same. A segment's bytes (whole blocks) are copied, as the
+// 16-byte-aligned window around them, into one of STAGES shared-memory stages of the warp
+// by cp.async; QMM_STAGES - 1 segments are in flight while the warp dequantizes one from
+// shared memory. So a warp reads a row in 16-byte loads (the blocks of most types are
+// only 2-byte aligned) and keeps several segments in flight (a row of a 640-wide head is
+// 680 bytes: one segment). The window overreads at most 15 bytes each side; weights live
+// in buffers the backend allocates, 256-byte aligned and sized in 256-byte multiples,
+// so it never leaves the allocation.
+//
+// The group's results leave together: lanes 0..QMM_GROUP-1 hold rows n0.. of every column,
+// and lane 0 writes them in one 16-byte store where y's row is aligned (y may be
+// page-locked host memory, the decode step's logits: every store a PCIe write).
+#define QMM_GROUP 4
+#ifndef QMM_STAGES
+#define QMM_STAGES 3
+#endif
+static_assert(QMM_GROUP == 4, "a group leaves as one float4");
+
+template <st_type T> struct q_seg {
+    using F = qfmt<T>;
+    static constexpr int CPB = F::QK / F::CHUNK;                      // chunks a block
+    static constexpr int CHUNKS = ST_GPU_WARP_SIZE * QMM_UNROLL;      // chunks a segment
+    static constexpr int BLOCKS = CHUNKS / CPB;                       // blocks a segment
+    static constexpr int WINDOW = (BLOCKS * F::BYTES / 16 + 2) * 16;  // bytes a stage holds
+    static_assert(CHUNKS % CPB == 0, "a segment is whole blocks");
+};
+
+template <st_type T> static constexpr size_t q_gemv_smem() {
+    return (size_t)QMM_WARPS * QMM_STAGES * q_seg<T>::WINDOW;
+}
+
+// 16 bytes global -> shared without waiting (sm_80+); a plain copy elsewhere.
+__device__ __forceinline__ void q_copy16(void *dst, const void *src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP_PLATFORM_AMD__)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src));
+#else
+    *(uint4 *)dst = __ldg((const uint4 *)src);
+#endif
+}
+__device__ __forceinline__ void q_copy_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP_PLATFORM_AMD__)
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Every group but the latest N committed has landed (for this lane).
+template <int N> __device__ __forceinline__ void q_copy_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP_PLATFORM_AMD__)
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// Segment s of row n: its bytes, whole blocks, start at w + n nb1 + s BLOCKS BYTES.
+template <st_type T>
+__device__ __forceinline__ const uint8_t *q_seg_bytes(const uint8_t *w, int64_t nb1, int64_t n, int64_t s) {
+    return w + n * nb1 + s * q_seg<T>::BLOCKS * qfmt<T>::BYTES;
+}
+
+// Copies the 16-byte-aligned window around segment s of a row (its bytes at p) into stage;
+// the segment then starts at stage + p % 16.
+template <st_type T>
+__device__ __forceinline__ void q_seg_copy(uint8_t *stage, const uint8_t *p, int64_t s, int64_t n_blocks) {
+    using G = q_seg<T>;
+    const int64_t nb = n_blocks - s * G::BLOCKS < G::BLOCKS ? n_blocks - s * G::BLOCKS : G::BLOCKS;
+    const uint8_t *lo = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15);
+    const int n_vec = (int)(((uintptr_t)(p + nb * qfmt<T>::BYTES) - (uintptr_t)lo + 15) / 16);
+    for (int v = threadIdx.x % ST_GPU_WARP_SIZE; v < n_vec; v += ST_GPU_WARP_SIZE) q_copy16(stage + 16 * v, lo + 16 * v);
+}
+
+// acc[c] += lane's chunks of segment s (staged at seg) against xs[c], in q_gemv_row's order.
+template <st_type T, int NC>
+__device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t s, int64_t n_chunks, const float *const *xs,
+                                          int n_cols, bool x_vec, float acc[NC]) {
+    using F = qfmt<T>;
+    using G = q_seg<T>;
+    constexpr int W = ST_GPU_WARP_SIZE, CH = F::CHUNK;
+    const int lane = threadIdx.x % W;
+#pragma unroll
+    for (int u = 0; u < QMM_UNROLL; u++) {
+        const int cl = lane + u * W;             // chunk in the segment
+        const int64_t ch = s * G::CHUNKS + cl;   // chunk in the row
+        if (ch >= n_chunks) break;
+        float wf[CH];
+        F::dequant(F::template load<Q_SHARED>(seg + (cl / G::CPB) * F::BYTES, cl % G::CPB), cl % G::CPB, wf);
+        const int64_t k0 = ch * CH;
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            if (c >= n_cols) break;
+            float a = acc[c];
+            if (x_vec) {
+#pragma unroll
+                for (int i = 0; i < CH; i += 4) {
+                    const float4 q = __ldg((const float4 *)(xs[c] + k0 + i));
+                    a = fmaf(wf[i], q.x, a);
+                    a = fmaf(wf[i + 1], q.y, a);
+                    a = fmaf(wf[i + 2], q.z, a);
+                    a = fmaf(wf[i + 3], q.w, a);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < CH; i++) a = fmaf(wf[i], __ldg(xs[c] + k0 + i), a);
+            }
+            acc[c] = a;
+        }
+    }
+}
+
+// Blocks an SM the one-column kernel is compiled for.
 template <st_type T> static constexpr int q_gemv_min_blocks() {
     return qfmt<T>::QK == 256 ? Q_GEMV_MIN_BLOCKS_K : Q_GEMV_MIN_BLOCKS;
 }
 
+// y[:, m] = W x[:, m]; grid y: groups of NC columns. Dynamic shared memory: q_gemv_smem<T>().
 template <st_type T, int NC>
 __global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE, NC == 1 ? q_gemv_min_blocks<T>() : 1)
     q_gemv(const uint8_t *w, int64_t nb1, int64_t K, int64_t N, st_cuda_view x, st_cuda_view y, int64_t M,
            bool x_vec) {
-    static_assert(NC * QMM_WARPS <= QMM_WARPS * ST_GPU_WARP_SIZE, "a thread a staged value");
-    __shared__ float ys[NC][QMM_WARPS];
+    using G = q_seg<T>;
+    extern __shared__ uint4 q_stages[]; // [QMM_WARPS][QMM_STAGES][WINDOW]
     const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
-    const int64_t n_chunks = K / qfmt<T>::CHUNK, n_groups = (N + QMM_WARPS - 1) / QMM_WARPS;
+    uint8_t *stages = (uint8_t *)q_stages + (size_t)warp * QMM_STAGES * G::WINDOW;
+    const int64_t n_blocks = K / qfmt<T>::QK, n_chunks = K / qfmt<T>::CHUNK;
+    const int64_t n_seg = (n_chunks + G::CHUNKS - 1) / G::CHUNKS, n_groups = (N + QMM_GROUP - 1) / QMM_GROUP;
+    const int64_t gw = (int64_t)blockIdx.x * QMM_WARPS + warp, n_warps = (int64_t)gridDim.x * QMM_WARPS;
+    if (gw >= n_groups) return; // (no block barrier below: the warps are independent)
+    // this warp's items: (its j-th group, row r of it, segment s), t = (j QMM_GROUP + r) n_seg + s
+    const int64_t n_items = ((n_groups - 1 - gw) / n_warps + 1) * QMM_GROUP * n_seg;
     for (int64_t m0 = (int64_t)blockIdx.y * NC; m0 < M; m0 += (int64_t)gridDim.y * NC) {
         const int n_cols = (int)(M - m0 < NC ? M - m0 : NC);
         const float *xs[NC];
 #pragma unroll
         for (int c = 0; c < NC; c++) xs[c] = (const float *)cuda_row(x, m0 + (c < n_cols ? c : 0));
-        for (int64_t g = blockIdx.x; g < n_groups; g += gridDim.x) { // (the same trips in every warp)
-            const int64_t n0 = g * QMM_WARPS, n = n0 + warp;
-            if (n < N) { // (a warp past the last row still reaches the barriers)
-                float acc[NC];
-                q_gemv_row<T, NC>(w + n * nb1, n_chunks, xs, n_cols, x_vec, acc);
-                if (lane == 0) {
+        // item t: (its j-th group, row r, segment s) -> row j n_warps + gw of groups, + r
+        auto row_of = [&](int64_t t) { return (gw + t / n_seg / QMM_GROUP * n_warps) * QMM_GROUP + t / n_seg % QMM_GROUP; };
+        auto issue = [&](int64_t t) {
+            if (t < n_items && row_of(t) < N)
+                q_seg_copy<T>(stages + t % QMM_STAGES * G::WINDOW, q_seg_bytes<T>(w, nb1, row_of(t), t % n_seg),
+                              t % n_seg, n_blocks);
+            q_copy_commit(); // (an empty group past the end keeps the count)
+        };
+#pragma unroll
+        for (int t = 0; t < QMM_STAGES - 1; t++) issue(t);
+        float acc[NC], mine[NC]; // mine: lane r < QMM_GROUP keeps row r of the group
+#pragma unroll
+        for (int c = 0; c < NC; c++) mine[c] = 0.0f;
+        for (int64_t t = 0; t < n_items; t++) {
+            issue(t + QMM_STAGES - 1);
+            q_copy_wait<QMM_STAGES - 1>();
+            __syncwarp(); // every lane's copies of item t are visible to the warp
+            const int64_t s = t % n_seg, n = row_of(t);
+            const int r = (int)(t / n_seg % QMM_GROUP);
+            const int64_t n0 = n - r;
+            if (s == 0) {
+#pragma unroll
+                for (int c = 0; c < NC; c++) acc[c] = 0.0f;
+            }
+            if (n < N) {
+                const uintptr_t phase = (uintptr_t)q_seg_bytes<T>(w, nb1, n, s) % 16;
+                q_seg_dot<T, NC>(stages + t % QMM_STAGES * G::WINDOW + phase, s, n_chunks, xs, n_cols, x_vec, acc);
+                if (s == n_seg - 1) {
 #pragma unroll
                     for (int c = 0; c < NC; c++) {
-                        if (c >= n_cols) break;
-                        ys[c][warp] = acc[c];
+                        const float v = cuda_warp_sum(acc[c]);
+                        if (lane == r) mine[c] = v;
                     }
                 }
             }
-            __syncthreads();
-            const int c = threadIdx.x / QMM_WARPS, r = threadIdx.x % QMM_WARPS;
-            if (c < n_cols && n0 + r < N) ((float *)cuda_row(y, m0 + c))[n0 + r] = ys[c][r];
-            __syncthreads(); // ys is free for the next group
+            if (s == n_seg - 1 && r == QMM_GROUP - 1) { // the group's rows leave
+#pragma unroll
+                for (int c = 0; c < NC; c++) {
+                    float v[QMM_GROUP];
+#pragma unroll
+                    for (int i = 0; i < QMM_GROUP; i++) v[i] = __shfl_sync(ST_GPU_WARP_MASK, mine[c], i);
+                    if (c < n_cols && lane == 0) {
+                        float *yr = (float *)cuda_row(y, m0 + c) + n0;
+                        if (n0 + QMM_GROUP <= N && (uintptr_t)yr % 16 == 0) {
+                            *(float4 *)yr = make_float4(v[0], v[1], v[2], v[3]);
+                        } else {
+                            for (int i = 0; i < QMM_GROUP && n0 + i < N; i++) yr[i] = v[i];
+                        }
+                    }
+                }
+            }
+            __syncwarp(); // stage t is read: the next issue may overwrite it
         }
+        q_copy_wait<0>();
     }
 }
 
@@ -618,16 +779,19 @@ struct q_launch_gemv {
     template <st_type T>
     static void run(st_cuda_ctx *c, const st_tensor *dst, const st_tensor *w, const st_tensor *x, int64_t M) {
         const int64_t K = w->ne[0], N = w->ne[1];
-        const unsigned int row_groups = cuda_blocks(N, QMM_WARPS), threads = QMM_WARPS * ST_GPU_WARP_SIZE;
+        const unsigned int blocks = cuda_blocks(N, QMM_WARPS * QMM_GROUP), threads = QMM_WARPS * ST_GPU_WARP_SIZE;
         const uint8_t *wd = (const uint8_t *)w->data;
-        if (M == 1) { // one wave of blocks, each walking groups of rows
+        const size_t smem = q_gemv_smem<T>();
+        // one wave of blocks (their warps walking groups of rows), for every NC columns
+        if (M == 1) {
             const unsigned int wave = (unsigned int)c->sm_count * q_gemv_min_blocks<T>();
-            q_gemv<T, 1><<<row_groups < wave ? row_groups : wave, threads, 0, c->stream>>>(
+            q_gemv<T, 1><<<blocks < wave ? blocks : wave, threads, smem, c->stream>>>(
                 wd, (int64_t)w->nb[1], K, N, cuda_view(x), cuda_view(dst), M, cuda_rows_aligned16(x));
-        } else { // a block a group of rows, for every QMM_MAX_COLS columns
-            const dim3 grid(row_groups, cuda_grid_y((M + QMM_MAX_COLS - 1) / QMM_MAX_COLS));
-            q_gemv<T, QMM_MAX_COLS><<<grid, threads, 0, c->stream>>>(wd, (int64_t)w->nb[1], K, N, cuda_view(x),
-                                                                    cuda_view(dst), M, cuda_rows_aligned16(x));
+        } else {
+            const unsigned int wave = (unsigned int)c->sm_count * 4;
+            const dim3 grid(blocks < wave ? blocks : wave, cuda_grid_y((M + QMM_MAX_COLS - 1) / QMM_MAX_COLS));
+            q_gemv<T, QMM_MAX_COLS><<<grid, threads, smem, c->stream>>>(wd, (int64_t)w->nb[1], K, N, cuda_view(x),
+                                                                       cuda_view(dst), M, cuda_rows_aligned16(x));
         }
     }
 };

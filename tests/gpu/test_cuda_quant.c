@@ -291,6 +291,36 @@ static void test_mul_mat_to_host(st_type t, int64_t K, int64_t N, int64_t M) {
     qweight_free(&w);
 }
 
+/* One column alone (the one-column kernel) and the same column among M - 1 others (the
+ * kernel for several): the same bits, since a lane's chunks and the warp's sum follow K
+ * alone. x packed [K, M]; x[:, 0] is the single column's input. */
+static void test_mul_mat_columns_agree(st_type t, int64_t K, int64_t N, int64_t M) {
+    qweight w = qweight_new(t, K, N, 1, 16);
+    view vx = mkpacked(ST_TYPE_F32, K, M, 1), vx1 = mkpacked(ST_TYPE_F32, K, 1, 1);
+    view vy = mkpacked(ST_TYPE_F32, N, M, 1), vy1 = mkpacked(ST_TYPE_F32, N, 1, 1);
+    dual dx = dual_new(view_bytes(&vx)), dy = dual_new(view_bytes(&vy)), dy1 = dual_new(view_bytes(&vy1));
+    dual_random_f32(&dx);
+    dual_poison(&dy);
+    dual_poison(&dy1);
+    st_error err = {0};
+    st_tensor wg = on(&w.v, w.d.gpu), xg = on(&vx, dx.gpu), x1g = on(&vx1, dx.gpu);
+    st_tensor yg = on(&vy, dy.gpu), y1g = on(&vy1, dy1.gpu);
+    if (g_gpu->iface->mul_mat(g_gpu, &yg, &wg, &xg, &err) != ST_OK) test_die("cuda mul_mat", &err);
+    if (g_gpu->iface->mul_mat(g_gpu, &y1g, &wg, &x1g, &err) != ST_OK) test_die("cuda mul_mat", &err);
+    char *all = dual_fetch(&dy), *one = dual_fetch(&dy1);
+    cmp_result r = compare_bytes(all, one, dy1.bytes); /* column 0 of all = the single column */
+    char desc[96];
+    snprintf(desc, sizeof(desc), "%s K=%lld N=%lld column 0 of M=%lld = M=1", tname(t), (long long)K, (long long)N,
+             (long long)M);
+    record("mul_mat one column = among several", desc, &r, TOL_EXACT);
+    free(all);
+    free(one);
+    dual_free(&dx);
+    dual_free(&dy);
+    dual_free(&dy1);
+    qweight_free(&w);
+}
+
 /* ---- mul_mat_id ----------------------------------------------------------------------------- */
 
 typedef enum moe_x { MOE_PER_SLOT = 0, MOE_SHARED_2D = 1, MOE_SHARED_3D = 2 } moe_x;
@@ -505,6 +535,14 @@ static void run_all(void) {
         test_mul_mat_to_host(t, Ks[1], 45, 1);
         test_mul_mat_to_host(t, Ks[1], 5003, 1);
         test_mul_mat_to_host(t, Ks[2], 1001, 3);
+        /* rows of several segments of the one-column kernel (128 chunks: 1,024 values of a
+         * legacy type, 2,048 of a K-quant), the last one partial, at rows of every 16-byte
+         * phase (pad 16 on a row of 65 x 34 bytes, ...) */
+        const int64_t K_long = QK == 32 ? 65 * QK : 17 * QK;
+        test_mul_mat(t, K_long, 77, 1, 16, X_PACKED);
+        test_mul_mat(t, K_long, 77, 5, 16, X_STRIDED);
+        test_mul_mat_columns_agree(t, K_long, 77, 5);
+        test_mul_mat_columns_agree(t, Ks[2], 1001, 7);
 
         const int64_t gemm_M[] = {8, 9, 33, 512};
         for (int ki = 1; ki < 3; ki++)
