@@ -571,6 +571,34 @@ __device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t s, int64_t
     }
 }
 
+// A warp's place in its items: group g (absolute), row r of it, segment s of the row, and
+// the stage the item is copied to.
+struct q_cursor {
+    int64_t g;
+    int r;
+    int64_t s;
+    int stage;
+    __device__ __forceinline__ void next(int64_t n_seg, int64_t n_warps) {
+        stage = stage + 1 == QMM_STAGES ? 0 : stage + 1;
+        if (++s < n_seg) return;
+        s = 0;
+        if (++r < QMM_GROUP) return;
+        r = 0;
+        g += n_warps;
+    }
+};
+
+// Copies item c's segment into its stage (nothing past the rows), then commits: an empty
+// group past the end keeps cp.async's count of groups.
+template <st_type T>
+__device__ __forceinline__ void q_issue(const q_cursor &c, uint8_t *stages, const uint8_t *w, int64_t nb1, int64_t N,
+                                        int64_t n_groups, int64_t n_blocks) {
+    const int64_t n = c.g * QMM_GROUP + c.r;
+    if (c.g < n_groups && n < N)
+        q_seg_copy<T>(stages + c.stage * q_seg<T>::WINDOW, q_seg_bytes<T>(w, nb1, n, c.s), c.s, n_blocks);
+    q_copy_commit();
+}
+
 // Blocks an SM the one-column kernel is compiled for.
 template <st_type T> static constexpr int q_gemv_min_blocks() {
     return qfmt<T>::QK == 256 ? Q_GEMV_MIN_BLOCKS_K : Q_GEMV_MIN_BLOCKS;
@@ -589,49 +617,45 @@ __global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE, NC == 1 ? q_gemv_
     const int64_t n_seg = (n_chunks + G::CHUNKS - 1) / G::CHUNKS, n_groups = (N + QMM_GROUP - 1) / QMM_GROUP;
     const int64_t gw = (int64_t)blockIdx.x * QMM_WARPS + warp, n_warps = (int64_t)gridDim.x * QMM_WARPS;
     if (gw >= n_groups) return; // (no block barrier below: the warps are independent)
-    // this warp's items: (its j-th group, row r of it, segment s), t = (j QMM_GROUP + r) n_seg + s
-    const int64_t n_items = ((n_groups - 1 - gw) / n_warps + 1) * QMM_GROUP * n_seg;
     for (int64_t m0 = (int64_t)blockIdx.y * NC; m0 < M; m0 += (int64_t)gridDim.y * NC) {
         const int n_cols = (int)(M - m0 < NC ? M - m0 : NC);
         const float *xs[NC];
 #pragma unroll
         for (int c = 0; c < NC; c++) xs[c] = (const float *)cuda_row(x, m0 + (c < n_cols ? c : 0));
-        // item t: (its j-th group, row r, segment s) -> row j n_warps + gw of groups, + r
-        auto row_of = [&](int64_t t) { return (gw + t / n_seg / QMM_GROUP * n_warps) * QMM_GROUP + t / n_seg % QMM_GROUP; };
-        auto issue = [&](int64_t t) {
-            if (t < n_items && row_of(t) < N)
-                q_seg_copy<T>(stages + t % QMM_STAGES * G::WINDOW, q_seg_bytes<T>(w, nb1, row_of(t), t % n_seg),
-                              t % n_seg, n_blocks);
-            q_copy_commit(); // (an empty group past the end keeps the count)
-        };
+        // The warp's items in order: its groups gw, gw + n_warps, ..., each row r of a group,
+        // each segment s of a row; `in` is the next item to copy, `at` the one to reduce.
+        // (Counters, not divisions: a 64-bit division is a long software routine.)
+        q_cursor in = {gw, 0, 0, 0}, at = in;
 #pragma unroll
-        for (int t = 0; t < QMM_STAGES - 1; t++) issue(t);
+        for (int i = 0; i < QMM_STAGES - 1; i++) {
+            q_issue<T>(in, stages, w, nb1, N, n_groups, n_blocks);
+            in.next(n_seg, n_warps);
+        }
         float acc[NC], mine[NC]; // mine: lane r < QMM_GROUP keeps row r of the group
 #pragma unroll
         for (int c = 0; c < NC; c++) mine[c] = 0.0f;
-        for (int64_t t = 0; t < n_items; t++) {
-            issue(t + QMM_STAGES - 1);
+        for (; at.g < n_groups; at.next(n_seg, n_warps)) {
+            q_issue<T>(in, stages, w, nb1, N, n_groups, n_blocks);
+            in.next(n_seg, n_warps);
             q_copy_wait<QMM_STAGES - 1>();
-            __syncwarp(); // every lane's copies of item t are visible to the warp
-            const int64_t s = t % n_seg, n = row_of(t);
-            const int r = (int)(t / n_seg % QMM_GROUP);
-            const int64_t n0 = n - r;
-            if (s == 0) {
+            __syncwarp(); // every lane's copies of item `at` are visible to the warp
+            const int64_t n0 = at.g * QMM_GROUP, n = n0 + at.r;
+            if (at.s == 0) {
 #pragma unroll
                 for (int c = 0; c < NC; c++) acc[c] = 0.0f;
             }
             if (n < N) {
-                const uintptr_t phase = (uintptr_t)q_seg_bytes<T>(w, nb1, n, s) % 16;
-                q_seg_dot<T, NC>(stages + t % QMM_STAGES * G::WINDOW + phase, s, n_chunks, xs, n_cols, x_vec, acc);
-                if (s == n_seg - 1) {
+                const uintptr_t phase = (uintptr_t)q_seg_bytes<T>(w, nb1, n, at.s) % 16;
+                q_seg_dot<T, NC>(stages + at.stage * G::WINDOW + phase, at.s, n_chunks, xs, n_cols, x_vec, acc);
+                if (at.s == n_seg - 1) {
 #pragma unroll
                     for (int c = 0; c < NC; c++) {
                         const float v = cuda_warp_sum(acc[c]);
-                        if (lane == r) mine[c] = v;
+                        if (lane == at.r) mine[c] = v;
                     }
                 }
             }
-            if (s == n_seg - 1 && r == QMM_GROUP - 1) { // the group's rows leave
+            if (at.s == n_seg - 1 && at.r == QMM_GROUP - 1) { // the group's rows leave
 #pragma unroll
                 for (int c = 0; c < NC; c++) {
                     float v[QMM_GROUP];
@@ -647,7 +671,7 @@ __global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE, NC == 1 ? q_gemv_
                     }
                 }
             }
-            __syncwarp(); // stage t is read: the next issue may overwrite it
+            __syncwarp(); // stage `at` is read: the next issue may overwrite it
         }
         q_copy_wait<0>();
     }
