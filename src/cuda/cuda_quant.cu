@@ -43,14 +43,14 @@
 // Chunks whose loads a lane issues before it uses the first.
 #define QMM_UNROLL 4
 // Blocks an SM the one-column matrix-vector kernel is compiled for, and its grid a
-// multiprocessor (each block's warps walking groups of rows): 8 (<= 64 registers; ptxas
-// spills 4 bytes of q4_K there, nothing else). Its bytes in flight are in shared memory,
-// not registers.
+// multiprocessor (each block's warps walking groups of rows): 8 for the 32-value types (<=
+// 64 registers, no spills), 7 for the K-quants (<= 72: at 64 ptxas spills 64-84 bytes of
+// them, at 72 24 bytes of one). Its bytes in flight are in shared memory, not registers.
 #ifndef Q_GEMV_MIN_BLOCKS
 #define Q_GEMV_MIN_BLOCKS 8
 #endif
 #ifndef Q_GEMV_MIN_BLOCKS_K
-#define Q_GEMV_MIN_BLOCKS_K 8
+#define Q_GEMV_MIN_BLOCKS_K 7
 #endif
 // Threads per block of the element-parallel kernels (get_rows, dequantize, pack).
 #define QMM_THREADS 256
@@ -539,9 +539,10 @@ __device__ __forceinline__ void q_seg_copy(uint8_t *stage, const uint8_t *p, int
     for (int v = threadIdx.x % ST_GPU_WARP_SIZE; v < n_vec; v += ST_GPU_WARP_SIZE) q_copy16(stage + 16 * v, lo + 16 * v);
 }
 
-// acc[c] += lane's chunks of segment s (staged at seg) against xs[c], in q_gemv_row's order.
+// acc[c] += lane's chunks of a segment (staged at seg; its first value is x's k_seg, and it
+// has seg_chunks chunks) against xs[c], in q_gemv_row's order.
 template <st_type T, int NC>
-__device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t s, int64_t n_chunks, const float *const *xs,
+__device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t k_seg, int seg_chunks, const float *const *xs,
                                           int n_cols, bool x_vec, float acc[NC]) {
     using F = qfmt<T>;
     using G = q_seg<T>;
@@ -549,20 +550,19 @@ __device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t s, int64_t
     const int lane = threadIdx.x % W;
 #pragma unroll
     for (int u = 0; u < QMM_UNROLL; u++) {
-        const int cl = lane + u * W;             // chunk in the segment
-        const int64_t ch = s * G::CHUNKS + cl;   // chunk in the row
-        if (ch >= n_chunks) break;
+        const int cl = lane + u * W; // chunk in the segment
+        if (cl >= seg_chunks) break;
         float wf[CH];
         F::dequant(F::template load<Q_SHARED>(seg + (cl / G::CPB) * F::BYTES, cl % G::CPB), cl % G::CPB, wf);
-        const int64_t k0 = ch * CH;
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             if (c >= n_cols) break;
+            const float *xk = xs[c] + k_seg + cl * CH;
             float a = acc[c];
             if (x_vec) {
 #pragma unroll
                 for (int i = 0; i < CH; i += 4) {
-                    const float4 q = __ldg((const float4 *)(xs[c] + k0 + i));
+                    const float4 q = __ldg((const float4 *)(xk + i));
                     a = fmaf(wf[i], q.x, a);
                     a = fmaf(wf[i + 1], q.y, a);
                     a = fmaf(wf[i + 2], q.z, a);
@@ -570,7 +570,7 @@ __device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t s, int64_t
                 }
             } else {
 #pragma unroll
-                for (int i = 0; i < CH; i++) a = fmaf(wf[i], __ldg(xs[c] + k0 + i), a);
+                for (int i = 0; i < CH; i++) a = fmaf(wf[i], __ldg(xk + i), a);
             }
             acc[c] = a;
         }
@@ -584,11 +584,11 @@ struct q_cursor {
     int r;
     int64_t s;
     int stage;
-    __device__ __forceinline__ void next(int64_t n_seg, int64_t n_warps) {
+    __device__ __forceinline__ void next(int64_t n_seg, int rows, int64_t n_warps) {
         stage = stage + 1 == QMM_STAGES ? 0 : stage + 1;
         if (++s < n_seg) return;
         s = 0;
-        if (++r < QMM_GROUP) return;
+        if (++r < rows) return;
         r = 0;
         g += n_warps;
     }
@@ -598,8 +598,8 @@ struct q_cursor {
 // group past the end keeps cp.async's count of groups.
 template <st_type T>
 __device__ __forceinline__ void q_issue(const q_cursor &c, uint8_t *stages, const uint8_t *w, int64_t nb1, int64_t N,
-                                        int64_t n_groups, int64_t n_blocks) {
-    const int64_t n = c.g * QMM_GROUP + c.r;
+                                        int rows, int64_t n_groups, int64_t n_blocks) {
+    const int64_t n = c.g * rows + c.r;
     if (c.g < n_groups && n < N)
         q_seg_copy<T>(stages + c.stage * q_seg<T>::WINDOW, q_seg_bytes<T>(w, nb1, n, c.s), c.s, n_blocks);
     q_copy_commit();
@@ -614,13 +614,13 @@ template <st_type T> static constexpr int q_gemv_min_blocks() {
 template <st_type T, int NC>
 __global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE, NC == 1 ? q_gemv_min_blocks<T>() : 1)
     q_gemv(const uint8_t *w, int64_t nb1, int64_t K, int64_t N, st_cuda_view x, st_cuda_view y, int64_t M,
-           bool x_vec) {
+           bool x_vec, int rows) {
     using G = q_seg<T>;
     extern __shared__ uint4 q_stages[]; // [QMM_WARPS][QMM_STAGES][WINDOW]
     const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
     uint8_t *stages = (uint8_t *)q_stages + (size_t)warp * QMM_STAGES * G::WINDOW;
     const int64_t n_blocks = K / qfmt<T>::QK, n_chunks = K / qfmt<T>::CHUNK;
-    const int64_t n_seg = (n_chunks + G::CHUNKS - 1) / G::CHUNKS, n_groups = (N + QMM_GROUP - 1) / QMM_GROUP;
+    const int64_t n_seg = (n_chunks + G::CHUNKS - 1) / G::CHUNKS, n_groups = (N + rows - 1) / rows;
     const int64_t gw = (int64_t)blockIdx.x * QMM_WARPS + warp, n_warps = (int64_t)gridDim.x * QMM_WARPS;
     if (gw >= n_groups) return; // (no block barrier below: the warps are independent)
     for (int64_t m0 = (int64_t)blockIdx.y * NC; m0 < M; m0 += (int64_t)gridDim.y * NC) {
@@ -634,25 +634,27 @@ __global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE, NC == 1 ? q_gemv_
         q_cursor in = {gw, 0, 0, 0}, at = in;
 #pragma unroll
         for (int i = 0; i < QMM_STAGES - 1; i++) {
-            q_issue<T>(in, stages, w, nb1, N, n_groups, n_blocks);
-            in.next(n_seg, n_warps);
+            q_issue<T>(in, stages, w, nb1, N, rows, n_groups, n_blocks);
+            in.next(n_seg, rows, n_warps);
         }
         float acc[NC], mine[NC]; // mine: lane r < QMM_GROUP keeps row r of the group
 #pragma unroll
         for (int c = 0; c < NC; c++) mine[c] = 0.0f;
-        for (; at.g < n_groups; at.next(n_seg, n_warps)) {
-            q_issue<T>(in, stages, w, nb1, N, n_groups, n_blocks);
-            in.next(n_seg, n_warps);
+        for (; at.g < n_groups; at.next(n_seg, rows, n_warps)) {
+            q_issue<T>(in, stages, w, nb1, N, rows, n_groups, n_blocks);
+            in.next(n_seg, rows, n_warps);
             q_copy_wait<QMM_STAGES - 1>();
             __syncwarp(); // every lane's copies of item `at` are visible to the warp
-            const int64_t n0 = at.g * QMM_GROUP, n = n0 + at.r;
+            const int64_t n0 = at.g * rows, n = n0 + at.r;
             if (at.s == 0) {
 #pragma unroll
                 for (int c = 0; c < NC; c++) acc[c] = 0.0f;
             }
             if (n < N) {
                 const uintptr_t phase = (uintptr_t)q_seg_bytes<T>(w, nb1, n, at.s) % 16;
-                q_seg_dot<T, NC>(stages + at.stage * G::WINDOW + phase, at.s, n_chunks, xs, n_cols, x_vec, acc);
+                const int64_t c0 = at.s * G::CHUNKS;
+                q_seg_dot<T, NC>(stages + at.stage * G::WINDOW + phase, c0 * qfmt<T>::CHUNK,
+                                 (int)(n_chunks - c0 < G::CHUNKS ? n_chunks - c0 : G::CHUNKS), xs, n_cols, x_vec, acc);
                 if (at.s == n_seg - 1) {
 #pragma unroll
                     for (int c = 0; c < NC; c++) {
@@ -661,7 +663,7 @@ __global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE, NC == 1 ? q_gemv_
                     }
                 }
             }
-            if (at.s == n_seg - 1 && at.r == QMM_GROUP - 1) { // the group's rows leave
+            if (at.s == n_seg - 1 && at.r == rows - 1) { // the group's rows leave
 #pragma unroll
                 for (int c = 0; c < NC; c++) {
                     float v[QMM_GROUP];
@@ -669,10 +671,12 @@ __global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE, NC == 1 ? q_gemv_
                     for (int i = 0; i < QMM_GROUP; i++) v[i] = __shfl_sync(ST_GPU_WARP_MASK, mine[c], i);
                     if (c < n_cols && lane == 0) {
                         float *yr = (float *)cuda_row(y, m0 + c) + n0;
-                        if (n0 + QMM_GROUP <= N && (uintptr_t)yr % 16 == 0) {
+                        if (rows == QMM_GROUP && n0 + QMM_GROUP <= N && (uintptr_t)yr % 16 == 0) {
                             *(float4 *)yr = make_float4(v[0], v[1], v[2], v[3]);
                         } else {
-                            for (int i = 0; i < QMM_GROUP && n0 + i < N; i++) yr[i] = v[i];
+#pragma unroll
+                            for (int i = 0; i < QMM_GROUP; i++)
+                                if (i < rows && n0 + i < N) yr[i] = v[i];
                         }
                     }
                 }
@@ -809,19 +813,23 @@ struct q_launch_gemv {
     template <st_type T>
     static void run(st_cuda_ctx *c, const st_tensor *dst, const st_tensor *w, const st_tensor *x, int64_t M) {
         const int64_t K = w->ne[0], N = w->ne[1];
-        const unsigned int blocks = cuda_blocks(N, QMM_WARPS * QMM_GROUP), threads = QMM_WARPS * ST_GPU_WARP_SIZE;
+        const unsigned int threads = QMM_WARPS * ST_GPU_WARP_SIZE;
         const uint8_t *wd = (const uint8_t *)w->data;
         const size_t smem = q_gemv_smem<T>();
-        // one wave of blocks (their warps walking groups of rows), for every NC columns
+        // One wave of blocks, their warps walking groups of rows, for every NC columns. A
+        // group is QMM_GROUP rows when every warp of the wave gets one; a product with fewer
+        // rows (k and v of a decode step: 512) gives each warp one row at a time, so that
+        // more warps read at once.
+        const unsigned int wave = (unsigned int)c->sm_count * (M == 1 ? q_gemv_min_blocks<T>() : 4);
+        const int rows = (N + QMM_GROUP - 1) / QMM_GROUP >= (int64_t)wave * QMM_WARPS ? QMM_GROUP : 1;
+        const unsigned int blocks = cuda_blocks(N, QMM_WARPS * rows), grid_x = blocks < wave ? blocks : wave;
         if (M == 1) {
-            const unsigned int wave = (unsigned int)c->sm_count * q_gemv_min_blocks<T>();
-            q_gemv<T, 1><<<blocks < wave ? blocks : wave, threads, smem, c->stream>>>(
-                wd, (int64_t)w->nb[1], K, N, cuda_view(x), cuda_view(dst), M, cuda_rows_aligned16(x));
+            q_gemv<T, 1><<<grid_x, threads, smem, c->stream>>>(wd, (int64_t)w->nb[1], K, N, cuda_view(x),
+                                                               cuda_view(dst), M, cuda_rows_aligned16(x), rows);
         } else {
-            const unsigned int wave = (unsigned int)c->sm_count * 4;
-            const dim3 grid(blocks < wave ? blocks : wave, cuda_grid_y((M + QMM_MAX_COLS - 1) / QMM_MAX_COLS));
-            q_gemv<T, QMM_MAX_COLS><<<grid, threads, smem, c->stream>>>(wd, (int64_t)w->nb[1], K, N, cuda_view(x),
-                                                                       cuda_view(dst), M, cuda_rows_aligned16(x));
+            const dim3 grid(grid_x, cuda_grid_y((M + QMM_MAX_COLS - 1) / QMM_MAX_COLS));
+            q_gemv<T, QMM_MAX_COLS><<<grid, threads, smem, c->stream>>>(
+                wd, (int64_t)w->nb[1], K, N, cuda_view(x), cuda_view(dst), M, cuda_rows_aligned16(x), rows);
         }
     }
 };
