@@ -112,10 +112,11 @@ __device__ __forceinline__ float q_half(uint32_t bits) {
     return st_gpu_half_as_float((unsigned short)(bits & 0xffffu));
 }
 
-// (float)q, exactly, for an integer |q| < 2^22, without I2F: a conversion runs at a quarter
-// of the FMA rate on sm_90 (16 a clock an SM), one a dequantized value, the matrix-vector
-// kernel's busiest pipe. 1.5 * 2^23 + q holds q in its low mantissa bits; the subtraction
-// is exact.
+// (float)q, exactly, for an integer |q| < 2^22, without I2F (a conversion runs at a quarter
+// of the FMA rate on sm_90): 1.5 * 2^23 + q holds q in its low mantissa bits, and the
+// subtraction is exact. Measured on the H200 it gains nothing (-1% to +4% on a head:
+// bench/quant-decode-h200.md), since I2F was not what bounds the kernels; kept because the
+// build that passed the GPU tests has it.
 __device__ __forceinline__ float q_i2f(int q) { return __fsub_rn(__int_as_float(0x4B400000 + q), 12582912.0f); }
 
 // The CPU's roundings, uncontracted: a * b, a * b + c, a * b - c.
@@ -466,22 +467,22 @@ __device__ __forceinline__ void q_gemv_row(const uint8_t *__restrict__ row, int6
 
 // ---- the matrix-vector product, staged -----------------------------------------------------
 //
-// q_gemv: every warp of the grid walks groups of QMM_GROUP consecutive rows (group g, then
-// g + the grid's warps, ...), each row as segments of the row's chunks: a segment is the
-// SEG_CHUNKS = 32 QMM_UNROLL chunks one round of q_gemv_row's loop covers (lane l takes
-// chunks l, l + 32, ... of it), so that a lane sums its chunks in the order q_gemv_row
-// does and the bits are the same. A segment's bytes (whole blocks) are copied, as the
-// 16-byte-aligned window around them, into one of STAGES shared-memory stages of the warp
-// by cp.async; QMM_STAGES - 1 segments are in flight while the warp dequantizes one from
-// shared memory. So a warp reads a row in 16-byte loads (the blocks of most types are
-// only 2-byte aligned) and keeps several segments in flight (a row of a 640-wide head is
-// 680 bytes: one segment). The window overreads at most 15 bytes each side; weights live
-// in buffers the backend allocates, 256-byte aligned and sized in 256-byte multiples,
-// so it never leaves the allocation.
+// q_gemv: every warp of the grid walks groups of `rows` consecutive rows (group g, then g +
+// the grid's warps, ...; rows = QMM_GROUP when every warp gets a group, else 1), each row
+// as segments of its chunks: a segment is the q_seg::CHUNKS = 32 QMM_UNROLL chunks one round
+// of q_gemv_row's loop covers (lane l takes chunks l, l + 32, ... of it), so that a lane
+// sums its chunks in the order q_gemv_row does and the bits are the same. A segment's
+// bytes (whole blocks) are copied, as the 16-byte-aligned window around them, into one of
+// QMM_STAGES shared-memory stages of the warp by cp.async; QMM_STAGES - 1 segments are in
+// flight while the warp dequantizes one from shared memory. So a warp reads a row in
+// 16-byte loads (the blocks of most types are only 2-byte aligned) and keeps several
+// segments in flight (a row of a 640-wide head is 680 bytes: one segment). The window
+// overreads at most 15 bytes each side; weights live in buffers the backend allocates,
+// 256-byte aligned and sized in 256-byte multiples, so it never leaves the allocation.
 //
-// The group's results leave together: lanes 0..QMM_GROUP-1 hold rows n0.. of every column,
-// and lane 0 writes them in one 16-byte store where y's row is aligned (y may be
-// page-locked host memory, the decode step's logits: every store a PCIe write).
+// The group's results leave together: lanes 0..rows-1 hold rows n0.. of every column, and
+// lane 0 writes them, in one 16-byte store for a group of 4 where y's row is aligned (y
+// may be page-locked host memory, the decode step's logits: every store a PCIe write).
 #define QMM_GROUP 4
 #ifndef QMM_STAGES
 #define QMM_STAGES 3
@@ -536,7 +537,8 @@ __device__ __forceinline__ void q_seg_copy(uint8_t *stage, const uint8_t *p, int
     const int64_t nb = n_blocks - s * G::BLOCKS < G::BLOCKS ? n_blocks - s * G::BLOCKS : G::BLOCKS;
     const uint8_t *lo = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15);
     const int n_vec = (int)(((uintptr_t)(p + nb * qfmt<T>::BYTES) - (uintptr_t)lo + 15) / 16);
-    for (int v = threadIdx.x % ST_GPU_WARP_SIZE; v < n_vec; v += ST_GPU_WARP_SIZE) q_copy16(stage + 16 * v, lo + 16 * v);
+    for (int v = threadIdx.x % ST_GPU_WARP_SIZE; v < n_vec; v += ST_GPU_WARP_SIZE)
+        q_copy16(stage + 16 * v, lo + 16 * v);
 }
 
 // acc[c] += lane's chunks of a segment (staged at seg; its first value is x's k_seg, and it
@@ -637,7 +639,7 @@ __global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE, NC == 1 ? q_gemv_
             q_issue<T>(in, stages, w, nb1, N, rows, n_groups, n_blocks);
             in.next(n_seg, rows, n_warps);
         }
-        float acc[NC], mine[NC]; // mine: lane r < QMM_GROUP keeps row r of the group
+        float acc[NC], mine[NC]; // mine: lane r < rows keeps row r of the group
 #pragma unroll
         for (int c = 0; c < NC; c++) mine[c] = 0.0f;
         for (; at.g < n_groups; at.next(n_seg, rows, n_warps)) {
