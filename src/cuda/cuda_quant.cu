@@ -411,6 +411,25 @@ template <st_type T> __device__ __forceinline__ int q_chunk_index(int64_t c) {
 
 // ---- the matrix-vector product ----------------------------------------------------------
 
+// a + the chunk's CH values wf . x[0..CH), one FMA after another in index order; x in
+// 16-byte loads where x_vec (x 16-byte aligned).
+template <int CH> __device__ __forceinline__ float q_dot_chunk(const float *wf, const float *x, bool x_vec, float a) {
+    if (x_vec) {
+#pragma unroll
+        for (int i = 0; i < CH; i += 4) {
+            const float4 q = __ldg((const float4 *)(x + i));
+            a = fmaf(wf[i], q.x, a);
+            a = fmaf(wf[i + 1], q.y, a);
+            a = fmaf(wf[i + 2], q.z, a);
+            a = fmaf(wf[i + 3], q.w, a);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < CH; i++) a = fmaf(wf[i], __ldg(x + i), a);
+    }
+    return a;
+}
+
 // acc[c] = dot(row, xs[c]) for c < n_cols <= NC, in every lane of the warp: n_chunks chunks
 // of the row (K / CHUNK). x_vec: every xs[c] is 16-byte aligned (CHUNK is a multiple of 4).
 // Lane l sums its chunks l, l + 32, ... in order, then a shuffle tree: the order depends
@@ -440,21 +459,7 @@ __device__ __forceinline__ void q_gemv_row(const uint8_t *__restrict__ row, int6
 #pragma unroll
             for (int c = 0; c < NC; c++) {
                 if (c >= n_cols) break;
-                float s = acc[c];
-                if (x_vec) {
-#pragma unroll
-                    for (int i = 0; i < CH; i += 4) {
-                        const float4 q = __ldg((const float4 *)(xs[c] + k0 + i));
-                        s = fmaf(wf[i], q.x, s);
-                        s = fmaf(wf[i + 1], q.y, s);
-                        s = fmaf(wf[i + 2], q.z, s);
-                        s = fmaf(wf[i + 3], q.w, s);
-                    }
-                } else {
-#pragma unroll
-                    for (int i = 0; i < CH; i++) s = fmaf(wf[i], __ldg(xs[c] + k0 + i), s);
-                }
-                acc[c] = s;
+                acc[c] = q_dot_chunk<CH>(wf, xs[c] + k0, x_vec, acc[c]);
             }
         }
     }
@@ -559,22 +564,7 @@ __device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t k_seg, int
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             if (c >= n_cols) break;
-            const float *xk = xs[c] + k_seg + cl * CH;
-            float a = acc[c];
-            if (x_vec) {
-#pragma unroll
-                for (int i = 0; i < CH; i += 4) {
-                    const float4 q = __ldg((const float4 *)(xk + i));
-                    a = fmaf(wf[i], q.x, a);
-                    a = fmaf(wf[i + 1], q.y, a);
-                    a = fmaf(wf[i + 2], q.z, a);
-                    a = fmaf(wf[i + 3], q.w, a);
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < CH; i++) a = fmaf(wf[i], __ldg(xk + i), a);
-            }
-            acc[c] = a;
+            acc[c] = q_dot_chunk<CH>(wf, xs[c] + k_seg + cl * CH, x_vec, acc[c]);
         }
     }
 }
