@@ -21,11 +21,11 @@
 // so that a warp's loads cover consecutive bytes of the row; each lane issues the loads
 // of QMM_UNROLL chunks before it uses any (bytes in flight). q_gemv reads the same chunks
 // from a copy of the row in shared memory (see there); the other kernels read them from
-// global memory. The widest load a field's
-// alignment allows is used: blocks of q4_K/q5_K (144/176 B) are 16-byte multiples, so
-// their quants come in 16-byte loads; q5_1 (24 B) in 8-byte, q4_1/q2_K/q8_K (20/84/292
-// B) in 4-byte loads; q8_0, q4_0, q5_0, q3_K, q6_K blocks (34/18/22/110/210 B) are only
-// 2-byte aligned, so their words are assembled from 2-byte loads (as ggml does).
+// global memory. The widest load a field's alignment allows is used: blocks of q4_K/q5_K
+// (144/176 B) are 16-byte multiples, so their quants come in 16-byte loads; q5_1 (24 B) in
+// 8-byte, q4_1/q2_K/q8_K (20/84/292 B) in 4-byte loads; q8_0, q4_0, q5_0, q3_K, q6_K
+// blocks (34/18/22/110/210 B) are only 2-byte aligned, so their words are assembled from
+// 2-byte loads (as ggml does).
 //
 // Exactness. Dequantization is written with __fmul_rn/__fadd_rn/__fsub_rn: nvcc would
 // otherwise contract d1 * q - m1 into an FMA and the values would differ from the CPU's
