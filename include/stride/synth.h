@@ -57,6 +57,9 @@ const st_synth_preset *st_synth_find_preset(const char *name);
 void st_synth_preset_size(const st_synth_preset *p, st_type weight_type, uint64_t *n_tensors,
                           uint64_t *n_bytes);
 
+/* Whether st_synth_write writes matrices and embeddings of type t (F32, F16, BF16, Q8_0). */
+bool st_synth_weight_type_ok(st_type t);
+
 typedef struct st_synth_options {
     st_type weight_type;  /* F32, F16, BF16 or Q8_0: matrices and embeddings; norms stay F32 */
     uint64_t seed;

@@ -430,18 +430,16 @@ template <int CH> __device__ __forceinline__ float q_dot_chunk(const float *wf, 
     return a;
 }
 
-// acc[c] = dot(row, xs[c]) for c < n_cols <= NC, in every lane of the warp: n_chunks chunks
-// of the row (K / CHUNK). x_vec: every xs[c] is 16-byte aligned (CHUNK is a multiple of 4).
-// Lane l sums its chunks l, l + 32, ... in order, then a shuffle tree: the order depends
-// on K alone (not on NC: one column gives the same bits at NC = 1 and QMM_MAX_COLS).
-template <st_type T, int NC>
-__device__ __forceinline__ void q_gemv_row(const uint8_t *__restrict__ row, int64_t n_chunks, const float *const *xs,
-                                           int n_cols, bool x_vec, float acc[NC]) {
+// dot(row, x) in every lane of the warp (mul_mat_id's one column): n_chunks chunks of the
+// row (K / CHUNK). x_vec: x is 16-byte aligned (CHUNK is a multiple of 4). Lane l sums its
+// chunks l, l + 32, ... in order, then a shuffle tree: the order depends on K alone.
+template <st_type T>
+__device__ __forceinline__ float q_gemv_row(const uint8_t *__restrict__ row, int64_t n_chunks, const float *x,
+                                            bool x_vec) {
     using F = qfmt<T>;
     constexpr int W = ST_GPU_WARP_SIZE, CH = F::CHUNK;
     const int lane = threadIdx.x % W;
-#pragma unroll
-    for (int c = 0; c < NC; c++) acc[c] = 0.0f;
+    float acc = 0.0f;
     for (int64_t c0 = lane; c0 < n_chunks; c0 += (int64_t)W * QMM_UNROLL) {
         typename F::raw r[QMM_UNROLL];
 #pragma unroll
@@ -455,19 +453,10 @@ __device__ __forceinline__ void q_gemv_row(const uint8_t *__restrict__ row, int6
             if (ch >= n_chunks) break;
             float wf[CH];
             F::dequant(r[u], q_chunk_index<T>(ch), wf);
-            const int64_t k0 = ch * CH;
-#pragma unroll
-            for (int c = 0; c < NC; c++) {
-                if (c >= n_cols) break;
-                acc[c] = q_dot_chunk<CH>(wf, xs[c] + k0, x_vec, acc[c]);
-            }
+            acc = q_dot_chunk<CH>(wf, x + ch * CH, x_vec, acc);
         }
     }
-#pragma unroll
-    for (int c = 0; c < NC; c++) {
-        if (c >= n_cols) break;
-        acc[c] = cuda_warp_sum(acc[c]);
-    }
+    return cuda_warp_sum(acc);
 }
 
 // ---- the matrix-vector product, staged -----------------------------------------------------
@@ -699,10 +688,8 @@ __global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE)
         if (n >= N) continue;
         const char *xrow = x_mode == 0 ? x.data + j * x.nb1 + m * x.nb2 : x_mode == 1 ? x.data + m * x.nb1
                                                                                      : x.data + m * x.nb2;
-        const float *xs[1] = {(const float *)xrow};
-        float acc[1];
-        q_gemv_row<T, 1>(w + (int64_t)e * nb2 + n * nb1, K / qfmt<T>::CHUNK, xs, 1, x_vec, acc);
-        if (lane == 0) ((float *)(y.data + j * y.nb1 + m * y.nb2))[n] = acc[0];
+        const float acc = q_gemv_row<T>(w + (int64_t)e * nb2 + n * nb1, K / qfmt<T>::CHUNK, (const float *)xrow, x_vec);
+        if (lane == 0) ((float *)(y.data + j * y.nb1 + m * y.nb2))[n] = acc;
     }
 }
 

@@ -366,7 +366,8 @@ static st_status write_tensor(st_gguf_writer *w, const st_synth_preset *p, const
         } else if (t->type == ST_TYPE_Q8_0) { /* m: a multiple of 32 (CHUNK_ELEMS and the rows are) */
             st_quant_quantize_row_q8_0(s->vals, s->half, (int64_t)m);
             bytes = s->half;
-            nbytes = m / 32 * 34;
+            const st_type_traits *q8 = st_type_get_traits((uint32_t)ST_TYPE_Q8_0);
+            nbytes = m / (size_t)q8->block_size * q8->block_bytes;
         }
         TRY(st_gguf_writer_write_data(w, bytes, nbytes, err));
         s->done += nbytes;
@@ -395,11 +396,15 @@ static st_status write_all(st_gguf_writer *w, const st_synth_preset *p, const st
     return st;
 }
 
+bool st_synth_weight_type_ok(st_type t) {
+    return t == ST_TYPE_F32 || t == ST_TYPE_F16 || t == ST_TYPE_BF16 || t == ST_TYPE_Q8_0;
+}
+
 st_status st_synth_write(const st_synth_preset *p, const st_synth_options *opt, const char *path,
                          st_error *err) {
     ST_ASSERT(p && opt && path);
     st_type wt = opt->weight_type;
-    if (wt != ST_TYPE_F32 && wt != ST_TYPE_F16 && wt != ST_TYPE_BF16 && wt != ST_TYPE_Q8_0)
+    if (!st_synth_weight_type_ok(wt))
         return st_error_set(err, ST_ERROR_INVALID, "synth: weight type %s is not f32, f16, bf16 or q8_0",
                             st_type_name(wt));
     st_synth_tensor *t = NULL;

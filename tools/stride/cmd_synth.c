@@ -42,7 +42,7 @@ static void print_help(FILE *out, st_type type) {
 static bool parse_type(const char *s, st_type *out) {
     st_type t;
     if (!st_type_from_name(s, &t)) return false;
-    if (t != ST_TYPE_F32 && t != ST_TYPE_F16 && t != ST_TYPE_BF16 && t != ST_TYPE_Q8_0) return false;
+    if (!st_synth_weight_type_ok(t)) return false;
     *out = t;
     return true;
 }
