@@ -326,6 +326,9 @@ st_status st_cuda_get_rows_quant(st_backend *b, st_tensor *dst, const st_tensor 
                                  st_error *err);
 st_status st_cuda_mul_mat_quant(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
                                 st_error *err);
+// A decode step's fused product on quantized weights in one launch after its norm; *ran
+// false (and ST_OK) when it is not one this path runs (the caller runs the composite).
+st_status st_cuda_mul_mat_fused_quant(st_backend *b, const st_fused_mul_mat *op, bool *ran, st_error *err);
 st_status st_cuda_mul_mat_id_quant(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
                                    const st_tensor *ids, st_error *err);
 

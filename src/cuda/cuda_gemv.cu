@@ -462,7 +462,11 @@ st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_er
     const void *ss_for = c->norm_ss_for;
     const int64_t ss_rows = c->norm_ss_rows;
     c->norm_ss_for = NULL;
-    if (!fused_supported(op)) return st_backend_mul_mat_fused_composite(b, op, err);
+    if (!fused_supported(op)) { // quantized weights: their own fused kernel, else the composite
+        bool ran = false;
+        const st_status s = st_cuda_mul_mat_fused_quant(b, op, &ran, err);
+        return s != ST_OK || ran ? s : st_backend_mul_mat_fused_composite(b, op, err);
+    }
     const bool apart = fused_norm_apart(c, op);
     if (apart) { // h = rmsnorm(x) * norm_w [K, 1], then the product of h
         const st_status s = st_cuda_rms_norm(b, op->h, op->x, op->norm_w, op->eps, err);

@@ -4,6 +4,9 @@
 //   mul_mat, M < ST_CUDA_QGEMM_MIN_M (decode): a dequantizing matrix-vector kernel, a warp
 //     a weight row at a time, reading the row once for all M columns through shared memory
 //     (16-byte copies, several segments in flight: q_gemv); f32 products and sums.
+//   mul_mat_fused, one column (a decode step's q/k/v, gate/up with its gated unit, o and
+//     down with the residual add): the norm, then one launch of the same walk with the
+//     epilogue in it (q_gemv_fused), instead of the composite's 3-4 kernels.
 //   mul_mat, M >= ST_CUDA_QGEMM_MIN_M (prefill): slabs of rows dequantized to F16 in scratch,
 //     then cuBLAS (F16 x F16, f32 accumulate) on each slab, x rounded to F16 once.
 //   get_rows: the selected rows dequantized to F32 (exact: the CPU's values).
@@ -517,10 +520,9 @@ template <int N> __device__ __forceinline__ void q_copy_wait() {
 #endif
 }
 
-// Segment s of row n: its bytes, whole blocks, start at w + n nb1 + s BLOCKS BYTES.
-template <st_type T>
-__device__ __forceinline__ const uint8_t *q_seg_bytes(const uint8_t *w, int64_t nb1, int64_t n, int64_t s) {
-    return w + n * nb1 + s * q_seg<T>::BLOCKS * qfmt<T>::BYTES;
+// Segment s of a row whose bytes start at row: whole blocks, s BLOCKS blocks in.
+template <st_type T> __device__ __forceinline__ const uint8_t *q_seg_bytes(const uint8_t *row, int64_t s) {
+    return row + s * q_seg<T>::BLOCKS * qfmt<T>::BYTES;
 }
 
 // Copies the 16-byte-aligned window around segment s of a row (its bytes at p) into stage;
@@ -575,97 +577,189 @@ struct q_cursor {
     }
 };
 
-// Copies item c's segment into its stage (nothing past the rows), then commits: an empty
-// group past the end keeps cp.async's count of groups.
-template <st_type T>
-__device__ __forceinline__ void q_issue(const q_cursor &c, uint8_t *stages, const uint8_t *w, int64_t nb1, int64_t N,
-                                        int rows, int64_t n_groups, int64_t n_blocks) {
-    const int64_t n = c.g * rows + c.r;
-    if (c.g < n_groups && n < N)
-        q_seg_copy<T>(stages + c.stage * q_seg<T>::WINDOW, q_seg_bytes<T>(w, nb1, n, c.s), c.s, n_blocks);
-    q_copy_commit();
-}
-
 // Blocks an SM the one-column kernel is compiled for.
 template <st_type T> static constexpr int q_gemv_min_blocks() {
     return qfmt<T>::QK == 256 ? Q_GEMV_MIN_BLOCKS_K : Q_GEMV_MIN_BLOCKS;
 }
+
+// The walk both matrix-vector kernels share (see the section's head). This warp's items,
+// groups gw, gw + n_warps, ... below src.n_groups, of src.rows rows each (at most
+// QMM_GROUP), every row in segments: src.row(g, r) is row r of group g, or NULL past the
+// rows; x is NC columns xs (n_cols of them). At the end of each group, sink(g, v) gets the
+// group's results: v[c][r] for column c and row r (rows past the rows: 0).
+template <st_type T, int NC, typename Src, typename Sink>
+__device__ __forceinline__ void q_walk(uint8_t *stages, const Src &src, int64_t K, const float *const *xs, int n_cols,
+                                       bool x_vec, const Sink &sink) {
+    using G = q_seg<T>;
+    const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
+    const int rows = src.rows;
+    const int64_t n_blocks = K / qfmt<T>::QK, n_chunks = K / qfmt<T>::CHUNK;
+    const int64_t n_seg = (n_chunks + G::CHUNKS - 1) / G::CHUNKS;
+    const int64_t gw = (int64_t)blockIdx.x * QMM_WARPS + warp, n_warps = (int64_t)gridDim.x * QMM_WARPS;
+    // `in` is the next item to copy, `at` the one to reduce (counters, not divisions: a
+    // 64-bit division is a long software routine)
+    q_cursor in = {gw, 0, 0, 0}, at = in;
+    auto issue = [&](const q_cursor &c) { // (an empty group past the end keeps cp.async's count)
+        const uint8_t *row = c.g < src.n_groups ? src.row(c.g, c.r) : NULL;
+        if (row) q_seg_copy<T>(stages + c.stage * G::WINDOW, q_seg_bytes<T>(row, c.s), c.s, n_blocks);
+        q_copy_commit();
+    };
+#pragma unroll
+    for (int i = 0; i < QMM_STAGES - 1; i++) {
+        issue(in);
+        in.next(n_seg, rows, n_warps);
+    }
+    float acc[NC], mine[NC]; // mine: lane r < rows keeps row r of the group
+#pragma unroll
+    for (int c = 0; c < NC; c++) mine[c] = 0.0f;
+    for (; at.g < src.n_groups; at.next(n_seg, rows, n_warps)) {
+        issue(in);
+        in.next(n_seg, rows, n_warps);
+        q_copy_wait<QMM_STAGES - 1>();
+        __syncwarp(); // every lane's copies of item `at` are visible to the warp
+        if (at.s == 0) {
+#pragma unroll
+            for (int c = 0; c < NC; c++) acc[c] = 0.0f;
+        }
+        const uint8_t *row = src.row(at.g, at.r);
+        if (row) {
+            const uintptr_t phase = (uintptr_t)q_seg_bytes<T>(row, at.s) % 16;
+            const int64_t c0 = at.s * G::CHUNKS;
+            q_seg_dot<T, NC>(stages + at.stage * G::WINDOW + phase, c0 * qfmt<T>::CHUNK,
+                             (int)(n_chunks - c0 < G::CHUNKS ? n_chunks - c0 : G::CHUNKS), xs, n_cols, x_vec, acc);
+            if (at.s == n_seg - 1) {
+#pragma unroll
+                for (int c = 0; c < NC; c++) {
+                    const float v = cuda_warp_sum(acc[c]);
+                    if (lane == at.r) mine[c] = v;
+                }
+            }
+        }
+        if (at.s == n_seg - 1 && at.r == rows - 1) { // the group's results leave
+            float v[NC][QMM_GROUP];
+#pragma unroll
+            for (int c = 0; c < NC; c++)
+#pragma unroll
+                for (int i = 0; i < QMM_GROUP; i++) v[c][i] = __shfl_sync(ST_GPU_WARP_MASK, mine[c], i);
+            if (lane == 0) sink(at.g, v);
+        }
+        __syncwarp(); // stage `at` is read: the next issue may overwrite it
+    }
+    q_copy_wait<0>();
+}
+
+// The rows of one weight [K, N] at row stride nb1, in groups of `rows`.
+struct q_rows_plain {
+    const uint8_t *w;
+    int64_t nb1, N, n_groups;
+    int rows;
+    __device__ __forceinline__ const uint8_t *row(int64_t g, int r) const {
+        const int64_t n = g * rows + r;
+        return n < N ? w + n * nb1 : NULL;
+    }
+};
 
 // y[:, m] = W x[:, m]; grid y: groups of NC columns. Dynamic shared memory: q_gemv_smem<T>().
 template <st_type T, int NC>
 __global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE, NC == 1 ? q_gemv_min_blocks<T>() : 1)
     q_gemv(const uint8_t *w, int64_t nb1, int64_t K, int64_t N, st_cuda_view x, st_cuda_view y, int64_t M,
            bool x_vec, int rows) {
-    using G = q_seg<T>;
     extern __shared__ uint4 q_stages[]; // [QMM_WARPS][QMM_STAGES][WINDOW]
-    const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
-    uint8_t *stages = (uint8_t *)q_stages + (size_t)warp * QMM_STAGES * G::WINDOW;
-    const int64_t n_blocks = K / qfmt<T>::QK, n_chunks = K / qfmt<T>::CHUNK;
-    const int64_t n_seg = (n_chunks + G::CHUNKS - 1) / G::CHUNKS, n_groups = (N + rows - 1) / rows;
-    const int64_t gw = (int64_t)blockIdx.x * QMM_WARPS + warp, n_warps = (int64_t)gridDim.x * QMM_WARPS;
-    if (gw >= n_groups) return; // (no block barrier below: the warps are independent)
+    uint8_t *stages = (uint8_t *)q_stages + (size_t)(threadIdx.x / ST_GPU_WARP_SIZE) * QMM_STAGES * q_seg<T>::WINDOW;
+    const q_rows_plain src = {w, nb1, N, (N + rows - 1) / rows, rows};
+    if ((int64_t)blockIdx.x * QMM_WARPS + threadIdx.x / ST_GPU_WARP_SIZE >= src.n_groups) return; // (no block barrier)
     for (int64_t m0 = (int64_t)blockIdx.y * NC; m0 < M; m0 += (int64_t)gridDim.y * NC) {
         const int n_cols = (int)(M - m0 < NC ? M - m0 : NC);
         const float *xs[NC];
 #pragma unroll
         for (int c = 0; c < NC; c++) xs[c] = (const float *)cuda_row(x, m0 + (c < n_cols ? c : 0));
-        // The warp's items in order: its groups gw, gw + n_warps, ..., each row r of a group,
-        // each segment s of a row; `in` is the next item to copy, `at` the one to reduce.
-        // (Counters, not divisions: a 64-bit division is a long software routine.)
-        q_cursor in = {gw, 0, 0, 0}, at = in;
+        q_walk<T, NC>(stages, src, K, xs, n_cols, x_vec, [&](int64_t g, const float (&v)[NC][QMM_GROUP]) {
+            const int64_t n0 = g * rows;
 #pragma unroll
-        for (int i = 0; i < QMM_STAGES - 1; i++) {
-            q_issue<T>(in, stages, w, nb1, N, rows, n_groups, n_blocks);
-            in.next(n_seg, rows, n_warps);
-        }
-        float acc[NC], mine[NC]; // mine: lane r < rows keeps row r of the group
+            for (int c = 0; c < NC; c++) {
+                if (c >= n_cols) break;
+                float *yr = (float *)cuda_row(y, m0 + c) + n0;
+                if (rows == QMM_GROUP && n0 + QMM_GROUP <= N && (uintptr_t)yr % 16 == 0) {
+                    *(float4 *)yr = make_float4(v[c][0], v[c][1], v[c][2], v[c][3]);
+                } else {
 #pragma unroll
-        for (int c = 0; c < NC; c++) mine[c] = 0.0f;
-        for (; at.g < n_groups; at.next(n_seg, rows, n_warps)) {
-            q_issue<T>(in, stages, w, nb1, N, rows, n_groups, n_blocks);
-            in.next(n_seg, rows, n_warps);
-            q_copy_wait<QMM_STAGES - 1>();
-            __syncwarp(); // every lane's copies of item `at` are visible to the warp
-            const int64_t n0 = at.g * rows, n = n0 + at.r;
-            if (at.s == 0) {
-#pragma unroll
-                for (int c = 0; c < NC; c++) acc[c] = 0.0f;
-            }
-            if (n < N) {
-                const uintptr_t phase = (uintptr_t)q_seg_bytes<T>(w, nb1, n, at.s) % 16;
-                const int64_t c0 = at.s * G::CHUNKS;
-                q_seg_dot<T, NC>(stages + at.stage * G::WINDOW + phase, c0 * qfmt<T>::CHUNK,
-                                 (int)(n_chunks - c0 < G::CHUNKS ? n_chunks - c0 : G::CHUNKS), xs, n_cols, x_vec, acc);
-                if (at.s == n_seg - 1) {
-#pragma unroll
-                    for (int c = 0; c < NC; c++) {
-                        const float v = cuda_warp_sum(acc[c]);
-                        if (lane == at.r) mine[c] = v;
-                    }
+                    for (int i = 0; i < QMM_GROUP; i++)
+                        if (i < rows && n0 + i < N) yr[i] = v[c][i];
                 }
             }
-            if (at.s == n_seg - 1 && at.r == rows - 1) { // the group's rows leave
-#pragma unroll
-                for (int c = 0; c < NC; c++) {
-                    float v[QMM_GROUP];
-#pragma unroll
-                    for (int i = 0; i < QMM_GROUP; i++) v[i] = __shfl_sync(ST_GPU_WARP_MASK, mine[c], i);
-                    if (c < n_cols && lane == 0) {
-                        float *yr = (float *)cuda_row(y, m0 + c) + n0;
-                        if (rows == QMM_GROUP && n0 + QMM_GROUP <= N && (uintptr_t)yr % 16 == 0) {
-                            *(float4 *)yr = make_float4(v[0], v[1], v[2], v[3]);
-                        } else {
-#pragma unroll
-                            for (int i = 0; i < QMM_GROUP; i++)
-                                if (i < rows && n0 + i < N) yr[i] = v[i];
-                        }
-                    }
-                }
-            }
-            __syncwarp(); // stage `at` is read: the next issue may overwrite it
-        }
-        q_copy_wait<0>();
+        });
     }
+}
+
+// ---- a decode step's fused product (st_fused_mul_mat, one column) ---------------------------
+//
+// After the norm (st_cuda_rms_norm into h, as the composite runs it), one launch for the
+// products and what follows them: q, k and v as one space of rows (STORE), gate and up as
+// pairs of rows whose results meet in the gated unit (SWIGLU, GEGLU: a group of 2, row 0 of
+// gate, row 1 of up), o and down with the residual add and the next product's x * norm_w
+// (ADD). Each value rounds as the composite's ops round it (q_gemv's sums, then the add,
+// the multiply, the gated unit), so the fused product gives the composite's bits.
+
+struct q_fused_args {
+    const uint8_t *w[3];
+    int64_t nb1[3];
+    int64_t n_end[3];      // STORE: the rows of w[0..i] together; otherwise n_end[0] = N_0
+    float *y[3];           // STORE
+    float *out;            // ADD, SWIGLU, GEGLU: [N_0]
+    float *next_h;         // ADD, optional: [N_0] out * next_norm_w
+    const float *next_norm_w;
+    int64_t n_groups;
+    int rows;              // 2 for a gated unit, else 1
+};
+
+// Element i < 3 of a kernel argument's array, chosen without indexing it (an index known
+// only at run time would copy the arguments to local memory).
+template <typename V> __device__ __forceinline__ V q_pick(const V (&v)[3], int i) {
+    return i == 0 ? v[0] : i == 1 ? v[1] : v[2];
+}
+
+// STORE's weight of row g of the space of rows, and the row's index in it.
+__device__ __forceinline__ int q_fused_weight(const q_fused_args &a, int64_t g, int64_t *n) {
+    const int i = g < a.n_end[0] ? 0 : g < a.n_end[1] ? 1 : 2;
+    *n = g - (i == 0 ? 0 : i == 1 ? a.n_end[0] : a.n_end[1]);
+    return i;
+}
+
+template <int EPI> struct q_rows_fused {
+    q_fused_args a;
+    int64_t n_groups;
+    int rows;
+    __device__ __forceinline__ const uint8_t *row(int64_t g, int r) const {
+        if (EPI == ST_FUSED_EPILOGUE_STORE) {
+            int64_t n;
+            const int i = q_fused_weight(a, g, &n);
+            return q_pick(a.w, i) + n * q_pick(a.nb1, i);
+        }
+        return q_pick(a.w, r) + g * q_pick(a.nb1, r); // ADD: r = 0; a gated unit: gate, then up
+    }
+};
+
+template <st_type T, int EPI>
+__global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE, q_gemv_min_blocks<T>())
+    q_gemv_fused(q_fused_args a, int64_t K, const float *x, bool x_vec) {
+    extern __shared__ uint4 q_stages[]; // [QMM_WARPS][QMM_STAGES][WINDOW]
+    uint8_t *stages = (uint8_t *)q_stages + (size_t)(threadIdx.x / ST_GPU_WARP_SIZE) * QMM_STAGES * q_seg<T>::WINDOW;
+    const q_rows_fused<EPI> src = {a, a.n_groups, a.rows};
+    const float *xs[1] = {x};
+    q_walk<T, 1>(stages, src, K, xs, 1, x_vec, [&](int64_t g, const float (&v)[1][QMM_GROUP]) {
+        if (EPI == ST_FUSED_EPILOGUE_STORE) {
+            int64_t n;
+            const int i = q_fused_weight(a, g, &n);
+            q_pick(a.y, i)[n] = v[0][0];
+        } else if (EPI == ST_FUSED_EPILOGUE_ADD) {
+            const float o = __fadd_rn(a.out[g], v[0][0]);
+            a.out[g] = o;
+            if (a.next_h) a.next_h[g] = __fmul_rn(o, a.next_norm_w[g]);
+        } else {
+            const float act = EPI == ST_FUSED_EPILOGUE_GEGLU ? cuda_gelu_tanh_f32(v[0][0]) : cuda_silu_f32(v[0][0]);
+            a.out[g] = __fmul_rn(act, v[0][1]);
+        }
+    });
 }
 
 // mul_mat_id: block (row group, slot): the slot's expert e, then row n of W + e * nb2.
@@ -813,6 +907,30 @@ struct q_launch_gemv {
     }
 };
 
+struct q_launch_fused {
+    template <st_type T>
+    static void run(st_cuda_ctx *c, const q_fused_args &a, int epi, int64_t K, const float *x, bool x_vec) {
+        const unsigned int wave = (unsigned int)c->sm_count * q_gemv_min_blocks<T>();
+        const unsigned int blocks = cuda_blocks(a.n_groups, QMM_WARPS), grid = blocks < wave ? blocks : wave;
+        const unsigned int threads = QMM_WARPS * ST_GPU_WARP_SIZE;
+        const size_t smem = q_gemv_smem<T>();
+        switch (epi) {
+        case ST_FUSED_EPILOGUE_STORE:
+            q_gemv_fused<T, ST_FUSED_EPILOGUE_STORE><<<grid, threads, smem, c->stream>>>(a, K, x, x_vec);
+            break;
+        case ST_FUSED_EPILOGUE_ADD:
+            q_gemv_fused<T, ST_FUSED_EPILOGUE_ADD><<<grid, threads, smem, c->stream>>>(a, K, x, x_vec);
+            break;
+        case ST_FUSED_EPILOGUE_SWIGLU:
+            q_gemv_fused<T, ST_FUSED_EPILOGUE_SWIGLU><<<grid, threads, smem, c->stream>>>(a, K, x, x_vec);
+            break;
+        default:
+            q_gemv_fused<T, ST_FUSED_EPILOGUE_GEGLU><<<grid, threads, smem, c->stream>>>(a, K, x, x_vec);
+            break;
+        }
+    }
+};
+
 struct q_launch_dequant_f16 {
     template <st_type T>
     static void run(st_cuda_ctx *c, uint4 *out, const uint8_t *w, int64_t nb1, int64_t K, int64_t rows) {
@@ -882,6 +1000,85 @@ st_status st_cuda_mul_mat_quant(st_backend *b, st_tensor *dst, const st_tensor *
     if (M >= ST_CUDA_QGEMM_MIN_M && gemm_ok) return q_mul_mat_gemm(c, dst, w, x, err);
     q_dispatch<q_launch_gemv>(w->type, c, dst, w, x, M);
     ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
+// A one-column row of F32 values: [n] at data, contiguous.
+static bool q_is_f32_vector(const st_tensor *t, int64_t n) {
+    return t && cuda_is_f32_rows(t) && t->ne[0] == n && cuda_nrows(t) == 1;
+}
+
+// Whether st_cuda_mul_mat_fused_quant runs op: one column (a decode step's product) on
+// quantized weights of one type and K, more than a lone stored product (that one, an
+// output head, is the norm and mul_mat: q_gemv's groups of 4 leave in 16-byte stores).
+static bool q_fused_takes(const st_fused_mul_mat *op) {
+    const int64_t K = op->x->ne[0];
+    const st_type t = op->w[0]->type;
+    if (!cuda_is_f32_rows(op->x) || cuda_nrows(op->x) != 1 || K < 1) return false;
+    if (op->norm_w && !q_is_f32_vector(op->h, K)) return false;
+    int a = 0;
+    if (!q_dispatch<q_align_of>(t, &a)) return false; // (also: not a float weight)
+    for (int i = 0; i < op->n_w; i++) {
+        const st_tensor *w = op->w[i];
+        if (w->type != t || w->ne[0] != K || w->ne[2] != 1 || w->ne[3] != 1) return false;
+    }
+    const int64_t N0 = op->w[0]->ne[1];
+    switch (op->epilogue) {
+    case ST_FUSED_EPILOGUE_STORE:
+        if (op->n_w == 1) return false;
+        for (int i = 0; i < op->n_w; i++)
+            if (!q_is_f32_vector(op->y[i], op->w[i]->ne[1])) return false;
+        return true;
+    case ST_FUSED_EPILOGUE_ADD:
+        return op->n_w == 1 && q_is_f32_vector(op->out, N0) &&
+               (!op->next_h || (q_is_f32_vector(op->next_h, N0) && q_is_f32_vector(op->next_norm_w, N0)));
+    default: // a gated unit
+        return op->n_w == 2 && op->w[1]->ne[1] == N0 && q_is_f32_vector(op->out, N0);
+    }
+}
+
+st_status st_cuda_mul_mat_fused_quant(st_backend *b, const st_fused_mul_mat *op, bool *ran, st_error *err) {
+    *ran = false;
+    if (!q_fused_takes(op)) return ST_OK;
+    st_cuda_ctx *c = cuda_ctx(b);
+    for (int i = 0; i < op->n_w; i++) {
+        const st_status s = q_check_weight(op->w[i], "mul_mat_fused", err);
+        if (s != ST_OK) return s;
+    }
+    const st_tensor *in = op->x;
+    if (op->norm_w) { // h = rmsnorm(x) * norm_w, as the composite forms it
+        const st_status s = st_cuda_rms_norm(b, op->h, op->x, op->norm_w, op->eps, err);
+        if (s != ST_OK) return s;
+        in = op->h;
+    }
+    q_fused_args a = {};
+    const bool glu = op->epilogue == ST_FUSED_EPILOGUE_SWIGLU || op->epilogue == ST_FUSED_EPILOGUE_GEGLU;
+    int64_t rows_so_far = 0;
+    for (int i = 0; i < op->n_w; i++) {
+        a.w[i] = (const uint8_t *)op->w[i]->data;
+        a.nb1[i] = (int64_t)op->w[i]->nb[1];
+        rows_so_far += op->w[i]->ne[1];
+        a.n_end[i] = rows_so_far;
+        if (op->epilogue == ST_FUSED_EPILOGUE_STORE) a.y[i] = (float *)op->y[i]->data;
+    }
+    if (op->epilogue != ST_FUSED_EPILOGUE_STORE) {
+        a.out = (float *)op->out->data;
+        a.n_end[0] = op->w[0]->ne[1];
+    }
+    if (op->next_h) {
+        a.next_h = (float *)op->next_h->data;
+        a.next_norm_w = (const float *)op->next_norm_w->data;
+    }
+    a.rows = glu ? 2 : 1;
+    a.n_groups = op->epilogue == ST_FUSED_EPILOGUE_STORE ? rows_so_far : op->w[0]->ne[1];
+    if (a.n_groups == 0) {
+        *ran = true;
+        return ST_OK;
+    }
+    q_dispatch<q_launch_fused>(op->w[0]->type, c, a, (int)op->epilogue, op->x->ne[0], (const float *)in->data,
+                               cuda_aligned16(in->data));
+    ST_GPU_CHECK_LAUNCH();
+    *ran = true;
     return ST_OK;
 }
 

@@ -368,10 +368,60 @@ static void test_mul_mat_id(st_type t, int64_t K, int64_t N, int64_t E, int64_t 
 
 static const char *epilogue_name[] = {"store", "add", "swiglu", "geglu"};
 
+/* A fused product's buffers on both backends: y[] (STORE), h (the normed x), out (the
+ * residual of ADD, or a gated unit's result) and next_h (ADD's out * next_norm_w). */
+typedef struct fused_bufs {
+    dual dy[3], dh, dout, dnext;
+} fused_bufs;
+
+/* resid: ADD's starting out (host bytes), else NULL (poisoned). */
+static fused_bufs fused_bufs_new(const view *vy, int n_w, const view *vh, const view *vo, const char *resid) {
+    fused_bufs f = {.dh = dual_new(view_bytes(vh)), .dout = dual_new(view_bytes(vo)), .dnext = dual_new(view_bytes(vo))};
+    for (int i = 0; i < n_w; i++) {
+        f.dy[i] = dual_new(view_bytes(&vy[i]));
+        dual_poison(&f.dy[i]);
+    }
+    dual_poison(&f.dh);
+    dual_poison(&f.dnext);
+    if (resid) {
+        memcpy(f.dout.host, resid, f.dout.bytes);
+        dual_upload(&f.dout);
+    } else {
+        dual_poison(&f.dout);
+    }
+    return f;
+}
+
+static void fused_bufs_free(fused_bufs *f, int n_w) {
+    for (int i = 0; i < n_w; i++) dual_free(&f->dy[i]);
+    dual_free(&f->dh);
+    dual_free(&f->dout);
+    dual_free(&f->dnext);
+}
+
+/* op's outputs in f's memory of one backend (gpu: the CUDA side, else the CPU side). */
+static void fused_bind(st_fused_mul_mat *op, fused_bufs *f, const view *vy, const view *vh, const view *vo, bool gpu,
+                       st_tensor y[3], st_tensor *h, st_tensor *out, st_tensor *next) {
+    for (int i = 0; i < op->n_w; i++) {
+        y[i] = on(&vy[i], gpu ? f->dy[i].gpu : f->dy[i].cpu);
+        op->y[i] = &y[i];
+    }
+    *h = on(vh, gpu ? f->dh.gpu : f->dh.cpu);
+    *out = on(vo, gpu ? f->dout.gpu : f->dout.cpu);
+    *next = on(vo, gpu ? f->dnext.gpu : f->dnext.cpu);
+    op->h = h;
+    if (op->epilogue != ST_FUSED_EPILOGUE_STORE) op->out = out;
+    if (op->next_norm_w) op->next_h = next;
+}
+
 /* What the forward pass runs on a quantized model's qkv (3 weights, norm, STORE), FFN
- * (gate/up, norm, GEGLU) and output projection (1 weight, ADD): the CUDA backend (fused
- * kernel or composite) against the CPU composite. */
-static void test_fused(st_type t, int64_t K, int64_t N, int64_t M, int n_w, bool norm, st_fused_epilogue epi) {
+ * (gate/up, norm, GEGLU/SWIGLU) and output projection (1 weight, ADD, with the next
+ * product's x * norm_w when next): the CUDA backend (its fused kernel for one column, else
+ * the composite) against the CPU composite, and, for one column, the CUDA fused kernel
+ * against the CUDA composite, which it must match bit for bit (the same sums, the same
+ * roundings of the add, the multiply and the gated unit). */
+static void test_fused(st_type t, int64_t K, int64_t N, int64_t M, int n_w, bool norm, st_fused_epilogue epi,
+                       bool next) {
     const bool glu = epi == ST_FUSED_EPILOGUE_SWIGLU || epi == ST_FUSED_EPILOGUE_GEGLU;
     qweight w[3];
     int64_t n_i[3];
@@ -381,58 +431,68 @@ static void test_fused(st_type t, int64_t K, int64_t N, int64_t M, int n_w, bool
     }
     view vx = mkview(ST_TYPE_F32, K, M, 1, (size_t)(K + 4) * 4, (size_t)(K + 4) * 4 * (size_t)M, 0);
     view vh = mkpacked(ST_TYPE_F32, K, M, 1), vn = mkpacked(ST_TYPE_F32, K, 1, 1);
-    view vy[3], vo = mkview(ST_TYPE_F32, N, M, 1, (size_t)(N + 2) * 4, (size_t)(N + 2) * 4 * (size_t)M, 0);
-    dual dx = dual_new(view_bytes(&vx)), dh = dual_new(view_bytes(&vh)), dn = dual_new(view_bytes(&vn));
-    dual dy[3], dout = dual_new(view_bytes(&vo));
+    view vnn = mkpacked(ST_TYPE_F32, N, 1, 1), vy[3];
+    view vo = mkview(ST_TYPE_F32, N, M, 1, (size_t)(N + 2) * 4, (size_t)(N + 2) * 4 * (size_t)M, 0);
+    for (int i = 0; i < n_w; i++) vy[i] = mkpacked(ST_TYPE_F32, n_i[i], M, 1);
+    dual dx = dual_new(view_bytes(&vx)), dn = dual_new(view_bytes(&vn)), dnn = dual_new(view_bytes(&vnn));
+    dual dres = dual_new(view_bytes(&vo)); /* the residual (its host bytes) */
     dual_random_f32(&dx);
     dual_random_f32(&dn);
-    dual_poison(&dh);
-    if (epi == ST_FUSED_EPILOGUE_ADD) dual_random_f32(&dout); /* the residual */
-    else dual_poison(&dout);
-    st_fused_mul_mat oc = {.n_w = n_w, .eps = 1e-6f, .epilogue = epi}, og = oc;
-    st_tensor wc[3], wg[3], yc[3], yg[3];
+    dual_random_f32(&dnn);
+    dual_random_f32(&dres);
+    const char *resid = epi == ST_FUSED_EPILOGUE_ADD ? dres.host : NULL;
+    fused_bufs f = fused_bufs_new(vy, n_w, &vh, &vo, resid), fc = fused_bufs_new(vy, n_w, &vh, &vo, resid);
+    st_fused_mul_mat oc = {.n_w = n_w, .eps = 1e-6f, .epilogue = epi}, og = oc, ogc = oc;
+    st_tensor wc[3], wg[3], yc[3], yg[3], ygc[3], hc, hg, hgc, outc, outg, outgc, nextc, nextg, nextgc;
     for (int i = 0; i < n_w; i++) {
-        vy[i] = mkpacked(ST_TYPE_F32, n_i[i], M, 1);
-        dy[i] = dual_new(view_bytes(&vy[i]));
-        dual_poison(&dy[i]);
         wc[i] = on(&w[i].v, w[i].d.cpu), wg[i] = on(&w[i].v, w[i].d.gpu);
-        yc[i] = on(&vy[i], dy[i].cpu), yg[i] = on(&vy[i], dy[i].gpu);
-        oc.w[i] = &wc[i], og.w[i] = &wg[i], oc.y[i] = &yc[i], og.y[i] = &yg[i];
+        oc.w[i] = &wc[i], og.w[i] = &wg[i], ogc.w[i] = &wg[i];
     }
-    st_tensor xc = on(&vx, dx.cpu), xg = on(&vx, dx.gpu), hc = on(&vh, dh.cpu), hg = on(&vh, dh.gpu);
-    st_tensor nc = on(&vn, dn.cpu), ng = on(&vn, dn.gpu), outc = on(&vo, dout.cpu), outg = on(&vo, dout.gpu);
-    oc.x = &xc, og.x = &xg, oc.h = &hc, og.h = &hg;
-    if (norm) oc.norm_w = &nc, og.norm_w = &ng;
-    if (epi != ST_FUSED_EPILOGUE_STORE) oc.out = &outc, og.out = &outg;
+    st_tensor xc = on(&vx, dx.cpu), xg = on(&vx, dx.gpu), nc = on(&vn, dn.cpu), ng = on(&vn, dn.gpu);
+    st_tensor nnc = on(&vnn, dnn.cpu), nng = on(&vnn, dnn.gpu);
+    oc.x = &xc, og.x = ogc.x = &xg;
+    if (norm) oc.norm_w = &nc, og.norm_w = ogc.norm_w = &ng;
+    if (next) oc.next_norm_w = &nnc, og.next_norm_w = ogc.next_norm_w = &nng;
+    fused_bind(&oc, &f, vy, &vh, &vo, false, yc, &hc, &outc, &nextc);
+    fused_bind(&og, &f, vy, &vh, &vo, true, yg, &hg, &outg, &nextg);
+    fused_bind(&ogc, &fc, vy, &vh, &vo, true, ygc, &hgc, &outgc, &nextgc);
     st_error err = {0};
     if (st_backend_mul_mat_fused_composite(g_cpu, &oc, &err) != ST_OK) test_die("cpu mul_mat_fused", &err);
     if (st_backend_mul_mat_fused(g_gpu, &og, &err) != ST_OK) test_die("cuda mul_mat_fused", &err);
+    if (st_backend_mul_mat_fused_composite(g_gpu, &ogc, &err) != ST_OK) test_die("cuda composite", &err);
     /* the path's tolerance; a GLU's product of two results doubles the relative error */
     const double tol = mm_tol(M) * (glu ? 2 : 1);
     char desc[128];
-    snprintf(desc, sizeof(desc), "%s K=%lld N=%lld M=%lld w=%d%s %s", tname(t), (long long)K, (long long)N,
-             (long long)M, n_w, norm ? " norm" : "", epilogue_name[epi]);
+    snprintf(desc, sizeof(desc), "%s K=%lld N=%lld M=%lld w=%d%s %s%s", tname(t), (long long)K, (long long)N,
+             (long long)M, n_w, norm ? " norm" : "", epilogue_name[epi], next ? "+next" : "");
+    /* what the op promises: y[] for STORE, else out (and next_h) */
+    const dual *got_d[4], *comp_d[4];
+    const view *got_v[4];
+    int n_out = 0;
     if (epi == ST_FUSED_EPILOGUE_STORE) {
-        for (int i = 0; i < n_w; i++) {
-            char *got = dual_fetch(&dy[i]);
-            cmp_result r = compare_f32(&vy[i], dy[i].cpu, got, dy[i].bytes);
-            record("mul_mat_fused", desc, &r, tol);
-            free(got);
-        }
+        for (int i = 0; i < n_w; i++) got_d[n_out] = &f.dy[i], comp_d[n_out] = &fc.dy[i], got_v[n_out++] = &vy[i];
     } else {
-        char *got = dual_fetch(&dout);
-        cmp_result r = compare_f32(&vo, dout.cpu, got, dout.bytes);
+        got_d[n_out] = &f.dout, comp_d[n_out] = &fc.dout, got_v[n_out++] = &vo;
+        if (next) got_d[n_out] = &f.dnext, comp_d[n_out] = &fc.dnext, got_v[n_out++] = &vo;
+    }
+    for (int i = 0; i < n_out; i++) {
+        char *got = dual_fetch(got_d[i]), *comp = dual_fetch(comp_d[i]);
+        cmp_result r = compare_f32(got_v[i], got_d[i]->cpu, got, got_d[i]->bytes);
         record("mul_mat_fused", desc, &r, tol);
+        if (M == 1) {
+            cmp_result rb = compare_bytes(comp, got, got_d[i]->bytes);
+            record("mul_mat_fused = cuda composite", desc, &rb, TOL_EXACT);
+        }
         free(got);
+        free(comp);
     }
-    for (int i = 0; i < n_w; i++) {
-        dual_free(&dy[i]);
-        qweight_free(&w[i]);
-    }
+    for (int i = 0; i < n_w; i++) qweight_free(&w[i]);
+    fused_bufs_free(&f, n_w);
+    fused_bufs_free(&fc, n_w);
     dual_free(&dx);
-    dual_free(&dh);
     dual_free(&dn);
-    dual_free(&dout);
+    dual_free(&dnn);
+    dual_free(&dres);
 }
 
 /* ---- errors ---------------------------------------------------------------------------------- */
@@ -569,11 +629,19 @@ static void run_all(void) {
     for (int ti = 0; ti < 4; ti++) {
         const int64_t K = traits(model_types[ti])->block_size == 32 ? 640 : 1024;
         for (int64_t M = 1; M <= 9; M += 8) {
-            test_fused(model_types[ti], K, 67, M, 3, true, ST_FUSED_EPILOGUE_STORE);
-            test_fused(model_types[ti], K, 67, M, 2, true, ST_FUSED_EPILOGUE_GEGLU);
-            test_fused(model_types[ti], K, 67, M, 2, false, ST_FUSED_EPILOGUE_SWIGLU);
-            test_fused(model_types[ti], K, 67, M, 1, false, ST_FUSED_EPILOGUE_ADD);
+            test_fused(model_types[ti], K, 67, M, 3, true, ST_FUSED_EPILOGUE_STORE, false);
+            test_fused(model_types[ti], K, 67, M, 2, true, ST_FUSED_EPILOGUE_GEGLU, false);
+            test_fused(model_types[ti], K, 67, M, 2, false, ST_FUSED_EPILOGUE_SWIGLU, false);
+            test_fused(model_types[ti], K, 67, M, 1, false, ST_FUSED_EPILOGUE_ADD, false);
+            test_fused(model_types[ti], K, 67, M, 1, false, ST_FUSED_EPILOGUE_ADD, true);
         }
+        /* one column: rows of several segments, and more groups than the wave has warps
+         * (132 SMs x 7-8 blocks x 4 warps), so that warps walk several */
+        const int64_t K_long = traits(model_types[ti])->block_size == 32 ? 65 * 32 : 17 * 256;
+        test_fused(model_types[ti], K_long, 301, 1, 3, true, ST_FUSED_EPILOGUE_STORE, false);
+        test_fused(model_types[ti], K, 5003, 1, 3, true, ST_FUSED_EPILOGUE_STORE, false);
+        test_fused(model_types[ti], K, 5003, 1, 2, true, ST_FUSED_EPILOGUE_SWIGLU, false);
+        test_fused(model_types[ti], K_long, 5003, 1, 1, false, ST_FUSED_EPILOGUE_ADD, true);
     }
 
     test_errors();
