@@ -115,12 +115,15 @@ __device__ __forceinline__ float q_half(uint32_t bits) {
     return st_gpu_half_as_float((unsigned short)(bits & 0xffffu));
 }
 
-// (float)q, exactly, for an integer |q| < 2^22, without I2F (a conversion runs at a quarter
-// of the FMA rate on sm_90): 1.5 * 2^23 + q holds q in its low mantissa bits, and the
-// subtraction is exact. Measured on the H200 it gains nothing (-1% to +4% on a head:
-// bench/quant-decode-h200.md), since I2F was not what bounds the kernels; kept because the
-// build that passed the GPU tests has it.
-__device__ __forceinline__ float q_i2f(int q) { return __fsub_rn(__int_as_float(0x4B400000 + q), 12582912.0f); }
+// Integers as floats without I2F (a conversion runs at a quarter of the FMA rate on sm_90).
+// The float 1.5 * 2^23 + u, for an integer 0 <= u < 2^22, has u in its low mantissa bits:
+// its bits are Q_BIAS | u, and subtracting 1.5 * 2^23 (+ an offset) is exact.
+#define Q_BIAS 0x4B400000u
+#define Q_BIAS_F 12582912.0f
+__device__ __forceinline__ float q_i2f(int q) { return __fsub_rn(__int_as_float((int)Q_BIAS + q), Q_BIAS_F); }
+
+// Q_BIAS | byte j of w (a byte of every value in w), by one PRMT.
+__device__ __forceinline__ uint32_t q_bias_byte(uint32_t w, int j) { return __byte_perm(w, Q_BIAS, 0x7650u | (uint32_t)j); }
 
 // The CPU's roundings, uncontracted: a * b, a * b + c, a * b - c.
 __device__ __forceinline__ float q_mul(float a, float b) { return __fmul_rn(a, b); }
@@ -132,13 +135,17 @@ __device__ __forceinline__ float q_mul_sub(float a, float b, float c) { return _
 // qfmt<T>: QK values per block of BYTES bytes, A = the alignment every block has (the
 // largest power of two dividing BYTES, at most 16), CHUNK values per chunk; raw = the
 // bytes one chunk needs; load(blk, ci) reads them for chunk ci of the block at blk;
-// dequant(r, ci, out) writes the chunk's CHUNK values as the CPU computes them.
+// split(r, ci, &d, &m, qb) gives the chunk's scale d, its min m (MIN formats; else m is not
+// written) and its integers as qb[j] = Q_BIAS | u[j], where the integer is u[j] - OFF: value
+// j is d * (u[j] - OFF) - m, each step rounded as the CPU rounds it (q_dequant). A "+ min"
+// format gives m = -min: the same bits.
 
 template <st_type T> struct qfmt;
 
 // q8_0 34 B: d f16 @0, qs int8[32] @2. value i = d * qs[i].
 template <> struct qfmt<ST_TYPE_Q8_0> {
-    static constexpr int QK = 32, BYTES = 34, A = 2, CHUNK = 8;
+    static constexpr int QK = 32, BYTES = 34, A = 2, CHUNK = 8, OFF = 128;
+    static constexpr bool MIN = false;
     struct raw { uint32_t d, q[2]; };
     template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
@@ -146,17 +153,18 @@ template <> struct qfmt<ST_TYPE_Q8_0> {
         q_ldw<S, 2, 2>(b + 2 + 8 * ci, r.q);
         return r;
     }
-    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
-        const float d = q_half(r.d);
+    static __device__ __forceinline__ void split(const raw &r, int ci, float *d, float *m, uint32_t *qb) {
+        *d = q_half(r.d);
 #pragma unroll
-        for (int j = 0; j < 8; j++) out[j] = q_mul(d, q_i2f((int8_t)q_byte(r.q, j)));
+        for (int j = 0; j < 8; j++) qb[j] = q_bias_byte(r.q[j >> 2] ^ 0x80808080u, j & 3); /* int8 + 128 */
     }
 };
 
 // q4_0 18 B: d f16 @0, qs u8[16] @2. value i = d * (nib(i) - 8); byte j holds values j
 // (low nibble) and j + 16 (high): chunk ci reads bytes 8 (ci % 2) .. + 8, nibble ci / 2.
 template <> struct qfmt<ST_TYPE_Q4_0> {
-    static constexpr int QK = 32, BYTES = 18, A = 2, CHUNK = 8;
+    static constexpr int QK = 32, BYTES = 18, A = 2, CHUNK = 8, OFF = 8;
+    static constexpr bool MIN = false;
     struct raw { uint32_t d, q[2]; };
     template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
@@ -164,17 +172,18 @@ template <> struct qfmt<ST_TYPE_Q4_0> {
         q_ldw<S, 2, 2>(b + 2 + 8 * (ci & 1), r.q);
         return r;
     }
-    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
-        const float d = q_half(r.d);
+    static __device__ __forceinline__ void split(const raw &r, int ci, float *d, float *m, uint32_t *qb) {
+        *d = q_half(r.d);
         const int shift = 4 * (ci >> 1);
 #pragma unroll
-        for (int j = 0; j < 8; j++) out[j] = q_mul(d, q_i2f(((q_byte(r.q, j) >> shift) & 15) - 8));
+        for (int j = 0; j < 8; j++) qb[j] = q_bias_byte((r.q[j >> 2] >> shift) & 0x0F0F0F0Fu, j & 3);
     }
 };
 
 // q4_1 20 B: d f16 @0, m f16 @2, qs @4. value i = d * nib(i) + m.
 template <> struct qfmt<ST_TYPE_Q4_1> {
-    static constexpr int QK = 32, BYTES = 20, A = 4, CHUNK = 8;
+    static constexpr int QK = 32, BYTES = 20, A = 4, CHUNK = 8, OFF = 0;
+    static constexpr bool MIN = true;
     struct raw { uint32_t dm, q[2]; };
     template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
@@ -182,17 +191,19 @@ template <> struct qfmt<ST_TYPE_Q4_1> {
         q_ldw<S, 4, 2>(b + 4 + 8 * (ci & 1), r.q);
         return r;
     }
-    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
-        const float d = q_half(r.dm), m = q_half(r.dm >> 16);
+    static __device__ __forceinline__ void split(const raw &r, int ci, float *d, float *m, uint32_t *qb) {
+        *d = q_half(r.dm);
+        *m = -q_half(r.dm >> 16); /* value = d q + min */
         const int shift = 4 * (ci >> 1);
 #pragma unroll
-        for (int j = 0; j < 8; j++) out[j] = q_mul_add(d, q_i2f((q_byte(r.q, j) >> shift) & 15), m);
+        for (int j = 0; j < 8; j++) qb[j] = q_bias_byte((r.q[j >> 2] >> shift) & 0x0F0F0F0Fu, j & 3);
     }
 };
 
 // q5_0 22 B: d f16 @0, qh u32 @2, qs @6. value i = d * ((nib(i) | bit i of qh << 4) - 16).
 template <> struct qfmt<ST_TYPE_Q5_0> {
-    static constexpr int QK = 32, BYTES = 22, A = 2, CHUNK = 8;
+    static constexpr int QK = 32, BYTES = 22, A = 2, CHUNK = 8, OFF = 16;
+    static constexpr bool MIN = false;
     struct raw { uint32_t d, qh, q[2]; };
     template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
@@ -201,21 +212,20 @@ template <> struct qfmt<ST_TYPE_Q5_0> {
         q_ldw<S, 2, 2>(b + 6 + 8 * (ci & 1), r.q);
         return r;
     }
-    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
-        const float d = q_half(r.d);
+    static __device__ __forceinline__ void split(const raw &r, int ci, float *d, float *m, uint32_t *qb) {
+        *d = q_half(r.d);
         const int shift = 4 * (ci >> 1);
         const uint32_t hi = r.qh >> (8 * ci); /* bits of values 8 ci .. 8 ci + 7 */
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int q = ((q_byte(r.q, j) >> shift) & 15) | (int)(((hi >> j) & 1u) << 4);
-            out[j] = q_mul(d, q_i2f(q - 16));
-        }
+        for (int j = 0; j < 8; j++)
+            qb[j] = q_bias_byte((r.q[j >> 2] >> shift) & 0x0F0F0F0Fu, j & 3) | (((hi >> j) & 1u) << 4);
     }
 };
 
 // q5_1 24 B: d f16 @0, m f16 @2, qh u32 @4, qs @8. value i = d * q5(i) + m.
 template <> struct qfmt<ST_TYPE_Q5_1> {
-    static constexpr int QK = 32, BYTES = 24, A = 8, CHUNK = 8;
+    static constexpr int QK = 32, BYTES = 24, A = 8, CHUNK = 8, OFF = 0;
+    static constexpr bool MIN = true;
     struct raw { uint32_t dm, qh, q[2]; };
     template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
@@ -226,15 +236,14 @@ template <> struct qfmt<ST_TYPE_Q5_1> {
         q_ldw<S, 8, 2>(b + 8 + 8 * (ci & 1), r.q);
         return r;
     }
-    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
-        const float d = q_half(r.dm), m = q_half(r.dm >> 16);
+    static __device__ __forceinline__ void split(const raw &r, int ci, float *d, float *m, uint32_t *qb) {
+        *d = q_half(r.dm);
+        *m = -q_half(r.dm >> 16); /* value = d q + min */
         const int shift = 4 * (ci >> 1);
         const uint32_t hi = r.qh >> (8 * ci);
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int q = ((q_byte(r.q, j) >> shift) & 15) | (int)(((hi >> j) & 1u) << 4);
-            out[j] = q_mul_add(d, q_i2f(q), m);
-        }
+        for (int j = 0; j < 8; j++)
+            qb[j] = q_bias_byte((r.q[j >> 2] >> shift) & 0x0F0F0F0Fu, j & 3) | (((hi >> j) & 1u) << 4);
     }
 };
 
@@ -242,7 +251,8 @@ template <> struct qfmt<ST_TYPE_Q5_1> {
 // s: scale = scales[s] & 15, min = scales[s] >> 4; its 16 quants are bits 2 ((s % 8) / 2)
 // of qs[32 (s / 8) + 16 (s % 2) ..+16]; value = (d * scale) * q - (dmin * min).
 template <> struct qfmt<ST_TYPE_Q2_K> {
-    static constexpr int QK = 256, BYTES = 84, A = 4, CHUNK = 16;
+    static constexpr int QK = 256, BYTES = 84, A = 4, CHUNK = 16, OFF = 0;
+    static constexpr bool MIN = true;
     struct raw { uint32_t dd, sc, q[4]; };
     template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
@@ -251,12 +261,13 @@ template <> struct qfmt<ST_TYPE_Q2_K> {
         q_ldw<S, 4, 4>(b + 16 + 32 * (ci >> 3) + 16 * (ci & 1), r.q);
         return r;
     }
-    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+    static __device__ __forceinline__ void split(const raw &r, int ci, float *d, float *m, uint32_t *qb) {
         const int sc = (int)((r.sc >> (8 * (ci & 3))) & 0xffu);
-        const float dl = q_mul(q_half(r.dd), q_i2f(sc & 15)), ml = q_mul(q_half(r.dd >> 16), q_i2f(sc >> 4));
+        *d = q_mul(q_half(r.dd), q_i2f(sc & 15));
+        *m = q_mul(q_half(r.dd >> 16), q_i2f(sc >> 4));
         const int shift = 2 * ((ci & 7) >> 1);
 #pragma unroll
-        for (int j = 0; j < 16; j++) out[j] = q_mul_sub(dl, q_i2f((q_byte(r.q, j) >> shift) & 3), ml);
+        for (int j = 0; j < 16; j++) qb[j] = q_bias_byte((r.q[j >> 2] >> shift) & 0x03030303u, j & 3);
     }
 };
 
@@ -264,7 +275,8 @@ template <> struct qfmt<ST_TYPE_Q2_K> {
 // sub-block s: low 2 bits as q2_K, minus 4 unless bit 4 (s / 8) + (s % 8) / 2 of
 // hmask[16 (s % 2) + l] is set; value = (d * (scale6(s) - 32)) * q.
 template <> struct qfmt<ST_TYPE_Q3_K> {
-    static constexpr int QK = 256, BYTES = 110, A = 2, CHUNK = 16;
+    static constexpr int QK = 256, BYTES = 110, A = 2, CHUNK = 16, OFF = 4;
+    static constexpr bool MIN = false;
     struct raw { uint32_t d, sc[3], hm[4], q[4]; };
     template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
@@ -274,20 +286,18 @@ template <> struct qfmt<ST_TYPE_Q3_K> {
         q_ldw<S, 2, 4>(b + 32 + 32 * (ci >> 3) + 16 * (ci & 1), r.q);
         return r;
     }
-    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+    static __device__ __forceinline__ void split(const raw &r, int ci, float *d, float *m, uint32_t *qb) {
         /* the 6-bit scale (src/quant/quant_kquants.c, q3k_scale) */
         const uint32_t lw = (ci & 7) < 4 ? r.sc[0] : r.sc[1]; /* byte ci % 8 (no runtime index) */
         const int lb = (int)((lw >> (8 * (ci & 3))) & 0xffu);
         const int low = ci < 8 ? lb & 15 : lb >> 4;
         const int high = (int)((r.sc[2] >> (8 * (ci & 3) + 2 * (ci >> 2))) & 3u);
-        const float dl = q_mul(q_half(r.d), q_i2f((low | (high << 4)) - 32));
+        *d = q_mul(q_half(r.d), q_i2f((low | (high << 4)) - 32));
         const int shift = 2 * ((ci & 7) >> 1);
         const int hbit = 1 << (4 * (ci >> 3) + ((ci & 7) >> 1));
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-            const int q = ((q_byte(r.q, j) >> shift) & 3) - ((q_byte(r.hm, j) & hbit) ? 0 : 4);
-            out[j] = q_mul(dl, q_i2f(q));
-        }
+        for (int j = 0; j < 16; j++) /* the 2 low bits, + 4 where the mask bit is set, - 4 */
+            qb[j] = q_bias_byte((r.q[j >> 2] >> shift) & 0x03030303u, j & 3) | ((q_byte(r.hm, j) & hbit) ? 4u : 0u);
     }
 };
 
@@ -313,7 +323,8 @@ __device__ __forceinline__ void q_k4_scale_min(const uint32_t *head, int s, floa
 // q4_K 144 B: d f16 @0, dmin f16 @2, scales @4, qs u8[128] @16. Chunk ci: sub-block s =
 // ci / 2, quants = nibble s % 2 of qs[32 (s / 2) + 16 (ci % 2) ..+16]; value = d1 * q - m1.
 template <> struct qfmt<ST_TYPE_Q4_K> {
-    static constexpr int QK = 256, BYTES = 144, A = 16, CHUNK = 16;
+    static constexpr int QK = 256, BYTES = 144, A = 16, CHUNK = 16, OFF = 0;
+    static constexpr bool MIN = true;
     struct raw { uint32_t head[4], q[4]; };
     template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
@@ -321,20 +332,20 @@ template <> struct qfmt<ST_TYPE_Q4_K> {
         q_ldw<S, 16, 4>(b + 16 + 32 * (ci >> 2) + 16 * (ci & 1), r.q);
         return r;
     }
-    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+    static __device__ __forceinline__ void split(const raw &r, int ci, float *d, float *m, uint32_t *qb) {
         const int s = ci >> 1;
-        float d1, m1;
-        q_k4_scale_min(r.head, s, &d1, &m1);
+        q_k4_scale_min(r.head, s, d, m);
         const int shift = 4 * (s & 1);
 #pragma unroll
-        for (int j = 0; j < 16; j++) out[j] = q_mul_sub(d1, q_i2f((q_byte(r.q, j) >> shift) & 15), m1);
+        for (int j = 0; j < 16; j++) qb[j] = q_bias_byte((r.q[j >> 2] >> shift) & 0x0F0F0F0Fu, j & 3);
     }
 };
 
 // q5_K 176 B: as q4_K with qh u8[32] @16 (bit s of qh[16 (ci % 2) + j] is the fifth bit)
 // and qs @48.
 template <> struct qfmt<ST_TYPE_Q5_K> {
-    static constexpr int QK = 256, BYTES = 176, A = 16, CHUNK = 16;
+    static constexpr int QK = 256, BYTES = 176, A = 16, CHUNK = 16, OFF = 0;
+    static constexpr bool MIN = true;
     struct raw { uint32_t head[4], qh[4], q[4]; };
     template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
@@ -343,15 +354,14 @@ template <> struct qfmt<ST_TYPE_Q5_K> {
         q_ldw<S, 16, 4>(b + 48 + 32 * (ci >> 2) + 16 * (ci & 1), r.q);
         return r;
     }
-    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+    static __device__ __forceinline__ void split(const raw &r, int ci, float *d, float *m, uint32_t *qb) {
         const int s = ci >> 1;
-        float d1, m1;
-        q_k4_scale_min(r.head, s, &d1, &m1);
+        q_k4_scale_min(r.head, s, d, m);
         const int shift = 4 * (s & 1);
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            const int q = ((q_byte(r.q, j) >> shift) & 15) | (((q_byte(r.qh, j) >> s) & 1) << 4);
-            out[j] = q_mul_sub(d1, q_i2f(q), m1);
+            const uint32_t hi = ((r.qh[j >> 2] >> s) & 0x01010101u) << 4; /* the fifth bits */
+            qb[j] = q_bias_byte(((r.q[j >> 2] >> shift) & 0x0F0F0F0Fu) | hi, j & 3);
         }
     }
 };
@@ -361,7 +371,8 @@ template <> struct qfmt<ST_TYPE_Q5_K> {
 // of ql[64 h + 32 (t % 2) + l0 + j]) | ((qh[32 h + l0 + j] >> 2 t) & 3) << 4, minus 32;
 // value = (d * scales[ci]) * q.
 template <> struct qfmt<ST_TYPE_Q6_K> {
-    static constexpr int QK = 256, BYTES = 210, A = 2, CHUNK = 16;
+    static constexpr int QK = 256, BYTES = 210, A = 2, CHUNK = 16, OFF = 32;
+    static constexpr bool MIN = false;
     struct raw { uint32_t d, sc, ql[4], qh[4]; };
     template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
@@ -372,21 +383,22 @@ template <> struct qfmt<ST_TYPE_Q6_K> {
         q_ldw<S, 2, 4>(b + 128 + 32 * h + l0, r.qh);
         return r;
     }
-    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
+    static __device__ __forceinline__ void split(const raw &r, int ci, float *d, float *m, uint32_t *qb) {
         const int t = (ci & 7) >> 1;
-        const float dl = q_mul(q_half(r.d), q_i2f((int8_t)((r.sc >> (8 * (ci & 1))) & 0xffu)));
+        *d = q_mul(q_half(r.d), q_i2f((int8_t)((r.sc >> (8 * (ci & 1))) & 0xffu)));
         const int lo_shift = 4 * (t >> 1), hi_shift = 2 * t;
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            const int q = (((q_byte(r.ql, j) >> lo_shift) & 15) | (((q_byte(r.qh, j) >> hi_shift) & 3) << 4)) - 32;
-            out[j] = q_mul(dl, q_i2f(q));
+            const uint32_t u = ((r.ql[j >> 2] >> lo_shift) & 0x0F0F0F0Fu) | (((r.qh[j >> 2] >> hi_shift) & 0x03030303u) << 4);
+            qb[j] = q_bias_byte(u, j & 3);
         }
     }
 };
 
 // q8_K 292 B: d f32 @0, qs int8[256] @4, bsums (unused). value i = d * qs[i].
 template <> struct qfmt<ST_TYPE_Q8_K> {
-    static constexpr int QK = 256, BYTES = 292, A = 4, CHUNK = 16;
+    static constexpr int QK = 256, BYTES = 292, A = 4, CHUNK = 16, OFF = 128;
+    static constexpr bool MIN = false;
     struct raw { uint32_t d, q[4]; };
     template <q_src S = Q_GLOBAL> static __device__ __forceinline__ raw load(const uint8_t *b, int ci) {
         raw r;
@@ -394,12 +406,28 @@ template <> struct qfmt<ST_TYPE_Q8_K> {
         q_ldw<S, 4, 4>(b + 4 + 16 * ci, r.q);
         return r;
     }
-    static __device__ __forceinline__ void dequant(const raw &r, int ci, float *out) {
-        const float d = __uint_as_float(r.d);
+    static __device__ __forceinline__ void split(const raw &r, int ci, float *d, float *m, uint32_t *qb) {
+        *d = __uint_as_float(r.d);
 #pragma unroll
-        for (int j = 0; j < 16; j++) out[j] = q_mul(d, q_i2f((int8_t)q_byte(r.q, j)));
+        for (int j = 0; j < 16; j++) qb[j] = q_bias_byte(r.q[j >> 2] ^ 0x80808080u, j & 3); /* int8 + 128 */
     }
 };
+
+// The integer u[j] - OFF of a split, as a float (exact).
+template <st_type T> __device__ __forceinline__ float q_int(uint32_t qb) {
+    return __fsub_rn(__uint_as_float(qb), Q_BIAS_F + (float)qfmt<T>::OFF);
+}
+
+// The chunk's CHUNK values as the CPU computes them (get_rows, the prefill's F16 slabs).
+template <st_type T>
+__device__ __forceinline__ void q_dequant(const typename qfmt<T>::raw &r, int ci, float *out) {
+    using F = qfmt<T>;
+    float d, m = 0.0f;
+    uint32_t qb[F::CHUNK];
+    F::split(r, ci, &d, &m, qb);
+#pragma unroll
+    for (int j = 0; j < F::CHUNK; j++) out[j] = F::MIN ? q_mul_sub(d, q_int<T>(qb[j]), m) : q_mul(d, q_int<T>(qb[j]));
+}
 
 // Chunk c of a row: its block and its index in the block (CPB = QK / CHUNK chunks per
 // block, a power of two); it holds values [c * CHUNK, (c + 1) * CHUNK).
@@ -414,23 +442,29 @@ template <st_type T> __device__ __forceinline__ int q_chunk_index(int64_t c) {
 
 // ---- the matrix-vector product ----------------------------------------------------------
 
-// a + the chunk's CH values wf . x[0..CH), one FMA after another in index order; x in
-// 16-byte loads where x_vec (x 16-byte aligned).
-template <int CH> __device__ __forceinline__ float q_dot_chunk(const float *wf, const float *x, bool x_vec, float a) {
-    if (x_vec) {
+// acc + the chunk's values . x[0..CH) from its split (d, m, qb): the integers' products
+// with x summed first, an FMA a value in index order, then scaled once: acc + d sq - m sx,
+// with sx the sum of x (MIN formats). Three instructions a value (PRMT, FADD, FFMA) where
+// the dequantized values' dot took five or more; it rounds otherwise than that dot, inside
+// a product's tolerance. x in 16-byte loads where XV (x 16-byte aligned; a template
+// argument, so that the other form's loads do not take issue slots predicated off).
+template <st_type T, bool XV>
+__device__ __forceinline__ float q_dot_chunk(float d, float m, const uint32_t *qb, const float *x, float acc) {
+    constexpr int CH = qfmt<T>::CHUNK;
+    float sq = 0.0f, sx = 0.0f;
 #pragma unroll
-        for (int i = 0; i < CH; i += 4) {
-            const float4 q = __ldg((const float4 *)(x + i));
-            a = fmaf(wf[i], q.x, a);
-            a = fmaf(wf[i + 1], q.y, a);
-            a = fmaf(wf[i + 2], q.z, a);
-            a = fmaf(wf[i + 3], q.w, a);
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < CH; i++) a = fmaf(wf[i], __ldg(x + i), a);
+    for (int i = 0; i < CH; i += 4) {
+        float4 v;
+        if constexpr (XV) v = __ldg((const float4 *)(x + i));
+        else v = make_float4(__ldg(x + i), __ldg(x + i + 1), __ldg(x + i + 2), __ldg(x + i + 3));
+        sq = fmaf(q_int<T>(qb[i]), v.x, sq);
+        sq = fmaf(q_int<T>(qb[i + 1]), v.y, sq);
+        sq = fmaf(q_int<T>(qb[i + 2]), v.z, sq);
+        sq = fmaf(q_int<T>(qb[i + 3]), v.w, sq);
+        if (qfmt<T>::MIN) sx = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(sx, v.x), v.y), v.z), v.w);
     }
-    return a;
+    acc = fmaf(d, sq, acc);
+    return qfmt<T>::MIN ? fmaf(-m, sx, acc) : acc;
 }
 
 // dot(row, x) in every lane of the warp (mul_mat_id's one column): n_chunks chunks of the
@@ -454,9 +488,10 @@ __device__ __forceinline__ float q_gemv_row(const uint8_t *__restrict__ row, int
         for (int u = 0; u < QMM_UNROLL; u++) {
             const int64_t ch = c0 + (int64_t)u * W;
             if (ch >= n_chunks) break;
-            float wf[CH];
-            F::dequant(r[u], q_chunk_index<T>(ch), wf);
-            acc = q_dot_chunk<CH>(wf, x + ch * CH, x_vec, acc);
+            float d, m = 0.0f;
+            uint32_t qb[CH];
+            F::split(r[u], q_chunk_index<T>(ch), &d, &m, qb);
+            acc = x_vec ? q_dot_chunk<T, true>(d, m, qb, x + ch * CH, acc) : q_dot_chunk<T, false>(d, m, qb, x + ch * CH, acc);
         }
     }
     return cuda_warp_sum(acc);
@@ -539,9 +574,9 @@ __device__ __forceinline__ void q_seg_copy(uint8_t *stage, const uint8_t *p, int
 
 // acc[c] += lane's chunks of a segment (staged at seg; its first value is x's k_seg, and it
 // has seg_chunks chunks) against xs[c], in q_gemv_row's order.
-template <st_type T, int NC>
+template <st_type T, int NC, bool XV>
 __device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t k_seg, int seg_chunks, const float *const *xs,
-                                          int n_cols, bool x_vec, float acc[NC]) {
+                                          int n_cols, float acc[NC]) {
     using F = qfmt<T>;
     using G = q_seg<T>;
     constexpr int W = ST_GPU_WARP_SIZE, CH = F::CHUNK;
@@ -550,12 +585,13 @@ __device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t k_seg, int
     for (int u = 0; u < QMM_UNROLL; u++) {
         const int cl = lane + u * W; // chunk in the segment
         if (cl >= seg_chunks) break;
-        float wf[CH];
-        F::dequant(F::template load<Q_SHARED>(seg + (cl / G::CPB) * F::BYTES, cl % G::CPB), cl % G::CPB, wf);
+        float d, m = 0.0f;
+        uint32_t qb[CH];
+        F::split(F::template load<Q_SHARED>(seg + (cl / G::CPB) * F::BYTES, cl % G::CPB), cl % G::CPB, &d, &m, qb);
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             if (c >= n_cols) break;
-            acc[c] = q_dot_chunk<CH>(wf, xs[c] + k_seg + cl * CH, x_vec, acc[c]);
+            acc[c] = q_dot_chunk<T, XV>(d, m, qb, xs[c] + k_seg + cl * CH, acc[c]);
         }
     }
 }
@@ -586,10 +622,10 @@ template <st_type T> static constexpr int q_gemv_min_blocks() {
 // groups gw, gw + n_warps, ... below src.n_groups, of src.rows rows each (at most
 // QMM_GROUP), every row in segments: src.row(g, r) is row r of group g, or NULL past the
 // rows; x is NC columns xs (n_cols of them). At the end of each group, sink(g, v) gets the
-// group's results: v[c][r] for column c and row r (rows past the rows: 0).
-template <st_type T, int NC, typename Src, typename Sink>
-__device__ __forceinline__ void q_walk(uint8_t *stages, const Src &src, int64_t K, const float *const *xs, int n_cols,
-                                       bool x_vec, const Sink &sink) {
+// group's results: v[c][r] for column c and row r (rows past the rows: 0). XV: x_vec.
+template <st_type T, int NC, bool XV, typename Src, typename Sink>
+__device__ __forceinline__ void q_walk_x(uint8_t *stages, const Src &src, int64_t K, const float *const *xs, int n_cols,
+                                         const Sink &sink) {
     using G = q_seg<T>;
     const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
     const int rows = src.rows;
@@ -625,8 +661,8 @@ __device__ __forceinline__ void q_walk(uint8_t *stages, const Src &src, int64_t 
         if (row) {
             const uintptr_t phase = (uintptr_t)q_seg_bytes<T>(row, at.s) % 16;
             const int64_t c0 = at.s * G::CHUNKS;
-            q_seg_dot<T, NC>(stages + at.stage * G::WINDOW + phase, c0 * qfmt<T>::CHUNK,
-                             (int)(n_chunks - c0 < G::CHUNKS ? n_chunks - c0 : G::CHUNKS), xs, n_cols, x_vec, acc);
+            q_seg_dot<T, NC, XV>(stages + at.stage * G::WINDOW + phase, c0 * qfmt<T>::CHUNK,
+                             (int)(n_chunks - c0 < G::CHUNKS ? n_chunks - c0 : G::CHUNKS), xs, n_cols, acc);
             if (at.s == n_seg - 1) {
 #pragma unroll
                 for (int c = 0; c < NC; c++) {
@@ -646,6 +682,12 @@ __device__ __forceinline__ void q_walk(uint8_t *stages, const Src &src, int64_t 
         __syncwarp(); // stage `at` is read: the next issue may overwrite it
     }
     q_copy_wait<0>();
+}
+template <st_type T, int NC, typename Src, typename Sink>
+__device__ __forceinline__ void q_walk(uint8_t *stages, const Src &src, int64_t K, const float *const *xs, int n_cols,
+                                       bool x_vec, const Sink &sink) {
+    if (x_vec) q_walk_x<T, NC, true>(stages, src, K, xs, n_cols, sink);
+    else q_walk_x<T, NC, false>(stages, src, K, xs, n_cols, sink);
 }
 
 // The rows of one weight [K, N] at row stride nb1, in groups of `rows`.
@@ -806,7 +848,7 @@ __global__ void q_get_rows(st_cuda_view dst, const uint8_t *src, int64_t nb1, in
         for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < n_chunks;
              c += (int64_t)gridDim.x * blockDim.x) {
             float v[CH];
-            qfmt<T>::dequant(qfmt<T>::load(q_chunk_block<T>(row, c), q_chunk_index<T>(c)), q_chunk_index<T>(c), v);
+            q_dequant<T>(qfmt<T>::load(q_chunk_block<T>(row, c), q_chunk_index<T>(c)), q_chunk_index<T>(c), v);
 #pragma unroll
             for (int i = 0; i < CH; i++) out[c * CH + i] = v[i];
         }
@@ -824,7 +866,7 @@ __global__ void q_dequant_f16(uint4 *out, const uint8_t *w, int64_t nb1, int64_t
         const int64_t r = i / n_chunks, c = i % n_chunks;
         const uint8_t *row = w + r * nb1;
         float v[CH];
-        qfmt<T>::dequant(qfmt<T>::load(q_chunk_block<T>(row, c), q_chunk_index<T>(c)), q_chunk_index<T>(c), v);
+        q_dequant<T>(qfmt<T>::load(q_chunk_block<T>(row, c), q_chunk_index<T>(c)), q_chunk_index<T>(c), v);
         uint4 *o = out + (r * K + c * CH) / 8;
 #pragma unroll
         for (int p = 0; p < CH / 8; p++) {
