@@ -3,7 +3,8 @@
 //
 //   mul_mat, M < ST_CUDA_QGEMM_MIN_M (decode): a dequantizing matrix-vector kernel, a warp
 //     a weight row at a time, reading the row once for all M columns through shared memory
-//     (16-byte copies, several segments in flight: q_gemv); f32 products and sums.
+//     (16-byte copies, several segments in flight: q_gemv); each chunk's integers summed
+//     against x in f32, then scaled once (d sq - m sx: q_dot_chunk).
 //   mul_mat_fused, one column (a decode step's q/k/v, gate/up with its gated unit, o and
 //     down with the residual add): the norm, then one launch of the same walk with the
 //     epilogue in it (q_gemv_fused), instead of the composite's 3-4 kernels.
@@ -20,7 +21,8 @@
 // of CHUNK consecutive values (8 for the 32-value legacy blocks, 16 for the K-quants, so
 // that a chunk never straddles a sub-block scale) and chunk c of the row holds values
 // [c * CHUNK, (c + 1) * CHUNK). A thread loads the bytes one chunk needs (its quants and
-// the block's scales) and dequantizes them. Lane l of a warp takes chunks l, l + 32, ...
+// the block's scales) and splits them into scale, min and integers (qfmt::split; q_dequant
+// turns a split into the CPU's values). Lane l of a warp takes chunks l, l + 32, ...
 // so that a warp's loads cover consecutive bytes of the row; each lane issues the loads
 // of QMM_UNROLL chunks before it uses any (bytes in flight). q_gemv reads the same chunks
 // from a copy of the row in shared memory (see there); the other kernels read them from
@@ -30,9 +32,9 @@
 // blocks (34/18/22/110/210 B) are only 2-byte aligned, so their words are assembled from
 // 2-byte loads (as ggml does).
 //
-// Exactness. Dequantization is written with __fmul_rn/__fadd_rn/__fsub_rn: nvcc would
-// otherwise contract d1 * q - m1 into an FMA and the values would differ from the CPU's
-// (which rounds the product, then the difference) in the last bit.
+// Exactness. Dequantization (q_dequant, the scales) is written with __fmul_rn/__fsub_rn:
+// nvcc would otherwise contract d1 * q - m1 into an FMA and the values would differ from
+// the CPU's (which rounds the product, then the difference) in the last bit.
 #include <limits.h>
 
 #include "cuda/cuda_backend.h"
@@ -125,9 +127,8 @@ __device__ __forceinline__ float q_i2f(int q) { return __fsub_rn(__int_as_float(
 // Q_BIAS | byte j of w (a byte of every value in w), by one PRMT.
 __device__ __forceinline__ uint32_t q_bias_byte(uint32_t w, int j) { return __byte_perm(w, Q_BIAS, 0x7650u | (uint32_t)j); }
 
-// The CPU's roundings, uncontracted: a * b, a * b + c, a * b - c.
+// The CPU's roundings, uncontracted: a * b, a * b - c.
 __device__ __forceinline__ float q_mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ float q_mul_add(float a, float b, float c) { return __fadd_rn(__fmul_rn(a, b), c); }
 __device__ __forceinline__ float q_mul_sub(float a, float b, float c) { return __fsub_rn(__fmul_rn(a, b), c); }
 
 // ---- the block formats -----------------------------------------------------------------
