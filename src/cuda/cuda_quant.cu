@@ -125,7 +125,9 @@ __device__ __forceinline__ float q_half(uint32_t bits) {
 __device__ __forceinline__ float q_i2f(int q) { return __fsub_rn(__int_as_float((int)Q_BIAS + q), Q_BIAS_F); }
 
 // Q_BIAS | byte j of w (a byte of every value in w), by one PRMT.
-__device__ __forceinline__ uint32_t q_bias_byte(uint32_t w, int j) { return __byte_perm(w, Q_BIAS, 0x7650u | (uint32_t)j); }
+__device__ __forceinline__ uint32_t q_bias_byte(uint32_t w, int j) {
+    return __byte_perm(w, Q_BIAS, 0x7650u | (uint32_t)j);
+}
 
 // The CPU's roundings, uncontracted: a * b, a * b - c.
 __device__ __forceinline__ float q_mul(float a, float b) { return __fmul_rn(a, b); }
@@ -390,7 +392,8 @@ template <> struct qfmt<ST_TYPE_Q6_K> {
         const int lo_shift = 4 * (t >> 1), hi_shift = 2 * t;
 #pragma unroll
         for (int j = 0; j < 16; j++) {
-            const uint32_t u = ((r.ql[j >> 2] >> lo_shift) & 0x0F0F0F0Fu) | (((r.qh[j >> 2] >> hi_shift) & 0x03030303u) << 4);
+            const uint32_t lo = (r.ql[j >> 2] >> lo_shift) & 0x0F0F0F0Fu, hi = (r.qh[j >> 2] >> hi_shift) & 0x03030303u;
+            const uint32_t u = lo | (hi << 4);
             qb[j] = q_bias_byte(u, j & 3);
         }
     }
