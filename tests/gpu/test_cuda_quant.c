@@ -558,6 +558,14 @@ static void test_errors(void) {
 
 /* ---- the suite ----------------------------------------------------------------------------- */
 
+/* K for rows of several segments of the one-column kernel (a segment is 128 chunks: 1,024
+ * values of a legacy type, 2,048 of a K-quant), the last one partial: 65 legacy blocks or
+ * 17 K-quant blocks. */
+static int64_t k_several_segments(st_type t) {
+    const int64_t QK = traits(t)->block_size;
+    return QK == 32 ? 65 * QK : 17 * QK;
+}
+
 static void run_all(void) {
     const st_type types[] = {ST_TYPE_Q8_0, ST_TYPE_Q4_0, ST_TYPE_Q4_1, ST_TYPE_Q5_0, ST_TYPE_Q5_1, ST_TYPE_Q2_K,
                              ST_TYPE_Q3_K, ST_TYPE_Q4_K, ST_TYPE_Q5_K, ST_TYPE_Q6_K, ST_TYPE_Q8_K};
@@ -595,10 +603,9 @@ static void run_all(void) {
         test_mul_mat_to_host(t, Ks[1], 45, 1);
         test_mul_mat_to_host(t, Ks[1], 5003, 1);
         test_mul_mat_to_host(t, Ks[2], 1001, 3);
-        /* rows of several segments of the one-column kernel (128 chunks: 1,024 values of a
-         * legacy type, 2,048 of a K-quant), the last one partial, at rows of every 16-byte
-         * phase (pad 16 on a row of 65 x 34 bytes, ...) */
-        const int64_t K_long = QK == 32 ? 65 * QK : 17 * QK;
+        /* rows of several segments, at rows of every 16-byte phase (pad 16 on a row of 65 x
+         * 34 bytes, ...) */
+        const int64_t K_long = k_several_segments(t);
         test_mul_mat(t, K_long, 77, 1, 16, X_PACKED);
         test_mul_mat(t, K_long, 77, 5, 16, X_STRIDED);
         test_mul_mat_columns_agree(t, K_long, 77, 5);
@@ -637,7 +644,7 @@ static void run_all(void) {
         }
         /* one column: rows of several segments, and more groups than the wave has warps
          * (132 SMs x 7-8 blocks x 4 warps), so that warps walk several */
-        const int64_t K_long = traits(model_types[ti])->block_size == 32 ? 65 * 32 : 17 * 256;
+        const int64_t K_long = k_several_segments(model_types[ti]);
         test_fused(model_types[ti], K_long, 301, 1, 3, true, ST_FUSED_EPILOGUE_STORE, false);
         test_fused(model_types[ti], K, 5003, 1, 3, true, ST_FUSED_EPILOGUE_STORE, false);
         test_fused(model_types[ti], K, 5003, 1, 2, true, ST_FUSED_EPILOGUE_SWIGLU, false);
