@@ -598,14 +598,18 @@ __device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t k_seg, int
     using F = qfmt<T>;
     using G = q_seg<T>;
     constexpr int W = ST_GPU_WARP_SIZE, CH = F::CHUNK;
+    static_assert(W % G::CPB == 0, "a lane's chunks have one index in their blocks");
     const int lane = threadIdx.x % W;
+    // chunk lane + u W is chunk ci of block lane / CPB + u W / CPB: one base, fixed offsets
+    const int ci = lane % G::CPB;
+    const uint8_t *blk = seg + (lane / G::CPB) * F::BYTES;
 #pragma unroll
     for (int u = 0; u < QMM_UNROLL; u++) {
         const int cl = lane + u * W; // chunk in the segment
         if (cl >= seg_chunks) break;
         float d, m = 0.0f;
         uint32_t qb[CH];
-        F::split(F::template load<Q_SHARED>(seg + (cl / G::CPB) * F::BYTES, cl % G::CPB), cl % G::CPB, &d, &m, qb);
+        F::split(F::template load<Q_SHARED>(blk + u * (W / G::CPB) * F::BYTES, ci), ci, &d, &m, qb);
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             if (c >= n_cols) break;
