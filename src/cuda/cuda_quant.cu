@@ -502,9 +502,10 @@ __device__ __forceinline__ float q_gemv_row(const uint8_t *__restrict__ row, int
 //
 // q_gemv: every warp of the grid walks groups of `rows` consecutive rows (group g, then g +
 // the grid's warps, ...; rows = QMM_GROUP when every warp gets a group, else 1), each row
-// as segments of its chunks: a segment is the q_seg::CHUNKS = 32 QMM_UNROLL chunks one round
-// of q_gemv_row's loop covers (lane l takes chunks l, l + 32, ... of it), so that a lane
-// sums its chunks in the order q_gemv_row does and the bits are the same. A segment's
+// as segments of its chunks: a segment is q_seg::CHUNKS = 32 Q_SEG_ROUNDS chunks (lane l
+// takes chunks l, l + 32, ... of it, as in q_gemv_row's loop), so that a lane sums its
+// chunks in the order q_gemv_row does and the bits are the same, whatever the segment's
+// length (Q_SEG_ROUNDS and QMM_STAGES are build-time knobs for measuring). A segment's
 // bytes (whole blocks) are copied, as the 16-byte-aligned window around them, into one of
 // QMM_STAGES shared-memory stages of the warp by cp.async; QMM_STAGES - 1 segments are in
 // flight while the warp dequantizes one from shared memory. So a warp reads a row in
@@ -517,6 +518,9 @@ __device__ __forceinline__ float q_gemv_row(const uint8_t *__restrict__ row, int
 // lane 0 writes them, in one 16-byte store for a group of 4 where y's row is aligned (y
 // may be page-locked host memory, the decode step's logits: every store a PCIe write).
 #define QMM_GROUP 4
+#ifndef Q_SEG_ROUNDS
+#define Q_SEG_ROUNDS QMM_UNROLL
+#endif
 #ifndef QMM_STAGES
 #define QMM_STAGES 3
 #endif
@@ -525,7 +529,7 @@ static_assert(QMM_GROUP == 4, "a group leaves as one float4");
 template <st_type T> struct q_seg {
     using F = qfmt<T>;
     static constexpr int CPB = F::QK / F::CHUNK;                      // chunks a block
-    static constexpr int CHUNKS = ST_GPU_WARP_SIZE * QMM_UNROLL;      // chunks a segment
+    static constexpr int CHUNKS = ST_GPU_WARP_SIZE * Q_SEG_ROUNDS;    // chunks a segment
     static constexpr int BLOCKS = CHUNKS / CPB;                       // blocks a segment
     static constexpr int WINDOW = (BLOCKS * F::BYTES / 16 + 2) * 16;  // bytes a stage holds
     static_assert(CHUNKS % CPB == 0, "a segment is whole blocks");
@@ -604,7 +608,7 @@ __device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t k_seg, int
     const int ci = lane % G::CPB;
     const uint8_t *blk = seg + (lane / G::CPB) * F::BYTES;
 #pragma unroll
-    for (int u = 0; u < QMM_UNROLL; u++) {
+    for (int u = 0; u < Q_SEG_ROUNDS; u++) {
         const int cl = lane + u * W; // chunk in the segment
         if (cl >= seg_chunks) break;
         float d, m = 0.0f;
