@@ -505,9 +505,10 @@ __device__ __forceinline__ float q_gemv_row(const uint8_t *__restrict__ row, int
 //
 // q_gemv: every warp of the grid walks groups of `rows` consecutive rows (group g, then g +
 // the grid's warps, ...; rows = QMM_GROUP when every warp gets a group, else 1), each row
-// as segments of its chunks: a segment is the q_seg::CHUNKS = 32 QMM_UNROLL chunks one round
-// of q_gemv_row's loop covers (lane l takes chunks l, l + 32, ... of it), so that a lane
-// sums its chunks in the order q_gemv_row does and the bits are the same. A segment's
+// as segments of its chunks: a segment is q_seg::CHUNKS = 32 Q_SEG_ROUNDS chunks (lane l
+// takes chunks l, l + 32, ... of it, as in q_gemv_row's loop), so that a lane sums its
+// chunks in the order q_gemv_row does and the bits are the same, whatever the segment's
+// length (Q_SEG_ROUNDS and QMM_STAGES are build-time knobs for measuring). A segment's
 // bytes (whole blocks) are copied, as the 16-byte-aligned window around them, into one of
 // QMM_STAGES shared-memory stages of the warp by cp.async; QMM_STAGES - 1 segments are in
 // flight while the warp dequantizes one from shared memory. So a warp reads a row in
@@ -520,6 +521,9 @@ __device__ __forceinline__ float q_gemv_row(const uint8_t *__restrict__ row, int
 // lane 0 writes them, in one 16-byte store for a group of 4 where y's row is aligned (y
 // may be page-locked host memory, the decode step's logits: every store a PCIe write).
 #define QMM_GROUP 4
+#ifndef Q_SEG_ROUNDS
+#define Q_SEG_ROUNDS QMM_UNROLL
+#endif
 #ifndef QMM_STAGES
 #define QMM_STAGES 3
 #endif
@@ -528,7 +532,7 @@ static_assert(QMM_GROUP == 4, "a group leaves as one float4");
 template <st_type T> struct q_seg {
     using F = qfmt<T>;
     static constexpr int CPB = F::QK / F::CHUNK;                      // chunks a block
-    static constexpr int CHUNKS = ST_GPU_WARP_SIZE * QMM_UNROLL;      // chunks a segment
+    static constexpr int CHUNKS = ST_GPU_WARP_SIZE * Q_SEG_ROUNDS;    // chunks a segment
     static constexpr int BLOCKS = CHUNKS / CPB;                       // blocks a segment
     static constexpr int WINDOW = (BLOCKS * F::BYTES / 16 + 2) * 16;  // bytes a stage holds
     static_assert(CHUNKS % CPB == 0, "a segment is whole blocks");
@@ -538,12 +542,24 @@ template <st_type T> static constexpr size_t q_gemv_smem() {
     return (size_t)QMM_WARPS * QMM_STAGES * q_seg<T>::WINDOW;
 }
 
-// 16 bytes global -> shared without waiting (sm_80+); a plain copy elsewhere.
-__device__ __forceinline__ void q_copy16(void *dst, const void *src) {
+// 16 bytes global -> shared without waiting (sm_80+); a plain copy elsewhere. dst_s is
+// dst's shared-space address (q_shared_addr), formed once a window rather than once a copy.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP_PLATFORM_AMD__)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
-                 "l"(src));
+#define Q_CP_ASYNC 1
+#endif
+__device__ __forceinline__ uint32_t q_shared_addr(const void *p) {
+#ifdef Q_CP_ASYNC
+    return (uint32_t)__cvta_generic_to_shared(p);
 #else
+    return 0;
+#endif
+}
+__device__ __forceinline__ void q_copy16(void *dst, uint32_t dst_s, const void *src) {
+#ifdef Q_CP_ASYNC
+    (void)dst;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst_s), "l"(src));
+#else
+    (void)dst_s;
     *(uint4 *)dst = __ldg((const uint4 *)src);
 #endif
 }
@@ -564,16 +580,21 @@ template <st_type T> __device__ __forceinline__ const uint8_t *q_seg_bytes(const
     return row + s * q_seg<T>::BLOCKS * qfmt<T>::BYTES;
 }
 
-// Copies the 16-byte-aligned window around segment s of a row (its bytes at p) into stage;
-// the segment then starts at stage + p % 16.
-template <st_type T>
-__device__ __forceinline__ void q_seg_copy(uint8_t *stage, const uint8_t *p, int64_t s, int64_t n_blocks) {
-    using G = q_seg<T>;
-    const int64_t nb = n_blocks - s * G::BLOCKS < G::BLOCKS ? n_blocks - s * G::BLOCKS : G::BLOCKS;
-    const uint8_t *lo = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)15);
-    const int n_vec = (int)(((uintptr_t)(p + nb * qfmt<T>::BYTES) - (uintptr_t)lo + 15) / 16);
-    for (int v = threadIdx.x % ST_GPU_WARP_SIZE; v < n_vec; v += ST_GPU_WARP_SIZE)
-        q_copy16(stage + 16 * v, lo + 16 * v);
+// Copies the 16-byte-aligned window around a segment (its n_bytes bytes at p) into stage;
+// the segment then starts at stage + p % 16. The window's 16-byte pieces are at most
+// WINDOW / 16, so a lane's copies are a fixed, unrolled count of predicated ones (a loop
+// to n_vec cost a row ~60 instructions of control: bench/cuda-decode.md, twelfth session).
+template <st_type T> __device__ __forceinline__ void q_seg_copy(uint8_t *stage, const uint8_t *p, int n_bytes) {
+    constexpr int W = ST_GPU_WARP_SIZE, MAX_VEC = q_seg<T>::WINDOW / 16;
+    const uintptr_t lo = (uintptr_t)p & ~(uintptr_t)15;
+    const int n_vec = (int)(((uintptr_t)p % 16 + (uint32_t)n_bytes + 15) / 16);
+    const int lane = threadIdx.x % W;
+    const uint32_t stage_s = q_shared_addr(stage);
+#pragma unroll
+    for (int i = 0; i < (MAX_VEC + W - 1) / W; i++) {
+        const int v = lane + W * i;
+        if (v < n_vec) q_copy16(stage + 16 * v, stage_s + 16 * v, (const uint8_t *)lo + 16 * v);
+    }
 }
 
 // acc[c] += lane's chunks of a segment (staged at seg; its first value is x's k_seg, and it
@@ -584,14 +605,18 @@ __device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t k_seg, int
     using F = qfmt<T>;
     using G = q_seg<T>;
     constexpr int W = ST_GPU_WARP_SIZE, CH = F::CHUNK;
+    static_assert(W % G::CPB == 0, "a lane's chunks have one index in their blocks");
     const int lane = threadIdx.x % W;
+    // chunk lane + u W is chunk ci of block lane / CPB + u W / CPB: one base, fixed offsets
+    const int ci = lane % G::CPB;
+    const uint8_t *blk = seg + (lane / G::CPB) * F::BYTES;
 #pragma unroll
-    for (int u = 0; u < QMM_UNROLL; u++) {
+    for (int u = 0; u < Q_SEG_ROUNDS; u++) {
         const int cl = lane + u * W; // chunk in the segment
         if (cl >= seg_chunks) break;
         float d, m = 0.0f;
         uint32_t qb[CH];
-        F::split(F::template load<Q_SHARED>(seg + (cl / G::CPB) * F::BYTES, cl % G::CPB), cl % G::CPB, &d, &m, qb);
+        F::split(F::template load<Q_SHARED>(blk + u * (W / G::CPB) * F::BYTES, ci), ci, &d, &m, qb);
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             if (c >= n_cols) break;
@@ -605,9 +630,9 @@ __device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t k_seg, int
 struct q_cursor {
     int64_t g;
     int r;
-    int64_t s;
+    int s;
     int stage;
-    __device__ __forceinline__ void next(int64_t n_seg, int rows, int64_t n_warps) {
+    __device__ __forceinline__ void next(int n_seg, int rows, int64_t n_warps) {
         stage = stage + 1 == QMM_STAGES ? 0 : stage + 1;
         if (++s < n_seg) return;
         s = 0;
@@ -634,26 +659,33 @@ __device__ __forceinline__ void q_walk_x(uint8_t *stages, const Src &src, int64_
     const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
     const int rows = src.rows;
     const int64_t n_blocks = K / qfmt<T>::QK, n_chunks = K / qfmt<T>::CHUNK;
-    const int64_t n_seg = (n_chunks + G::CHUNKS - 1) / G::CHUNKS;
+    const int n_seg = (int)((n_chunks + G::CHUNKS - 1) / G::CHUNKS);
     const int64_t gw = (int64_t)blockIdx.x * QMM_WARPS + warp, n_warps = (int64_t)gridDim.x * QMM_WARPS;
+    // the bytes of a row's segments: all but the last are BLOCKS whole blocks
+    const int seg_bytes = G::BLOCKS * qfmt<T>::BYTES;
+    const int last_bytes = (int)(n_blocks - (int64_t)(n_seg - 1) * G::BLOCKS) * qfmt<T>::BYTES;
     // `in` is the next item to copy, `at` the one to reduce (counters, not divisions: a
-    // 64-bit division is a long software routine)
+    // 64-bit division is a long software routine). seg[i]: the bytes of the item i items
+    // after `at`, as issued (NULL past the rows), so that `at` does not form its row again.
     q_cursor in = {gw, 0, 0, 0}, at = in;
+    const uint8_t *seg[QMM_STAGES];
     auto issue = [&](const q_cursor &c) { // (an empty group past the end keeps cp.async's count)
         const uint8_t *row = c.g < src.n_groups ? src.row(c.g, c.r) : NULL;
-        if (row) q_seg_copy<T>(stages + c.stage * G::WINDOW, q_seg_bytes<T>(row, c.s), c.s, n_blocks);
+        const uint8_t *p = row ? q_seg_bytes<T>(row, c.s) : NULL;
+        if (p) q_seg_copy<T>(stages + c.stage * G::WINDOW, p, c.s == n_seg - 1 ? last_bytes : seg_bytes);
         q_copy_commit();
+        return p;
     };
 #pragma unroll
     for (int i = 0; i < QMM_STAGES - 1; i++) {
-        issue(in);
+        seg[i] = issue(in);
         in.next(n_seg, rows, n_warps);
     }
     float acc[NC], mine[NC]; // mine: lane r < rows keeps row r of the group
 #pragma unroll
     for (int c = 0; c < NC; c++) mine[c] = 0.0f;
     for (; at.g < src.n_groups; at.next(n_seg, rows, n_warps)) {
-        issue(in);
+        seg[QMM_STAGES - 1] = issue(in);
         in.next(n_seg, rows, n_warps);
         q_copy_wait<QMM_STAGES - 1>();
         __syncwarp(); // every lane's copies of item `at` are visible to the warp
@@ -661,9 +693,11 @@ __device__ __forceinline__ void q_walk_x(uint8_t *stages, const Src &src, int64_
 #pragma unroll
             for (int c = 0; c < NC; c++) acc[c] = 0.0f;
         }
-        const uint8_t *row = src.row(at.g, at.r);
-        if (row) {
-            const uintptr_t phase = (uintptr_t)q_seg_bytes<T>(row, at.s) % 16;
+        const uint8_t *p = seg[0];
+#pragma unroll
+        for (int i = 0; i < QMM_STAGES - 1; i++) seg[i] = seg[i + 1];
+        if (p) {
+            const uintptr_t phase = (uintptr_t)p % 16;
             const int64_t c0 = at.s * G::CHUNKS;
             q_seg_dot<T, NC, XV>(stages + at.stage * G::WINDOW + phase, c0 * qfmt<T>::CHUNK,
                              (int)(n_chunks - c0 < G::CHUNKS ? n_chunks - c0 : G::CHUNKS), xs, n_cols, acc);
