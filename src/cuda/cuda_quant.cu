@@ -86,8 +86,15 @@ template <q_src S, int A> __device__ __forceinline__ uint32_t q_ld32(const uint8
     }
 }
 
-// NW little-endian u32 words from p (A-byte aligned) with the widest loads A allows.
-template <q_src S, int A, int NW> __device__ __forceinline__ void q_ldw(const uint8_t *p, uint32_t *w) {
+// NW little-endian u32 words from p (A-byte aligned) with the widest loads A allows. WORDS:
+// from shared memory, a 2-byte-aligned run is read as the NW + 1 aligned words around it,
+// funnel-shifted into place: NW + 1 loads where halves take 2 NW, one SHF a word more.
+// Measured on the H200 (bench/cuda-decode.md, twelfth session, wip/quant-lds): q6_K's head
+// -6%, q8_0's and q5_0's +9%, so only q6_K asks for it. The word past the run is read and
+// discarded when p is 4-byte aligned: the caller's run must have 4 readable bytes after it
+// (q6_K's ql and qh runs are followed, inside their block, by its scales and d).
+template <q_src S, int A, int NW, bool WORDS = false>
+__device__ __forceinline__ void q_ldw(const uint8_t *p, uint32_t *w) {
     if constexpr (A >= 16 && NW % 4 == 0) {
 #pragma unroll
         for (int i = 0; i < NW / 4; i++) {
@@ -104,6 +111,14 @@ template <q_src S, int A, int NW> __device__ __forceinline__ void q_ldw(const ui
             w[2 * i] = v.x;
             w[2 * i + 1] = v.y;
         }
+    } else if constexpr (WORDS && S == Q_SHARED && A == 2) {
+        const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+        const uint32_t sh = ((uint32_t)(uintptr_t)p & 2u) * 8u;
+        uint32_t v[NW + 1];
+#pragma unroll
+        for (int i = 0; i <= NW; i++) v[i] = a[i];
+#pragma unroll
+        for (int i = 0; i < NW; i++) w[i] = __funnelshift_r(v[i], v[i + 1], sh);
     } else {
 #pragma unroll
         for (int i = 0; i < NW; i++) w[i] = q_ld32<S, A>(p + 4 * i);
@@ -382,8 +397,8 @@ template <> struct qfmt<ST_TYPE_Q6_K> {
         const int h = ci >> 3, t = (ci & 7) >> 1, l0 = 16 * (ci & 1);
         r.d = q_ld16<S>(b + 208);
         r.sc = q_ld16<S>(b + 192 + (ci & ~1));
-        q_ldw<S, 2, 4>(b + 64 * h + 32 * (t & 1) + l0, r.ql);
-        q_ldw<S, 2, 4>(b + 128 + 32 * h + l0, r.qh);
+        q_ldw<S, 2, 4, true>(b + 64 * h + 32 * (t & 1) + l0, r.ql);
+        q_ldw<S, 2, 4, true>(b + 128 + 32 * h + l0, r.qh);
         return r;
     }
     static __device__ __forceinline__ void split(const raw &r, int ci, float *d, float *m, uint32_t *qb) {
