@@ -820,17 +820,15 @@ __device__ __forceinline__ int q_fused_weight(const q_fused_args &a, int64_t g, 
     return i;
 }
 
-template <int EPI> struct q_rows_fused {
-    q_fused_args a;
-    int64_t n_groups;
-    int rows;
+// The walk's source of rows: the arguments' n_groups and rows, and row(g, r).
+template <int EPI> struct q_rows_fused : q_fused_args {
     __device__ __forceinline__ const uint8_t *row(int64_t g, int r) const {
         if (EPI == ST_FUSED_EPILOGUE_STORE) {
             int64_t n;
-            const int i = q_fused_weight(a, g, &n);
-            return q_pick(a.w, i) + n * q_pick(a.nb1, i);
+            const int i = q_fused_weight(*this, g, &n);
+            return q_pick(w, i) + n * q_pick(nb1, i);
         }
-        return q_pick(a.w, r) + g * q_pick(a.nb1, r); // ADD: r = 0; a gated unit: gate, then up
+        return q_pick(w, r) + g * q_pick(nb1, r); // ADD: r = 0; a gated unit: gate, then up
     }
 };
 
@@ -839,7 +837,7 @@ __global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE, q_gemv_min_blocks
     q_gemv_fused(q_fused_args a, int64_t K, const float *x, bool x_vec) {
     extern __shared__ uint4 q_stages[]; // [QMM_WARPS][QMM_STAGES][WINDOW]
     uint8_t *stages = (uint8_t *)q_stages + (size_t)(threadIdx.x / ST_GPU_WARP_SIZE) * QMM_STAGES * q_seg<T>::WINDOW;
-    const q_rows_fused<EPI> src = {a, a.n_groups, a.rows};
+    const q_rows_fused<EPI> src = {a};
     const float *xs[1] = {x};
     q_walk<T, 1>(stages, src, K, xs, 1, x_vec, [&](int64_t g, const float (&v)[1][QMM_GROUP]) {
         if (EPI == ST_FUSED_EPILOGUE_STORE) {
@@ -1109,7 +1107,7 @@ static bool q_is_f32_vector(const st_tensor *t, int64_t n) {
 static bool q_fused_takes(const st_fused_mul_mat *op) {
     const int64_t K = op->x->ne[0];
     const st_type t = op->w[0]->type;
-    if (!cuda_is_f32_rows(op->x) || cuda_nrows(op->x) != 1 || K < 1) return false;
+    if (!q_is_f32_vector(op->x, K) || K < 1) return false;
     if (op->norm_w && !q_is_f32_vector(op->h, K)) return false;
     int a = 0;
     if (!q_dispatch<q_align_of>(t, &a)) return false; // (also: not a float weight)
@@ -1156,10 +1154,7 @@ st_status st_cuda_mul_mat_fused_quant(st_backend *b, const st_fused_mul_mat *op,
         a.n_end[i] = rows_so_far;
         if (op->epilogue == ST_FUSED_EPILOGUE_STORE) a.y[i] = (float *)op->y[i]->data;
     }
-    if (op->epilogue != ST_FUSED_EPILOGUE_STORE) {
-        a.out = (float *)op->out->data;
-        a.n_end[0] = op->w[0]->ne[1];
-    }
+    if (op->epilogue != ST_FUSED_EPILOGUE_STORE) a.out = (float *)op->out->data;
     if (op->next_h) {
         a.next_h = (float *)op->next_h->data;
         a.next_norm_w = (const float *)op->next_norm_w->data;
