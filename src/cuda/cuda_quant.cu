@@ -462,7 +462,7 @@ template <st_type T> __device__ __forceinline__ int q_chunk_index(int64_t c) {
 // ---- the matrix-vector product ----------------------------------------------------------
 
 // acc + the chunk's values . x[0..CH) from its split (d, m, qb): the integers' products
-// with x summed first, an FMA a value in index order, then scaled once: acc + d sq - m sx,
+// with x summed first, an FMA a value, then scaled once: acc + d sq - m sx,
 // with sx the sum of x (MIN formats). Three instructions a value (PRMT, FADD, FFMA) where
 // the dequantized values' dot took five or more; it rounds otherwise than that dot, inside
 // a product's tolerance. x in 16-byte loads where XV (x 16-byte aligned; a template
@@ -470,20 +470,28 @@ template <st_type T> __device__ __forceinline__ int q_chunk_index(int64_t c) {
 template <st_type T, bool XV>
 __device__ __forceinline__ float q_dot_chunk(float d, float m, const uint32_t *qb, const float *x, float acc) {
     constexpr int CH = qfmt<T>::CHUNK;
-    float sq = 0.0f, sx = 0.0f;
+    // four sums, one a component of x's float4s (values j, j + 4, ...), added pairwise at
+    // the end: chains of CH / 4 dependent FMAs where one sum made a chain of CH (ncu,
+    // thirteenth session: the one-column kernel waits on dependencies more than it issues)
+    float sq[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < CH; i += 4) {
         float4 v;
         if constexpr (XV) v = __ldg((const float4 *)(x + i));
         else v = make_float4(__ldg(x + i), __ldg(x + i + 1), __ldg(x + i + 2), __ldg(x + i + 3));
-        sq = fmaf(q_int<T>(qb[i]), v.x, sq);
-        sq = fmaf(q_int<T>(qb[i + 1]), v.y, sq);
-        sq = fmaf(q_int<T>(qb[i + 2]), v.z, sq);
-        sq = fmaf(q_int<T>(qb[i + 3]), v.w, sq);
-        if (qfmt<T>::MIN) sx = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(sx, v.x), v.y), v.z), v.w);
+        sq[0] = fmaf(q_int<T>(qb[i]), v.x, sq[0]);
+        sq[1] = fmaf(q_int<T>(qb[i + 1]), v.y, sq[1]);
+        sq[2] = fmaf(q_int<T>(qb[i + 2]), v.z, sq[2]);
+        sq[3] = fmaf(q_int<T>(qb[i + 3]), v.w, sq[3]);
+        if (qfmt<T>::MIN) {
+            sx[0] = __fadd_rn(sx[0], v.x);
+            sx[1] = __fadd_rn(sx[1], v.y);
+            sx[2] = __fadd_rn(sx[2], v.z);
+            sx[3] = __fadd_rn(sx[3], v.w);
+        }
     }
-    acc = fmaf(d, sq, acc);
-    return qfmt<T>::MIN ? fmaf(-m, sx, acc) : acc;
+    acc = fmaf(d, __fadd_rn(__fadd_rn(sq[0], sq[1]), __fadd_rn(sq[2], sq[3])), acc);
+    return qfmt<T>::MIN ? fmaf(-m, __fadd_rn(__fadd_rn(sx[0], sx[1]), __fadd_rn(sx[2], sx[3])), acc) : acc;
 }
 
 // dot(row, x) in every lane of the warp (mul_mat_id's one column): n_chunks chunks of the
