@@ -463,8 +463,8 @@ template <st_type T> __device__ __forceinline__ int q_chunk_index(int64_t c) {
 
 // Where a chunk's x comes from: q_x_global, x in global memory at p (16-byte loads where XV:
 // x 16-byte aligned; a template argument, so that the other form's loads do not take issue
-// slots predicated off); q_x_staged, x staged in shared memory by q_stage_x (piece pc of
-// the chunk's first). piece(i): x[4 i .. 4 i + 4) of the chunk.
+// slots predicated off); q_x_staged, x staged in shared memory by q_stage_x (s: the
+// chunk's first slot). piece(i): x[4 i .. 4 i + 4) of the chunk.
 template <bool XV> struct q_x_global {
     const float *p;
     __device__ __forceinline__ float4 piece(int i) const {
