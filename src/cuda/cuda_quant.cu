@@ -461,29 +461,60 @@ template <st_type T> __device__ __forceinline__ int q_chunk_index(int64_t c) {
 
 // ---- the matrix-vector product ----------------------------------------------------------
 
+// Where a chunk's x comes from: q_x_global, x in global memory at p (16-byte loads where XV:
+// x 16-byte aligned; a template argument, so that the other form's loads do not take issue
+// slots predicated off); q_x_staged, x staged in shared memory by q_stage_x (s: the
+// chunk's first slot). piece(i): x[4 i .. 4 i + 4) of the chunk.
+template <bool XV> struct q_x_global {
+    const float *p;
+    __device__ __forceinline__ float4 piece(int i) const {
+        if constexpr (XV) return __ldg((const float4 *)p + i);
+        else return make_float4(__ldg(p + 4 * i), __ldg(p + 4 * i + 1), __ldg(p + 4 * i + 2), __ldg(p + 4 * i + 3));
+    }
+};
+
+// Staged x: chunk c's P = CH / 4 16-byte pieces at slots (P + 1) c .. (P + 1) c + P - 1 of
+// a float4 array (a 16-byte gap after each chunk). A lane reads its own chunk's pieces, so a
+// quarter warp (8 lanes: chunks c .. c + 7) reads piece i of 8 chunks at once. Packed, with
+// 16 P bytes between lanes, those fall in 4 (P = 4) or 2 (P = 2) of the 8 16-byte bank
+// groups; with the gap, (P + 1) c + i takes all 8 (P + 1 is odd): one wavefront, where the
+// global loads of the same pattern touch 16 cache lines. The chunk's slots are at fixed
+// offsets from its first, and a lane's chunks at fixed distances from one another, so the
+// addresses cost nothing a piece.
+template <int CH> struct q_x_staged {
+    static constexpr int P = CH / 4;
+    const float4 *s; // the chunk's first piece: x_s + (P + 1) c
+    __device__ __forceinline__ float4 piece(int i) const { return s[i]; }
+};
+
 // acc + the chunk's values . x[0..CH) from its split (d, m, qb): the integers' products
-// with x summed first, an FMA a value in index order, then scaled once: acc + d sq - m sx,
+// with x summed first, an FMA a value, then scaled once: acc + d sq - m sx,
 // with sx the sum of x (MIN formats). Three instructions a value (PRMT, FADD, FFMA) where
 // the dequantized values' dot took five or more; it rounds otherwise than that dot, inside
-// a product's tolerance. x in 16-byte loads where XV (x 16-byte aligned; a template
-// argument, so that the other form's loads do not take issue slots predicated off).
-template <st_type T, bool XV>
-__device__ __forceinline__ float q_dot_chunk(float d, float m, const uint32_t *qb, const float *x, float acc) {
+// a product's tolerance. x: a q_x_global or a q_x_staged (the same values, the same bits).
+template <st_type T, typename X>
+__device__ __forceinline__ float q_dot_chunk(float d, float m, const uint32_t *qb, const X &x, float acc) {
     constexpr int CH = qfmt<T>::CHUNK;
-    float sq = 0.0f, sx = 0.0f;
+    // four sums, one a component of x's float4s (values j, j + 4, ...), added pairwise at
+    // the end: chains of CH / 4 dependent FMAs where one sum made a chain of CH (ncu,
+    // thirteenth session: the one-column kernel waits on dependencies more than it issues)
+    float sq[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < CH; i += 4) {
-        float4 v;
-        if constexpr (XV) v = __ldg((const float4 *)(x + i));
-        else v = make_float4(__ldg(x + i), __ldg(x + i + 1), __ldg(x + i + 2), __ldg(x + i + 3));
-        sq = fmaf(q_int<T>(qb[i]), v.x, sq);
-        sq = fmaf(q_int<T>(qb[i + 1]), v.y, sq);
-        sq = fmaf(q_int<T>(qb[i + 2]), v.z, sq);
-        sq = fmaf(q_int<T>(qb[i + 3]), v.w, sq);
-        if (qfmt<T>::MIN) sx = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(sx, v.x), v.y), v.z), v.w);
+        const float4 v = x.piece(i / 4);
+        sq[0] = fmaf(q_int<T>(qb[i]), v.x, sq[0]);
+        sq[1] = fmaf(q_int<T>(qb[i + 1]), v.y, sq[1]);
+        sq[2] = fmaf(q_int<T>(qb[i + 2]), v.z, sq[2]);
+        sq[3] = fmaf(q_int<T>(qb[i + 3]), v.w, sq[3]);
+        if (qfmt<T>::MIN) {
+            sx[0] = __fadd_rn(sx[0], v.x);
+            sx[1] = __fadd_rn(sx[1], v.y);
+            sx[2] = __fadd_rn(sx[2], v.z);
+            sx[3] = __fadd_rn(sx[3], v.w);
+        }
     }
-    acc = fmaf(d, sq, acc);
-    return qfmt<T>::MIN ? fmaf(-m, sx, acc) : acc;
+    acc = fmaf(d, __fadd_rn(__fadd_rn(sq[0], sq[1]), __fadd_rn(sq[2], sq[3])), acc);
+    return qfmt<T>::MIN ? fmaf(-m, __fadd_rn(__fadd_rn(sx[0], sx[1]), __fadd_rn(sx[2], sx[3])), acc) : acc;
 }
 
 // dot(row, x) in every lane of the warp (mul_mat_id's one column): n_chunks chunks of the
@@ -510,7 +541,8 @@ __device__ __forceinline__ float q_gemv_row(const uint8_t *__restrict__ row, int
             float d, m = 0.0f;
             uint32_t qb[CH];
             F::split(r[u], q_chunk_index<T>(ch), &d, &m, qb);
-            acc = x_vec ? q_dot_chunk<T, true>(d, m, qb, x + ch * CH, acc) : q_dot_chunk<T, false>(d, m, qb, x + ch * CH, acc);
+            acc = x_vec ? q_dot_chunk<T>(d, m, qb, q_x_global<true>{x + ch * CH}, acc)
+                        : q_dot_chunk<T>(d, m, qb, q_x_global<false>{x + ch * CH}, acc);
         }
     }
     return cuda_warp_sum(acc);
@@ -553,8 +585,32 @@ template <st_type T> struct q_seg {
     static_assert(CHUNKS % CPB == 0, "a segment is whole blocks");
 };
 
-template <st_type T> static constexpr size_t q_gemv_smem() {
+template <st_type T> static constexpr __host__ __device__ size_t q_gemv_smem() {
     return (size_t)QMM_WARPS * QMM_STAGES * q_seg<T>::WINDOW;
+}
+
+// The one-column kernels stage x in shared memory after the stages (q_stage_x) when it
+// fits in Q_XS_MAX bytes (K = 2,048 for every type): the bytes, or 0 (x read from global
+// memory). K / CHUNK chunks of CHUNK / 4 + 1 pieces (q_x_staged).
+#ifndef Q_XS_MAX
+#define Q_XS_MAX 12288
+#endif
+template <st_type T> static size_t q_xs_bytes(int64_t K) {
+    constexpr int CH = qfmt<T>::CHUNK;
+    const size_t bytes = (size_t)(K / CH) * (CH / 4 + 1) * 16;
+    return bytes <= Q_XS_MAX ? bytes : 0;
+}
+__device__ __forceinline__ float4 *q_xs_at(uint4 *smem, size_t stage_bytes) {
+    return (float4 *)((uint8_t *)smem + stage_bytes);
+}
+
+// x [K] into x_s at q_x_staged's places, by the whole block: every thread of the block must
+// call it (it ends with a barrier). K is a multiple of CHUNK.
+template <int CH, bool XV> __device__ __forceinline__ void q_stage_x(float4 *x_s, const float *x, int64_t K) {
+    constexpr int P = CH / 4;
+    for (int p = threadIdx.x; p < (int)(K / 4); p += blockDim.x)
+        x_s[(P + 1) * (p / P) + p % P] = q_x_global<XV>{x}.piece(p);
+    __syncthreads();
 }
 
 // 16 bytes global -> shared without waiting (sm_80+); a plain copy elsewhere. dst_s is
@@ -613,10 +669,12 @@ template <st_type T> __device__ __forceinline__ void q_seg_copy(uint8_t *stage, 
 }
 
 // acc[c] += lane's chunks of a segment (staged at seg; its first value is x's k_seg, and it
-// has seg_chunks chunks) against xs[c], in q_gemv_row's order.
-template <st_type T, int NC, bool XV>
+// has seg_chunks chunks) against xs[c], in q_gemv_row's order. XS (one column): x read from
+// its staged copy x_s (q_stage_x) instead of xs[0].
+template <st_type T, int NC, bool XV, bool XS>
 __device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t k_seg, int seg_chunks, const float *const *xs,
-                                          int n_cols, float acc[NC]) {
+                                          int n_cols, float acc[NC], const float4 *x_s) {
+    static_assert(!XS || NC == 1, "one column is staged");
     using F = qfmt<T>;
     using G = q_seg<T>;
     constexpr int W = ST_GPU_WARP_SIZE, CH = F::CHUNK;
@@ -635,7 +693,9 @@ __device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t k_seg, int
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             if (c >= n_cols) break;
-            acc[c] = q_dot_chunk<T, XV>(d, m, qb, xs[c] + k_seg + cl * CH, acc[c]);
+            if constexpr (XS)
+                acc[c] = q_dot_chunk<T>(d, m, qb, q_x_staged<CH>{x_s + (CH / 4 + 1) * (k_seg / CH + cl)}, acc[c]);
+            else acc[c] = q_dot_chunk<T>(d, m, qb, q_x_global<XV>{xs[c] + k_seg + cl * CH}, acc[c]);
         }
     }
 }
@@ -666,10 +726,12 @@ template <st_type T> static constexpr int q_gemv_min_blocks() {
 // groups gw, gw + n_warps, ... below src.n_groups, of src.rows rows each (at most
 // QMM_GROUP), every row in segments: src.row(g, r) is row r of group g, or NULL past the
 // rows; x is NC columns xs (n_cols of them). At the end of each group, sink(g, v) gets the
-// group's results: v[c][r] for column c and row r (rows past the rows: 0). XV: x_vec.
-template <st_type T, int NC, bool XV, typename Src, typename Sink>
-__device__ __forceinline__ void q_walk_x(uint8_t *stages, const Src &src, int64_t K, const float *const *xs, int n_cols,
-                                         const Sink &sink) {
+// group's results: v[c][r] for column c and row r (rows past the rows: 0). XV: x_vec. XS
+// (one column): the block stages x into x_s (q_xs_bytes) while its first copies fly, so
+// every warp of the block must walk, with items or without.
+template <st_type T, int NC, bool XV, bool XS, typename Src, typename Sink>
+__device__ __forceinline__ void q_walk_x(uint8_t *stages, float4 *x_s, const Src &src, int64_t K,
+                                         const float *const *xs, int n_cols, const Sink &sink) {
     using G = q_seg<T>;
     const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
     const int rows = src.rows;
@@ -696,6 +758,7 @@ __device__ __forceinline__ void q_walk_x(uint8_t *stages, const Src &src, int64_
         seg[i] = issue(in);
         in.next(n_seg, rows, n_warps);
     }
+    if constexpr (XS) q_stage_x<qfmt<T>::CHUNK, XV>(x_s, xs[0], K);
     float acc[NC], mine[NC]; // mine: lane r < rows keeps row r of the group
 #pragma unroll
     for (int c = 0; c < NC; c++) mine[c] = 0.0f;
@@ -714,8 +777,9 @@ __device__ __forceinline__ void q_walk_x(uint8_t *stages, const Src &src, int64_
         if (p) {
             const uintptr_t phase = (uintptr_t)p % 16;
             const int64_t c0 = at.s * G::CHUNKS;
-            q_seg_dot<T, NC, XV>(stages + at.stage * G::WINDOW + phase, c0 * qfmt<T>::CHUNK,
-                             (int)(n_chunks - c0 < G::CHUNKS ? n_chunks - c0 : G::CHUNKS), xs, n_cols, acc);
+            q_seg_dot<T, NC, XV, XS>(stages + at.stage * G::WINDOW + phase, c0 * qfmt<T>::CHUNK,
+                                     (int)(n_chunks - c0 < G::CHUNKS ? n_chunks - c0 : G::CHUNKS), xs, n_cols, acc,
+                                     x_s);
             if (at.s == n_seg - 1) {
 #pragma unroll
                 for (int c = 0; c < NC; c++) {
@@ -736,11 +800,11 @@ __device__ __forceinline__ void q_walk_x(uint8_t *stages, const Src &src, int64_
     }
     q_copy_wait<0>();
 }
-template <st_type T, int NC, typename Src, typename Sink>
-__device__ __forceinline__ void q_walk(uint8_t *stages, const Src &src, int64_t K, const float *const *xs, int n_cols,
-                                       bool x_vec, const Sink &sink) {
-    if (x_vec) q_walk_x<T, NC, true>(stages, src, K, xs, n_cols, sink);
-    else q_walk_x<T, NC, false>(stages, src, K, xs, n_cols, sink);
+template <st_type T, int NC, bool XS, typename Src, typename Sink>
+__device__ __forceinline__ void q_walk(uint8_t *stages, float4 *x_s, const Src &src, int64_t K, const float *const *xs,
+                                       int n_cols, bool x_vec, const Sink &sink) {
+    if (x_vec) q_walk_x<T, NC, true, XS>(stages, x_s, src, K, xs, n_cols, sink);
+    else q_walk_x<T, NC, false, XS>(stages, x_s, src, K, xs, n_cols, sink);
 }
 
 // The rows of one weight [K, N] at row stride nb1, in groups of `rows`.
@@ -754,21 +818,24 @@ struct q_rows_plain {
     }
 };
 
-// y[:, m] = W x[:, m]; grid y: groups of NC columns. Dynamic shared memory: q_gemv_smem<T>().
-template <st_type T, int NC>
+// y[:, m] = W x[:, m]; grid y: groups of NC columns. Dynamic shared memory: q_gemv_smem<T>(),
+// then for XS (NC = 1) x staged, q_xs_bytes<T>(K).
+template <st_type T, int NC, bool XS>
 __global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE, NC == 1 ? q_gemv_min_blocks<T>() : 1)
     q_gemv(const uint8_t *w, int64_t nb1, int64_t K, int64_t N, st_cuda_view x, st_cuda_view y, int64_t M,
            bool x_vec, int rows) {
-    extern __shared__ uint4 q_stages[]; // [QMM_WARPS][QMM_STAGES][WINDOW]
+    extern __shared__ uint4 q_stages[]; // [QMM_WARPS][QMM_STAGES][WINDOW], then XS's x
     uint8_t *stages = (uint8_t *)q_stages + (size_t)(threadIdx.x / ST_GPU_WARP_SIZE) * QMM_STAGES * q_seg<T>::WINDOW;
+    float4 *x_s = q_xs_at(q_stages, q_gemv_smem<T>());
     const q_rows_plain src = {w, nb1, N, (N + rows - 1) / rows, rows};
-    if ((int64_t)blockIdx.x * QMM_WARPS + threadIdx.x / ST_GPU_WARP_SIZE >= src.n_groups) return; // (no block barrier)
+    // a warp without rows leaves, unless the block stages x together (a barrier)
+    if (!XS && (int64_t)blockIdx.x * QMM_WARPS + threadIdx.x / ST_GPU_WARP_SIZE >= src.n_groups) return;
     for (int64_t m0 = (int64_t)blockIdx.y * NC; m0 < M; m0 += (int64_t)gridDim.y * NC) {
         const int n_cols = (int)(M - m0 < NC ? M - m0 : NC);
         const float *xs[NC];
 #pragma unroll
         for (int c = 0; c < NC; c++) xs[c] = (const float *)cuda_row(x, m0 + (c < n_cols ? c : 0));
-        q_walk<T, NC>(stages, src, K, xs, n_cols, x_vec, [&](int64_t g, const float (&v)[NC][QMM_GROUP]) {
+        q_walk<T, NC, XS>(stages, x_s, src, K, xs, n_cols, x_vec, [&](int64_t g, const float (&v)[NC][QMM_GROUP]) {
             const int64_t n0 = g * rows;
 #pragma unroll
             for (int c = 0; c < NC; c++) {
@@ -832,14 +899,15 @@ template <int EPI> struct q_rows_fused : q_fused_args {
     }
 };
 
-template <st_type T, int EPI>
+template <st_type T, int EPI, bool XS>
 __global__ void __launch_bounds__(QMM_WARPS *ST_GPU_WARP_SIZE, q_gemv_min_blocks<T>())
     q_gemv_fused(q_fused_args a, int64_t K, const float *x, bool x_vec) {
-    extern __shared__ uint4 q_stages[]; // [QMM_WARPS][QMM_STAGES][WINDOW]
+    extern __shared__ uint4 q_stages[]; // [QMM_WARPS][QMM_STAGES][WINDOW], then XS's x
     uint8_t *stages = (uint8_t *)q_stages + (size_t)(threadIdx.x / ST_GPU_WARP_SIZE) * QMM_STAGES * q_seg<T>::WINDOW;
     const q_rows_fused<EPI> src = {a};
     const float *xs[1] = {x};
-    q_walk<T, 1>(stages, src, K, xs, 1, x_vec, [&](int64_t g, const float (&v)[1][QMM_GROUP]) {
+    q_walk<T, 1, XS>(stages, q_xs_at(q_stages, q_gemv_smem<T>()), src, K, xs, 1, x_vec,
+                     [&](int64_t g, const float (&v)[1][QMM_GROUP]) {
         if (EPI == ST_FUSED_EPILOGUE_STORE) {
             int64_t n;
             const int i = q_fused_weight(a, g, &n);
@@ -989,38 +1057,48 @@ struct q_launch_gemv {
         const unsigned int wave = (unsigned int)c->sm_count * (M == 1 ? q_gemv_min_blocks<T>() : 4);
         const int rows = (N + QMM_GROUP - 1) / QMM_GROUP >= (int64_t)wave * QMM_WARPS ? QMM_GROUP : 1;
         const unsigned int blocks = cuda_blocks(N, QMM_WARPS * rows), grid_x = blocks < wave ? blocks : wave;
-        if (M == 1) {
-            q_gemv<T, 1><<<grid_x, threads, smem, c->stream>>>(wd, (int64_t)w->nb[1], K, N, cuda_view(x),
-                                                               cuda_view(dst), M, cuda_rows_aligned16(x), rows);
+        const size_t xs = q_xs_bytes<T>(K);
+        if (M == 1 && xs) {
+            q_gemv<T, 1, true><<<grid_x, threads, smem + xs, c->stream>>>(
+                wd, (int64_t)w->nb[1], K, N, cuda_view(x), cuda_view(dst), M, cuda_rows_aligned16(x), rows);
+        } else if (M == 1) {
+            q_gemv<T, 1, false><<<grid_x, threads, smem, c->stream>>>(wd, (int64_t)w->nb[1], K, N, cuda_view(x),
+                                                                      cuda_view(dst), M, cuda_rows_aligned16(x), rows);
         } else {
             const dim3 grid(grid_x, cuda_grid_y((M + QMM_MAX_COLS - 1) / QMM_MAX_COLS));
-            q_gemv<T, QMM_MAX_COLS><<<grid, threads, smem, c->stream>>>(
+            q_gemv<T, QMM_MAX_COLS, false><<<grid, threads, smem, c->stream>>>(
                 wd, (int64_t)w->nb[1], K, N, cuda_view(x), cuda_view(dst), M, cuda_rows_aligned16(x), rows);
         }
     }
 };
 
 struct q_launch_fused {
-    template <st_type T>
-    static void run(st_cuda_ctx *c, const q_fused_args &a, int epi, int64_t K, const float *x, bool x_vec) {
+    template <st_type T, bool XS>
+    static void launch(st_cuda_ctx *c, const q_fused_args &a, int epi, int64_t K, const float *x, bool x_vec,
+                       size_t smem) {
         const unsigned int wave = (unsigned int)c->sm_count * q_gemv_min_blocks<T>();
         const unsigned int blocks = cuda_blocks(a.n_groups, QMM_WARPS), grid = blocks < wave ? blocks : wave;
         const unsigned int threads = QMM_WARPS * ST_GPU_WARP_SIZE;
-        const size_t smem = q_gemv_smem<T>();
         switch (epi) {
         case ST_FUSED_EPILOGUE_STORE:
-            q_gemv_fused<T, ST_FUSED_EPILOGUE_STORE><<<grid, threads, smem, c->stream>>>(a, K, x, x_vec);
+            q_gemv_fused<T, ST_FUSED_EPILOGUE_STORE, XS><<<grid, threads, smem, c->stream>>>(a, K, x, x_vec);
             break;
         case ST_FUSED_EPILOGUE_ADD:
-            q_gemv_fused<T, ST_FUSED_EPILOGUE_ADD><<<grid, threads, smem, c->stream>>>(a, K, x, x_vec);
+            q_gemv_fused<T, ST_FUSED_EPILOGUE_ADD, XS><<<grid, threads, smem, c->stream>>>(a, K, x, x_vec);
             break;
         case ST_FUSED_EPILOGUE_SWIGLU:
-            q_gemv_fused<T, ST_FUSED_EPILOGUE_SWIGLU><<<grid, threads, smem, c->stream>>>(a, K, x, x_vec);
+            q_gemv_fused<T, ST_FUSED_EPILOGUE_SWIGLU, XS><<<grid, threads, smem, c->stream>>>(a, K, x, x_vec);
             break;
         default:
-            q_gemv_fused<T, ST_FUSED_EPILOGUE_GEGLU><<<grid, threads, smem, c->stream>>>(a, K, x, x_vec);
+            q_gemv_fused<T, ST_FUSED_EPILOGUE_GEGLU, XS><<<grid, threads, smem, c->stream>>>(a, K, x, x_vec);
             break;
         }
+    }
+    template <st_type T>
+    static void run(st_cuda_ctx *c, const q_fused_args &a, int epi, int64_t K, const float *x, bool x_vec) {
+        const size_t xs = q_xs_bytes<T>(K);
+        if (xs) launch<T, true>(c, a, epi, K, x, x_vec, q_gemv_smem<T>() + xs);
+        else launch<T, false>(c, a, epi, K, x, x_vec, q_gemv_smem<T>());
     }
 };
 

@@ -593,7 +593,7 @@ static void run_all(void) {
                 const int64_t M = gemv_M[mi];
                 test_mul_mat(t, Ks[ki], 37, M, 0, X_PACKED);
                 if (M == 1 || M == 7) test_mul_mat(t, Ks[ki], 37, M, 16, X_PACKED);
-                if (M == 2) test_mul_mat(t, Ks[ki], 37, M, 0, X_STRIDED);
+                if (M == 1 || M == 2) test_mul_mat(t, Ks[ki], 37, M, 0, X_STRIDED); /* x 4-byte aligned */
                 if (M == 3) test_mul_mat(t, Ks[ki], 37, M, 0, X_GAPPED);
             }
         test_mul_mat(t, Ks[2], 1001, 1, 0, X_PACKED);
