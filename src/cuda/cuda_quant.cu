@@ -596,6 +596,9 @@ template <st_type T> static constexpr __host__ __device__ size_t q_gemv_smem() {
 #define Q_XS_MAX 12288
 #endif
 template <st_type T> static size_t q_xs_bytes(int64_t K) {
+    static_assert(q_gemv_smem<T>() + Q_XS_MAX <= 48 * 1024,
+                  "the one-column kernel's stages and staged x exceed the 48 KiB of dynamic shared memory a "
+                  "kernel gets without opting in: lower Q_XS_MAX, Q_SEG_ROUNDS or QMM_STAGES");
     constexpr int CH = qfmt<T>::CHUNK;
     const size_t bytes = (size_t)(K / CH) * (CH / 4 + 1) * 16;
     return bytes <= Q_XS_MAX ? bytes : 0;
