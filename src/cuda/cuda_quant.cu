@@ -483,8 +483,12 @@ template <bool XV> struct q_x_global {
 // addresses cost nothing a piece.
 template <int CH> struct q_x_staged {
     static constexpr int P = CH / 4;
-    const float4 *s; // the chunk's first piece: x_s + (P + 1) c
+    const float4 *s; // the chunk's first piece: first(x_s, c)
     __device__ __forceinline__ float4 piece(int i) const { return s[i]; }
+    // chunk c's first piece in the staged array x_s (q_stage_x writes there, piece reads)
+    template <typename V, typename I> static __device__ __forceinline__ V *first(V *x_s, I c) {
+        return x_s + (P + 1) * c;
+    }
 };
 
 // acc + the chunk's values . x[0..CH) from its split (d, m, qb): the integers' products
@@ -612,7 +616,7 @@ __device__ __forceinline__ float4 *q_xs_at(uint4 *smem, size_t stage_bytes) {
 template <int CH, bool XV> __device__ __forceinline__ void q_stage_x(float4 *x_s, const float *x, int64_t K) {
     constexpr int P = CH / 4;
     for (int p = threadIdx.x; p < (int)(K / 4); p += blockDim.x)
-        x_s[(P + 1) * (p / P) + p % P] = q_x_global<XV>{x}.piece(p);
+        q_x_staged<CH>::first(x_s, p / P)[p % P] = q_x_global<XV>{x}.piece(p);
     __syncthreads();
 }
 
@@ -697,7 +701,7 @@ __device__ __forceinline__ void q_seg_dot(const uint8_t *seg, int64_t k_seg, int
         for (int c = 0; c < NC; c++) {
             if (c >= n_cols) break;
             if constexpr (XS)
-                acc[c] = q_dot_chunk<T>(d, m, qb, q_x_staged<CH>{x_s + (CH / 4 + 1) * (k_seg / CH + cl)}, acc[c]);
+                acc[c] = q_dot_chunk<T>(d, m, qb, q_x_staged<CH>{q_x_staged<CH>::first(x_s, k_seg / CH + cl)}, acc[c]);
             else acc[c] = q_dot_chunk<T>(d, m, qb, q_x_global<XV>{xs[c] + k_seg + cl * CH}, acc[c]);
         }
     }
@@ -1060,13 +1064,11 @@ struct q_launch_gemv {
         const unsigned int wave = (unsigned int)c->sm_count * (M == 1 ? q_gemv_min_blocks<T>() : 4);
         const int rows = (N + QMM_GROUP - 1) / QMM_GROUP >= (int64_t)wave * QMM_WARPS ? QMM_GROUP : 1;
         const unsigned int blocks = cuda_blocks(N, QMM_WARPS * rows), grid_x = blocks < wave ? blocks : wave;
-        const size_t xs = q_xs_bytes<T>(K);
-        if (M == 1 && xs) {
-            q_gemv<T, 1, true><<<grid_x, threads, smem + xs, c->stream>>>(
-                wd, (int64_t)w->nb[1], K, N, cuda_view(x), cuda_view(dst), M, cuda_rows_aligned16(x), rows);
-        } else if (M == 1) {
-            q_gemv<T, 1, false><<<grid_x, threads, smem, c->stream>>>(wd, (int64_t)w->nb[1], K, N, cuda_view(x),
-                                                                      cuda_view(dst), M, cuda_rows_aligned16(x), rows);
+        if (M == 1) {
+            const size_t xs = q_xs_bytes<T>(K); // 0: x stays in global memory
+            const auto kernel = xs ? q_gemv<T, 1, true> : q_gemv<T, 1, false>;
+            kernel<<<grid_x, threads, smem + xs, c->stream>>>(wd, (int64_t)w->nb[1], K, N, cuda_view(x), cuda_view(dst),
+                                                             M, cuda_rows_aligned16(x), rows);
         } else {
             const dim3 grid(grid_x, cuda_grid_y((M + QMM_MAX_COLS - 1) / QMM_MAX_COLS));
             q_gemv<T, QMM_MAX_COLS, false><<<grid, threads, smem, c->stream>>>(
