@@ -78,6 +78,17 @@ static const st_synth_preset presets[] = {
      .n_head_kv = 2, .head_dim = 16, .n_ff = 128, .n_rot = 12, .n_ctx_train = 4096,
      .rope_freq_base = 10000.0, .rms_eps = 1e-5, .tied_output = true, .long_rope = true,
      .n_ctx_orig = 512},
+    /* The real models' head_dim (64, 128) at test size: the split-KV decode kernel and the
+     * tensor-core prefill take only 64, 128 and 256, which the tiny presets above (16) do
+     * not reach, so the GPU models stage runs those kernels whole through these. */
+    {.name = "tiny-llama-hd64", .description = "tiny llama for tests with head_dim 64 (GQA 8/2)",
+     .arch = ST_ARCH_LLAMA, .n_vocab = 512, .n_embd = 256, .n_layer = 2, .n_head = 8,
+     .n_head_kv = 2, .head_dim = 64, .n_ff = 512, .n_rot = 64, .n_ctx_train = 4096,
+     .rope_freq_base = 500000.0, .rms_eps = 1e-5, .tied_output = false},
+    {.name = "tiny-qwen3-hd128", .description = "tiny qwen3 for tests with head_dim 128 (GQA 4/2, q/k norm)",
+     .arch = ST_ARCH_QWEN3, .n_vocab = 512, .n_embd = 256, .n_layer = 2, .n_head = 4,
+     .n_head_kv = 2, .head_dim = 128, .n_ff = 512, .n_rot = 128, .n_ctx_train = 4096,
+     .rope_freq_base = 1000000.0, .rms_eps = 1e-6, .tied_output = true},
     /* llama.cpp's olmoe creates attn_k_norm with n_embd elements, so K/V heads must
      * equal Q heads (as in OLMoE itself) for the file to load there. */
     {.name = "tiny-olmoe", .description = "tiny olmoe for tests (8 experts top-2, own output.weight)",

@@ -169,7 +169,7 @@ EOF
 if want models; then
     : >"$OUTDIR/models.log"
     if [ ! -x "$STRIDE" ]; then row models FAIL "$STRIDE missing"; else
-        for preset in tiny-llama tiny-qwen3 tiny-gemma3 tiny-phi3 tiny-olmoe; do
+        for preset in tiny-llama tiny-qwen3 tiny-gemma3 tiny-phi3 tiny-olmoe tiny-llama-hd64 tiny-qwen3-hd128; do
             for type in f32 f16 bf16; do
                 m=$WORK/$preset-$type.gguf
                 name="$preset $type"
@@ -186,7 +186,13 @@ if want models; then
                 # f16/bf16: every type must then match the CPU to f32 summation order
                 res1=$(compare_npy "$WORK/$preset-$type-cuda-ub1.npy" "$WORK/$preset-$type-cpu.npy" 1e-4 2>&1)
                 rc1=$?
-                res=$(compare_npy "$WORK/$preset-$type-cuda.npy" "$WORK/$preset-$type-cpu.npy" "$(tol_for $type)" 2>&1)
+                # tiny-qwen3-hd128 in f32: its 12-token prompt (24 query rows a kv head, more
+                # than the split-KV kernel holds at head_dim 128) takes the tensor-core flash
+                # attention, which rounds q and P to f16 (test_cuda_ops' attn_tol: ~9e-4 for
+                # the attention itself): the f16 tolerance. Its -ub 1 row below stays at 1e-4.
+                tol=$(tol_for $type)
+                [ "$preset-$type" = tiny-qwen3-hd128-f32 ] && tol=$(tol_for f16)
+                res=$(compare_npy "$WORK/$preset-$type-cuda.npy" "$WORK/$preset-$type-cpu.npy" "$tol" 2>&1)
                 rc=$?
                 echo "$name logits cuda vs cpu: $res; -ub 1: $res1" >>"$OUTDIR/models.log"
                 if [ $rc -eq 0 ]; then row "$name logits cuda~cpu" PASS "$res"
