@@ -51,25 +51,33 @@ static size_t layer_elems(const dims &d) {
     return (size_t)d.QKV * d.E + (size_t)d.E * d.Q + 2 * (size_t)d.F * d.E + (size_t)d.E * d.F;
 }
 
+// n halves of (rand() / RAND_MAX - 0.5) * scale from srand(seed), written to w on the device in
+// chunks of 2^24 (a pattern repeating every chunk).
+static void upload_random_half(__half *w, size_t n, unsigned seed, float scale) {
+    const size_t chunk = (size_t)1 << 24;
+    __half *h = (__half *)malloc(chunk * sizeof(__half));
+    if (!h) {
+        fprintf(stderr, "host malloc failed\n");
+        exit(1);
+    }
+    srand(seed);
+    for (size_t i = 0; i < chunk; i++) h[i] = __float2half(((float)rand() / RAND_MAX - 0.5f) * scale);
+    for (size_t off = 0; off < n; off += chunk)
+        CHECK(cudaMemcpy(w + off, h, (n - off < chunk ? n - off : chunk) * sizeof(__half), cudaMemcpyHostToDevice));
+    free(h);
+}
+
 // All layers' weights on the device (small random values, seed 7); host array of L layers.
 static layer *alloc_layers(const dims &d) {
     const size_t per_layer = layer_elems(d), total = per_layer * d.L;
     __half *wall;
     CHECK(cudaMalloc(&wall, total * sizeof(__half)));
-    const size_t chunk = (size_t)1 << 24;
-    __half *h = (__half *)malloc(chunk * sizeof(__half));
     layer *ls = (layer *)malloc(sizeof(layer) * d.L);
-    if (!h || !ls) {
+    if (!ls) {
         fprintf(stderr, "host malloc failed\n");
         exit(1);
     }
-    srand(7);
-    for (size_t i = 0; i < chunk; i++) h[i] = __float2half(((float)rand() / RAND_MAX - 0.5f) / 64.0f);
-    for (size_t off = 0; off < total; off += chunk) {
-        const size_t n = total - off < chunk ? total - off : chunk;
-        CHECK(cudaMemcpy(wall + off, h, n * sizeof(__half), cudaMemcpyHostToDevice));
-    }
-    free(h);
+    upload_random_half(wall, total, 7, 1.0f / 64.0f);
     for (int l = 0; l < d.L; l++) {
         const __half *p = wall + per_layer * l;
         ls[l].qkv = p, p += (size_t)d.QKV * d.E;
