@@ -7,24 +7,28 @@
 //   g = silu(Wg x) * (Wu x);  x += Wd g
 //
 // separate: q/k/v as one kernel (one warp a row), then an attention kernel (one block a kv
-//     head: q, k, v read back through L2, its cache rows loaded, then the math below), as a
-//     decode step records them today.
-// cluster:  one kernel for both: a cluster of CB blocks a kv head (one block an SM, 1,024
-//     threads); block b of head h computes rows b, b + CB, ... of that head's q, k and v rows
-//     (G q heads, then k, then v: (G + 2) D rows) and stores each into the leader block's
-//     shared memory (distributed shared memory); the leader has meanwhile asked for its
-//     head's cache rows (cp.async). One cluster barrier, then the leader alone does the
-//     attention from shared memory. No write of q/k/v to global memory, no second kernel.
-// The rest of the layer (o, gate/up, down) is the same kernels in both, so that the
-// difference is the boundary in a real sequence of weights streaming from HBM.
+//     head: q, k, v read back through L2, its cache rows loaded, then the math below), then
+//     o, as a decode step records them today.
+// cluster:  q/k/v and attention as one kernel: a cluster of CL_CLUSTER blocks a kv head (one
+//     block an SM, 1,024 threads); block b of head h computes rows b, b + CL_CLUSTER, ... of
+//     that head's q, k and v rows (G q heads, then k, then v: (G + 2) D rows) and stores
+//     each into the leader block's shared memory (distributed shared memory); the leader
+//     has meanwhile asked for its head's cache rows (cp.async). One cluster barrier, then the
+//     leader alone does the attention from shared memory (no write of q/k/v to global
+//     memory, no second kernel); then o as a kernel.
+// cluster + o: the same grid with more clusters whose blocks take the output projection
+//     (layer_front): they copy their rows of Wo into shared memory at once, wait for every
+//     head's flag, and add Wo a into x.
+// The rest of the layer (gate/up, down) is the same kernels in every form, so that the
+// difference is the front in a real sequence of weights streaming from HBM.
 //
-// Attention math (both): scores s[g][t] = q_g . k_t / sqrt(D) (one thread a (g, t)),
+// Attention math (every form): scores s[g][t] = q_g . k_t / sqrt(D) (one thread a (g, t)),
 // softmax a warp a row, a[g][d] = sum_t p[g][t] v_t[d] (one thread a (g, d)); the same code
-// and order in both forms, so x after a step is the same bits (checked).
+// and order in every form, so x after a step is the same bits (checked).
 //
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 bench/kernels/cluster_attention_bench.cu -o cluster_attention_bench
-// Run:   cluster_attention_bench   (llama-3.2-1b and qwen3-1.7b shapes, depths 64 and 128,
-//        clusters of 16 and 8 blocks a kv head where the device can place them)
+// Run:   cluster_attention_bench   (llama-3.2-1b and qwen3-1.7b shapes, depths 64 and 128;
+//        results: bench/cluster-attention-h200.md)
 #include <cooperative_groups.h>
 #include <math.h>
 #include <string.h>
