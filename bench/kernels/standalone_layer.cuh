@@ -1,8 +1,9 @@
 // Shared by the standalone decode-product benchmarks (persistent_gemv_bench.cu,
-// stream_chain_bench.cu, gemv_variants_bench.cu, read_floor_bench.cu, fused_ffn_bench.cu:
-// CHECK, COPY_GBS, graph_us, captured_us, run_from, dot8; no stride library code): a dense
-// layer's F16 product weights for L layers in one allocation, the dims from the command
-// line, and the plain one-warp-a-row dot product they time.
+// stream_chain_bench.cu, gemv_variants_bench.cu, read_floor_bench.cu, fused_ffn_bench.cu,
+// cluster_attention_bench.cu, head_bench.cu, gemv_rowblock_bench.cu: CHECK, COPY_GBS,
+// graph_us, captured_us, run_from, dot8, upload_random_half; no stride library code): a
+// dense layer's F16 product weights for L layers in one allocation, the dims from the
+// command line, and the plain one-warp-a-row dot product they time.
 //
 //   qkv [QKV][E], o [E][Q], gate [F][E], up [F][E], down [E][F]   (row-major, per layer)
 #ifndef STRIDE_BENCH_STANDALONE_LAYER_CUH
