@@ -119,7 +119,7 @@ __device__ static void attn_math(const attn_smem &s, __half *kc, __half *vc, int
             const float e = __expf(s.p[g * n + t] - m);
             s.p[g * n + t] = e, l += e;
         }
-        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        l = warp_sum(l);
         const float inv = 1.0f / l;
         for (int t = lane; t < n; t += 32) s.p[g * n + t] *= inv;
     }
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(CL_THREADS, 1) layer_front(front_args f) {
             const float4 *xv = (const float4 *)(as + v * 8);
             acc = dot8(wr[v], xv[0], xv[1], acc);
         }
-        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        acc = warp_sum(acc);
         if (lane == 0) f.x[r] += acc;
     }
 }

@@ -88,9 +88,7 @@ __global__ void __launch_bounds__(RB_THREADS, MIN_BLOCKS)
         for (int m = 0; m < M; m++)
 #pragma unroll
             for (int i = 0; i < RB; i++) {
-                float v = acc[m][i];
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+                const float v = warp_sum(acc[m][i]);
                 if (lane == 0) part[buf][warp][m * RB + i] = v;
             }
         __syncthreads(); // (two buffers: the next batch's stores wait for no reader of this one)

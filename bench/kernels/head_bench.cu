@@ -30,12 +30,6 @@
 #define THREADS 256
 #define WARPS (THREADS / 32)
 
-__device__ __forceinline__ float warp_sum(float acc) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    return acc;
-}
-
 template <int U, int MIN_BLOCKS>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) head_waves(const __half *w, const float *x, float *y, int N) {
     const int r = blockIdx.x * WARPS + threadIdx.x / 32;

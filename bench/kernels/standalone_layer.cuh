@@ -1,7 +1,7 @@
 // Shared by the standalone decode-product benchmarks (persistent_gemv_bench.cu,
 // stream_chain_bench.cu, gemv_variants_bench.cu, read_floor_bench.cu, fused_ffn_bench.cu,
 // cluster_attention_bench.cu, head_bench.cu, gemv_rowblock_bench.cu: CHECK, COPY_GBS,
-// graph_us, captured_us, run_from, dot8, upload_random_half; no stride library code): a
+// graph_us, captured_us, run_from, dot8, warp_sum, upload_random_half; no stride library code): a
 // dense layer's F16 product weights for L layers in one allocation, the dims from the
 // command line, and the plain one-warp-a-row dot product they time.
 //
@@ -101,6 +101,13 @@ __device__ __forceinline__ float dot8(uint4 q, float4 a, float4 b, float acc) {
     return acc;
 }
 
+// The sum over a warp, in every lane (a fixed xor tree: the same bits whatever the lane).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
 // dot(w[0..K), x[0..K)) in every lane of the warp: lane l owns the 16-byte pieces l, l + 32,
 // ... in order (U of them in flight), then a shuffle tree; K % 8 == 0, rows 16-byte aligned.
 template <int U, typename IDX>
@@ -121,9 +128,7 @@ __device__ __forceinline__ float row_dot(const __half *__restrict__ w, const flo
             acc = dot8(q[u], __ldg(xv), __ldg(xv + 1), acc);
         }
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    return acc;
+    return warp_sum(acc);
 }
 
 // Microseconds per launch of a recorded graph: 3 untimed launches, then reps timed with
