@@ -314,6 +314,7 @@ static st_status gemv_run(st_cuda_ctx *c, gemv_args &a, st_type type, int epi, s
     gemv_route_norm(a, epi);
     if (gemv_decode_takes(a, type)) {
         cuda_gemv_decode_args d = gemv_decode_args(a, epi);
+        if (cuda_gemv_rowblock_takes(c, &d, type)) return cuda_gemv_rowblock_run(c, &d, type, err);
         if (epi != GEMV_ADD || GEMV_DECODE_ADD || d.out_ss || cuda_gemv_decode_split(c, &d, type) > 1)
             return cuda_gemv_decode_run(c, &d, type, err);
     }
@@ -451,6 +452,7 @@ bool st_cuda_prepared_norm_pays(st_backend *b, const st_fused_mul_mat *op) {
     if (!gemv_decode_takes(a, type) || (a.K + 3) / 4 > GEMV_PREPARED_MAX_SS) return false;
     if (c->norm_prepared == 2) return true;
     cuda_gemv_decode_args d = gemv_decode_args(a, epi);
+    if (cuda_gemv_rowblock_takes(c, &d, type)) return false; // (its norm costs one block reduction)
     const int in_loop = cuda_gemv_decode_waves(c, &d, type);
     d.x_w = d.x; // (any: the prepared kernel's grid)
     return cuda_gemv_decode_waves(c, &d, type) < in_loop || (in_loop == 1 && a.K >= GEMV_PREPARED_MIN_K);

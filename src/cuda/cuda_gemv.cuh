@@ -80,6 +80,24 @@ int cuda_gemv_decode_split(const st_cuda_ctx *c, const cuda_gemv_decode_args *a,
 /* The waves of SMs the decode kernel's grid for a takes, at that split and its blocks an SM
  * (a norm in the loop holds fewer than a prepared one or none). */
 int cuda_gemv_decode_waves(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type);
+/* cuda_gemv_rowblock.cu: a block a row, each thread the same columns of every row (F16 and
+ * BF16; K a multiple of 2,048 up to 8,192; no prepared norm, no sums of squares for the next;
+ * at most a few rows a block: a layer's products, not an output head). */
+/* The products it may take, by epilogue (st_cuda_ctx's gemv_rowblock mask;
+ * STRIDE_CUDA_GEMV_ROWBLOCK, so that one build measures each kind of product apart). By
+ * default the stores (q/k/v) and the residual adds (o, down): tg128 on the H200 gained
+ * +1.0 / +0.9 / +1.5% from the stores and +2.1 / +1.0 / -0.3% from the adds on
+ * llama-3.2-1b / qwen3-1.7b / qwen3-8b, while the gated pairs gained +0.3% on llama-3.2-1b
+ * and lost 1.3% on qwen3-1.7b (bench/decode-rowblock-h200.md, second form). */
+enum {
+    CUDA_ROWBLOCK_STORE = 1,
+    CUDA_ROWBLOCK_ADD = 2,
+    CUDA_ROWBLOCK_GLU = 4,
+    CUDA_ROWBLOCK_ALL = 7,
+    CUDA_ROWBLOCK_DEFAULT = CUDA_ROWBLOCK_STORE | CUDA_ROWBLOCK_ADD
+};
+bool cuda_gemv_rowblock_takes(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type);
+st_status cuda_gemv_rowblock_run(st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type, st_error *err);
 /* Index arithmetic within a row (pieces, elements): 64-bit; a tuning build may ask for
  * 32-bit (-DCUDA_GEMV_ROW_INDEX_32, bench/kernels/gemv_variants_bench.cu), rows being far
  * shorter than 2^31 elements. Row offsets (n * nb1) stay 64-bit either way. */

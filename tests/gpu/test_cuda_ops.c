@@ -1123,32 +1123,36 @@ static void test_attention_decode(void) {
 
 /* The backend's choice of where a residual add prepares the next product's norm
  * (st_cuda_prepared_norm_pays), on the issue-5 models' q/k/v and gate/up products (F16,
- * one token). On a 132-SM H200 the measured best is llama-3.2-1b's gate/up only, neither
- * of qwen3-1.7b's, qwen3-8b's q/k/v only (bench/decode-norm-prepared-h200.md); the rule
- * reads shapes, types and alignment, so the tensors point at no memory. Other devices:
- * skipped (the table is the H200's). */
+ * one token). On a 132-SM H200, with the decode kernel (STRIDE_CUDA_GEMV_ROWBLOCK=0) the
+ * measured best is llama-3.2-1b's gate/up only, neither of qwen3-1.7b's, qwen3-8b's q/k/v
+ * only (bench/decode-norm-prepared-h200.md). The block-a-row kernel forms its norm itself,
+ * so a product it takes is never prepared: by default (STRIDE_CUDA_GEMV_ROWBLOCK=3) every
+ * q/k/v here; with 4 in the mask also the gated pairs but qwen3-8b's, whose 12,288 rows are
+ * too many for it. The rule reads shapes, types and alignment, so the tensors point at no
+ * memory. Other devices: skipped (the table is the H200's). */
 static void test_prepared_norm_rule(void) {
     st_device_info info;
     st_error err = {0};
     if (st_device_query(ST_BACKEND_CUDA, 0, &info, &err) != ST_OK) test_die("device query", &err);
-    const char *env = getenv("STRIDE_CUDA_NORM_PREPARED");
+    const char *env = getenv("STRIDE_CUDA_NORM_PREPARED"), *rowblock_env = getenv("STRIDE_CUDA_GEMV_ROWBLOCK");
     if (info.multiprocessors != 132 || (env && strcmp(env, "1") != 0)) {
         printf("skip prepared-norm rule: %d SMs (the table is for 132), STRIDE_CUDA_NORM_PREPARED=%s\n",
                info.multiprocessors, env ? env : "(unset)");
         return;
     }
+    const int rowblock = rowblock_env ? atoi(rowblock_env) : 3; /* the backend's default mask: 1 stores, 4 gated pairs */
     static const struct {
         const char *name;
         int64_t K, n[3];
         int n_w;
-        bool want;
+        bool want_decode_kernel, want_rowblock;
     } cases[] = {
-        {"llama-3.2-1b q/k/v", 2048, {2048, 512, 512}, 3, false},
-        {"llama-3.2-1b gate/up", 2048, {8192, 8192}, 2, true},
-        {"qwen3-1.7b q/k/v", 2048, {2048, 1024, 1024}, 3, false},
-        {"qwen3-1.7b gate/up", 2048, {6144, 6144}, 2, false},
-        {"qwen3-8b q/k/v", 4096, {4096, 1024, 1024}, 3, true},
-        {"qwen3-8b gate/up", 4096, {12288, 12288}, 2, false},
+        {"llama-3.2-1b q/k/v", 2048, {2048, 512, 512}, 3, false, false},
+        {"llama-3.2-1b gate/up", 2048, {8192, 8192}, 2, true, false},
+        {"qwen3-1.7b q/k/v", 2048, {2048, 1024, 1024}, 3, false, false},
+        {"qwen3-1.7b gate/up", 2048, {6144, 6144}, 2, false, false},
+        {"qwen3-8b q/k/v", 4096, {4096, 1024, 1024}, 3, true, false},
+        {"qwen3-8b gate/up", 4096, {12288, 12288}, 2, false, false},
     };
     char *const nowhere = (char *)(uintptr_t)(1u << 20); /* 16-byte aligned, never read */
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -1168,10 +1172,11 @@ static void test_prepared_norm_rule(void) {
             op.epilogue = ST_FUSED_EPILOGUE_SWIGLU, op.out = &out;
         }
         const bool got = g_gpu->iface->prepared_norm_pays(g_gpu, &op);
-        const cmp_result r = {.bad = got != cases[i].want};
+        const bool want = rowblock & (glu ? 4 : 1) ? cases[i].want_rowblock : cases[i].want_decode_kernel;
+        const cmp_result r = {.bad = got != want};
         char desc[128];
         snprintf(desc, sizeof(desc), "%s: %s (want %s)", cases[i].name, got ? "prepared" : "in the loop",
-                 cases[i].want ? "prepared" : "in the loop");
+                 want ? "prepared" : "in the loop");
         record("prepared norm rule", desc, &r, 0.0);
     }
 }
@@ -1324,6 +1329,65 @@ static void test_errors(void) {
 
 /* ---- the suite ---------------------------------------------------------------------- */
 
+/* Runs fn with the CUDA backend created again under the environment variable name=value
+ * (the backend reads its decode tuning once, at init), then restores both. */
+static void with_cuda_env(const char *name, const char *value, void (*fn)(void)) {
+    st_error err = {0};
+    const char *old = getenv(name);
+    char *saved = old ? strdup(old) : NULL;
+    if (old && !saved) test_die("out of memory saving the environment", NULL);
+    st_backend_free(g_gpu);
+    setenv(name, value, 1);
+    if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu, &err) != ST_OK) test_die("CUDA backend", &err);
+    printf("%s=%s\n", name, value);
+    fn();
+    st_backend_free(g_gpu);
+    if (saved) setenv(name, saved, 1);
+    else unsetenv(name);
+    free(saved);
+    if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu, &err) != ST_OK) test_die("CUDA backend", &err);
+}
+
+/* The fused one-column products (and their composites for M > 1). */
+static void run_fused_products(void) {
+    const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16};
+    /* fused products: every epilogue with and without the norm; K = 37 (scalar tail, the
+     * norm staged), 256 and 2048 (the unrolled 16-byte path; the norm in the loop for
+     * q/k/v-like products, staged for gated pairs) and 4096 (gated pairs in the loop too);
+     * M = 1 fused (packed and padded), 2 and 8 the composite (cuBLAS). At K = 2048 and
+     * M = 1, N = 300, 2500 and 4500 rows: on an H200 (132 SMs) the decode kernel splits the
+     * rows of the first two over 2 warps, of the last not (cuda_gemv_decode_split) */
+    const int64_t fused_Ks[] = {37, 256, 2048, 4096};
+    const int64_t fused_Ms[] = {1, 1, 2, 8};
+    const int64_t split_Ns[] = {300, 2500, 4500};
+    for (int ti = 0; ti < 3; ti++)
+        for (int ki = 0; ki < 4; ki++)
+            for (int mi = 0; mi < 4; mi++)
+                for (int ni = 0; ni < 3; ni++)
+                    for (int norm = 0; norm <= 1; norm++) {
+                        const int64_t K = fused_Ks[ki], M = fused_Ms[mi];
+                        const int64_t N = K >= 2048 ? split_Ns[ni] : 45;
+                        if (ni > 0 && (K != 2048 || M != 1)) continue;
+                        const size_t pad = (size_t)(mi % 2) * 64;
+                        for (int chain = 0; chain <= (M == 1); chain++) {
+                            test_mul_mat_fused(types[ti], K, N, M, pad, 3, norm, ST_FUSED_EPILOGUE_STORE, chain);
+                            test_mul_mat_fused(types[ti], K, N, M, pad, 1, norm, ST_FUSED_EPILOGUE_ADD, chain);
+                            test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_SWIGLU, chain);
+                            test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_GEGLU, chain);
+                        }
+                    }
+    /* the block-a-row kernel's other widths (cuda_gemv_rowblock.cu: 3 and 4 pieces a thread,
+     * the down products of qwen3-1.7b and llama-3.2-1b; 2 above at K = 4096), packed and
+     * padded, with a norm and without */
+    for (int ti = 0; ti < 3; ti++)
+        for (size_t pad = 0; pad <= 64; pad += 64)
+            for (int norm = 0; norm <= 1; norm++) {
+                test_mul_mat_fused(types[ti], 6144, 2048, 1, pad, 1, norm, ST_FUSED_EPILOGUE_ADD, 0);
+                test_mul_mat_fused(types[ti], 8192, 700, 1, pad, 2, norm, ST_FUSED_EPILOGUE_SWIGLU, 0);
+                test_mul_mat_fused(types[ti], 8192, 300, 1, pad, 3, norm, ST_FUSED_EPILOGUE_STORE, 0);
+            }
+}
+
 static void run_all(void) {
     const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16};
 
@@ -1391,31 +1455,10 @@ static void run_all(void) {
             test_rope_store(ct, 256, 4, 1, 256, ST_ROPE_MODE_NEOX, norms, 2);
         }
 
-    /* fused products: every epilogue with and without the norm; K = 37 (scalar tail, the
-     * norm staged), 256 and 2048 (the unrolled 16-byte path; the norm in the loop for
-     * q/k/v-like products, staged for gated pairs) and 4096 (gated pairs in the loop too);
-     * M = 1 fused (packed and padded), 2 and 8 the composite (cuBLAS). At K = 2048 and
-     * M = 1, N = 300, 2500 and 4500 rows: on an H200 (132 SMs) the decode kernel splits the
-     * rows of the first two over 2 warps, of the last not (cuda_gemv_decode_split) */
-    const int64_t fused_Ks[] = {37, 256, 2048, 4096};
-    const int64_t fused_Ms[] = {1, 1, 2, 8};
-    const int64_t split_Ns[] = {300, 2500, 4500};
-    for (int ti = 0; ti < 3; ti++)
-        for (int ki = 0; ki < 4; ki++)
-            for (int mi = 0; mi < 4; mi++)
-                for (int ni = 0; ni < 3; ni++)
-                    for (int norm = 0; norm <= 1; norm++) {
-                        const int64_t K = fused_Ks[ki], M = fused_Ms[mi];
-                        const int64_t N = K >= 2048 ? split_Ns[ni] : 45;
-                        if (ni > 0 && (K != 2048 || M != 1)) continue;
-                        const size_t pad = (size_t)(mi % 2) * 64;
-                        for (int chain = 0; chain <= (M == 1); chain++) {
-                            test_mul_mat_fused(types[ti], K, N, M, pad, 3, norm, ST_FUSED_EPILOGUE_STORE, chain);
-                            test_mul_mat_fused(types[ti], K, N, M, pad, 1, norm, ST_FUSED_EPILOGUE_ADD, chain);
-                            test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_SWIGLU, chain);
-                            test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_GEGLU, chain);
-                        }
-                    }
+    /* the one-column products under each decode kernel: the block-a-row kernel wherever it
+     * can take them (a mask of every kind of product), then the warp-a-row kernel alone */
+    with_cuda_env("STRIDE_CUDA_GEMV_ROWBLOCK", "7", run_fused_products);
+    with_cuda_env("STRIDE_CUDA_GEMV_ROWBLOCK", "0", run_fused_products);
     /* a residual add preparing the next product's norm, then that product: model shapes
      * (llama-3.2-1b's o then q/k/v or gate/up; qwen3-8b's down then q/k/v) and rows that
      * end a group of 4 early (N = 1002) */

@@ -1,0 +1,228 @@
+// The decode products of a layer read as the read floor reads: a block takes whole rows,
+// each of its threads the same columns of every row.
+//
+//   W_i [K, N_i] F16/BF16 at row stride nb1_i;  x [K] F32;  y_i [N_i] F32   (one column)
+//
+// Thread t of a block of ROWBLOCK_THREADS owns the 16-byte pieces t, t + 256, ... (P =
+// K / 2,048 of them) of every row. Its x pieces (times norm_w, with a norm) are loaded
+// once into registers before any weight, and a norm's sum of squares is one block
+// reduction of those registers, formed while the first weights are in flight. Block b takes
+// the rows b, b + G, b + 2G, ... of the parts' rows in order (G blocks, one wave at
+// ROWBLOCK_MIN_BLOCKS an SM), RB at a time: the RB x P weight loads of a batch (twice that
+// for a gated pair) are issued together, then the products, then one block reduction a
+// batch (each warp's shuffle tree, then the 8 warp sums added in warp order by the row's
+// thread, which applies the epilogue).
+//
+// Why: the one-wave products of the 1-2B models streamed 0.9-2.5 us above a bare read of
+// their bytes as one warp a row (bench/read-floor-h200.md), whose lanes walk a row in
+// dependent rounds and read x (and norm_w) again for every piece. The bare read puts every
+// byte of an 8 MB product in flight in one round of loads from the whole GPU; this kernel
+// reads in the same pattern. bench/kernels/gemv_rowblock_bench.cu measured it on the
+// products' shapes without norms: o 4.30 -> 3.97 us, down 12.05 -> 9.46 (llama-3.2-1b) and
+// 9.60 -> 7.74 (qwen3-1.7b), gate/up 20.74 -> 17.51 (llama-3.2-1b), q/k/v unchanged, against
+// the warp-a-row kernel (bench/gemv-rowblock-h200.md).
+//
+// The order of additions depends on K alone (thread t's pieces in order, the xor tree, the
+// warps in order): the same bits for every run and row stride, not those of the warp-a-row
+// kernel. Bytes: N K type_size of weights once; x, norm_w once a block (L2). FLOPs: 2 N K.
+#include "cuda/cuda_gemv.cuh"
+
+#define ROWBLOCK_THREADS 256
+#define ROWBLOCK_WARPS (ROWBLOCK_THREADS / ST_GPU_WARP_SIZE)
+#define ROWBLOCK_PIECES_A_THREAD_MAX 4 // K up to 8,192 (x, norm_w: 8 floats a piece in registers)
+// Blocks an SM (64 registers a thread: P x 8 x values and the batch's loads without spills).
+#define ROWBLOCK_MIN_BLOCKS 4
+// The products it takes: at most this many rows a block (so: the layers' products, not an
+// output head, which is 15+ waves long and at its read floor already, and whose y may be
+// host memory, where this kernel's 4-byte stores a row would each cross the bus).
+#define ROWBLOCK_MAX_ROWS_A_BLOCK 16
+
+// Rows a batch: the batch's loads in flight a thread (P x RB, twice for a gated pair), at
+// most 4 (measured: 4 rows of K = 2,048 beat 2 and 8; one row of K = 6,144 and 8,192 beat 2).
+__host__ __device__ constexpr int rowblock_rows(int P, bool glu) {
+    return P >= 3 ? 1 : (4 / P) / (glu ? 2 : 1) > 0 ? (4 / P) / (glu ? 2 : 1) : 1;
+}
+
+// The weight row of global row g (the parts' rows in order); its part and row in *p, *n.
+__device__ __forceinline__ const char *rowblock_row(const cuda_gemv_decode_args &a, int g, int *p, int64_t *n) {
+    int q = 0;
+    int64_t r = g;
+    while (q + 1 < a.n_parts && r >= a.n[q]) r -= a.n[q], q++;
+    *p = q, *n = r;
+    return a.w[q] + r * a.nb1[q];
+}
+
+// Issues the weight loads of the batch of rows r0, r0 + G, ... (RB of them, those below rows)
+// into wq; thread t < RB also the residual of its row (ADD), so that the epilogue, which
+// runs after the next batch's loads are issued, reads nothing from memory.
+template <st_type T, int EPI, int P, int RB, int M>
+__device__ __forceinline__ void rowblock_issue(const cuda_gemv_decode_args &a, int r0, int rows, uint4 (&wq)[M][RB][P],
+                                               float &resid) {
+    const int t = threadIdx.x, G = (int)gridDim.x;
+#pragma unroll
+    for (int i = 0; i < RB; i++) {
+        if (r0 + i * G >= rows) break;
+        int p;
+        int64_t n;
+        const uint4 *g = (const uint4 *)rowblock_row(a, r0 + i * G, &p, &n);
+        const uint4 *u = M == 2 ? (const uint4 *)(a.w_up + n * a.up_nb1) : g;
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            wq[0][i][j] = st_gpu_load_streaming(g + t + j * ROWBLOCK_THREADS);
+            if (M == 2) wq[M - 1][i][j] = st_gpu_load_streaming(u + t + j * ROWBLOCK_THREADS);
+        }
+        if (EPI == ST_FUSED_EPILOGUE_ADD && i == t) resid = a.out[n];
+    }
+}
+
+template <st_type T, int EPI, bool NORM, int P>
+__global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
+    gemv_rowblock_kernel(const cuda_gemv_decode_args a, int rows) {
+    constexpr bool GLU = EPI == ST_FUSED_EPILOGUE_SWIGLU;  // (GeGLU too: the activation is a's)
+    constexpr int VEC = 16 / cuda_elem_bytes<T>::value, RB = rowblock_rows(P, GLU), M = GLU ? 2 : 1;
+    __shared__ float warp_sums[2][ROWBLOCK_WARPS][M * RB]; // two: a batch's writes never meet the last one's reads
+    __shared__ float ss_sums[ROWBLOCK_WARPS];
+    const int t = threadIdx.x, warp = t / ST_GPU_WARP_SIZE, lane = t % ST_GPU_WARP_SIZE, G = (int)gridDim.x;
+    float h[P][VEC];
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+        const int k0 = (t + j * ROWBLOCK_THREADS) * VEC;
+#pragma unroll
+        for (int i = 0; i < VEC; i += 4) {
+            const float4 q = __ldg((const float4 *)(a.x + k0 + i));
+            h[j][i] = q.x, h[j][i + 1] = q.y, h[j][i + 2] = q.z, h[j][i + 3] = q.w;
+        }
+    }
+    uint4 wq[M][RB][P];
+    float resid = 0.0f;
+    int r0 = blockIdx.x;
+    rowblock_issue<T, EPI, P, RB, M>(a, r0, rows, wq, resid);
+    float scale = 1.0f;
+    if (NORM) { // the first batch in flight: x . x, then h = x * norm_w
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < P; j++)
+#pragma unroll
+            for (int i = 0; i < VEC; i++) ss = fmaf(h[j][i], h[j][i], ss);
+        ss = cuda_warp_sum(ss);
+        if (lane == 0) ss_sums[warp] = ss;
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            const int k0 = (t + j * ROWBLOCK_THREADS) * VEC;
+#pragma unroll
+            for (int i = 0; i < VEC; i += 4) {
+                const float4 q = __ldg((const float4 *)(a.norm_w + k0 + i));
+                h[j][i] *= q.x, h[j][i + 1] *= q.y, h[j][i + 2] *= q.z, h[j][i + 3] *= q.w;
+            }
+        }
+        __syncthreads();
+        float total = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ROWBLOCK_WARPS; w++) total += ss_sums[w];
+        scale = (float)(1.0 / sqrt((double)total / (double)a.K + (double)a.eps));
+    }
+    for (int buf = 0; r0 < rows; r0 += RB * G, buf ^= 1) {
+#pragma unroll
+        for (int m = 0; m < M; m++)
+#pragma unroll
+            for (int i = 0; i < RB; i++) {
+                float acc = 0.0f;
+                if (r0 + i * G < rows) {
+#pragma unroll
+                    for (int j = 0; j < P; j++) {
+                        float wf[VEC];
+                        cuda_unpack16<T>(wq[m][i][j], wf);
+#pragma unroll
+                        for (int e = 0; e < VEC; e++) acc = fmaf(wf[e], h[j][e], acc);
+                    }
+                }
+                acc = cuda_warp_sum(acc);
+                if (lane == 0) warp_sums[buf][warp][m * RB + i] = acc;
+            }
+        __syncthreads();
+        // the next batch's loads first, then this batch's epilogue under them
+        const float resid_now = resid;
+        if (r0 + RB * G < rows) rowblock_issue<T, EPI, P, RB, M>(a, r0 + RB * G, rows, wq, resid);
+        if (t >= RB || r0 + t * G >= rows) continue;
+        float s[M];
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            s[m] = 0.0f;
+#pragma unroll
+            for (int w = 0; w < ROWBLOCK_WARPS; w++) s[m] += warp_sums[buf][w][m * RB + t];
+            s[m] *= scale; // (1 without a norm: exact)
+        }
+        int p;
+        int64_t n;
+        rowblock_row(a, r0 + t * G, &p, &n);
+        if (EPI == ST_FUSED_EPILOGUE_STORE) {
+            a.y[p][n] = s[0];
+        } else if (EPI == ST_FUSED_EPILOGUE_ADD) {
+            const float o = __fadd_rn(resid_now, s[0]);
+            a.out[n] = o;
+            if (a.out_w) a.out_w[n] = __fmul_rn(o, a.out_norm_w[n]); // the next product's x * norm_w
+        } else {
+            const float g = a.epilogue == ST_FUSED_EPILOGUE_GEGLU ? cuda_gelu_tanh_f32(s[0]) : cuda_silu_f32(s[0]);
+            a.out[n] = __fmul_rn(g, s[M - 1]);
+        }
+    }
+}
+
+// The grid: one wave at ROWBLOCK_MIN_BLOCKS an SM, or one block a row when there are fewer.
+static int64_t rowblock_grid(const st_cuda_ctx *c, int64_t rows) {
+    const int64_t wave = (int64_t)c->sm_count * ROWBLOCK_MIN_BLOCKS;
+    return rows < wave ? rows : wave;
+}
+
+static int64_t rowblock_rows_total(const cuda_gemv_decode_args *a) {
+    int64_t rows = 0;
+    for (int i = 0; i < a->n_parts; i++) rows += a->n[i];
+    return rows;
+}
+
+bool cuda_gemv_rowblock_takes(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type) {
+    const int kind = a->epilogue == ST_FUSED_EPILOGUE_STORE ? CUDA_ROWBLOCK_STORE
+                     : a->epilogue == ST_FUSED_EPILOGUE_ADD ? CUDA_ROWBLOCK_ADD
+                                                              : CUDA_ROWBLOCK_GLU;
+    if (!(c->gemv_rowblock & kind) || (type != ST_TYPE_F16 && type != ST_TYPE_BF16)) return false;
+    if (a->x_w || a->out_ss || a->K % (8 * ROWBLOCK_THREADS) != 0) return false; // (a prepared norm: the decode kernel)
+    const int64_t P = a->K / (8 * ROWBLOCK_THREADS), rows = rowblock_rows_total(a);
+    if (P > ROWBLOCK_PIECES_A_THREAD_MAX || rows < 1 || rows > INT32_MAX) return false;
+    return rows <= rowblock_grid(c, rows) * ROWBLOCK_MAX_ROWS_A_BLOCK;
+}
+
+template <st_type T, int EPI, bool NORM>
+static void rowblock_launch_p(st_cuda_ctx *c, const cuda_gemv_decode_args &a, int P, unsigned int grid, int rows) {
+    switch (P) {
+    case 1: gemv_rowblock_kernel<T, EPI, NORM, 1><<<grid, ROWBLOCK_THREADS, 0, c->stream>>>(a, rows); break;
+    case 2: gemv_rowblock_kernel<T, EPI, NORM, 2><<<grid, ROWBLOCK_THREADS, 0, c->stream>>>(a, rows); break;
+    case 3: gemv_rowblock_kernel<T, EPI, NORM, 3><<<grid, ROWBLOCK_THREADS, 0, c->stream>>>(a, rows); break;
+    default: gemv_rowblock_kernel<T, EPI, NORM, 4><<<grid, ROWBLOCK_THREADS, 0, c->stream>>>(a, rows); break;
+    }
+}
+
+template <st_type T, int EPI>
+static void rowblock_launch_norm(st_cuda_ctx *c, const cuda_gemv_decode_args &a, int P, unsigned int grid, int rows) {
+    if (a.norm_w) rowblock_launch_p<T, EPI, true>(c, a, P, grid, rows);
+    else rowblock_launch_p<T, EPI, false>(c, a, P, grid, rows);
+}
+
+template <st_type T>
+static void rowblock_launch_epi(st_cuda_ctx *c, const cuda_gemv_decode_args &a, int P, unsigned int grid, int rows) {
+    switch (a.epilogue) {
+    case ST_FUSED_EPILOGUE_STORE: rowblock_launch_norm<T, ST_FUSED_EPILOGUE_STORE>(c, a, P, grid, rows); break;
+    case ST_FUSED_EPILOGUE_ADD: rowblock_launch_norm<T, ST_FUSED_EPILOGUE_ADD>(c, a, P, grid, rows); break;
+    default: rowblock_launch_norm<T, ST_FUSED_EPILOGUE_SWIGLU>(c, a, P, grid, rows); break; // SwiGLU, GeGLU
+    }
+}
+
+st_status cuda_gemv_rowblock_run(st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type, st_error *err) {
+    ST_ASSERT(cuda_gemv_rowblock_takes(c, a, type));
+    const int64_t rows = rowblock_rows_total(a);
+    const int P = (int)(a->K / (8 * ROWBLOCK_THREADS));
+    const unsigned int grid = (unsigned int)rowblock_grid(c, rows);
+    if (type == ST_TYPE_F16) rowblock_launch_epi<ST_TYPE_F16>(c, *a, P, grid, (int)rows);
+    else rowblock_launch_epi<ST_TYPE_BF16>(c, *a, P, grid, (int)rows);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
