@@ -85,10 +85,10 @@ int cuda_gemv_decode_waves(const st_cuda_ctx *c, const cuda_gemv_decode_args *a,
  * at most a few rows a block: a layer's products, not an output head). */
 /* The products it may take, by epilogue (st_cuda_ctx's gemv_rowblock mask;
  * STRIDE_CUDA_GEMV_ROWBLOCK, so that one build measures each kind of product apart). By
- * default the stores (q/k/v) and the residual adds (o, down): tg128 on the H200 gained
- * +1.0 / +0.9 / +1.5% from the stores and +2.1 / +1.0 / -0.3% from the adds on
- * llama-3.2-1b / qwen3-1.7b / qwen3-8b, while the gated pairs gained +0.3% on llama-3.2-1b
- * and lost 1.3% on qwen3-1.7b (bench/decode-rowblock-h200.md, second form). */
+ * default the stores (q/k/v) and the residual adds (o, down). tg128 on the H200 against
+ * none (bench/decode-rowblock-h200.md), llama-3.2-1b / qwen3-1.7b / qwen3-8b: the stores
+ * +1.0 / +0.9 / +1.5%, the adds +2.1 / +1.0 / -0.3%, the gated pairs +0.3 / -1.3 / +0.1%;
+ * the default +3.3 / +2.0 / +0.6%, every kind +3.3 / +0.7 / +0.4%. */
 enum {
     CUDA_ROWBLOCK_STORE = 1,
     CUDA_ROWBLOCK_ADD = 2,
