@@ -40,7 +40,7 @@
 // Rows a batch: the batch's loads in flight a thread (P x RB, twice for a gated pair), at
 // most 4 (measured: 4 rows of K = 2,048 beat 2 and 8; one row of K = 6,144 and 8,192 beat 2).
 __host__ __device__ constexpr int rowblock_rows(int P, bool glu) {
-    return P >= 3 ? 1 : (4 / P) / (glu ? 2 : 1) > 0 ? (4 / P) / (glu ? 2 : 1) : 1;
+    return P >= 3 ? 1 : (4 / P) / (glu ? 2 : 1); // P = 1: 4 (2 for a pair); P = 2: 2 (1)
 }
 
 // The weight row of global row g (the parts' rows in order); its part and row in *p, *n.
