@@ -75,6 +75,12 @@ __device__ __forceinline__ void rowblock_issue(const cuda_gemv_decode_args &a, i
     }
 }
 
+// Floats i..i+3 of this thread's piece j of a [K] F32 vector (x, norm_w): VEC a piece.
+template <int VEC>
+__device__ __forceinline__ float4 rowblock_f32x4(const float *v, int j, int i) {
+    return __ldg((const float4 *)(v + ((int)threadIdx.x + j * ROWBLOCK_THREADS) * VEC + i));
+}
+
 template <st_type T, int EPI, bool NORM, int P>
 __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     gemv_rowblock_kernel(const cuda_gemv_decode_args a, int rows) {
@@ -85,14 +91,12 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     const int t = threadIdx.x, warp = t / ST_GPU_WARP_SIZE, lane = t % ST_GPU_WARP_SIZE, G = (int)gridDim.x;
     float h[P][VEC];
 #pragma unroll
-    for (int j = 0; j < P; j++) {
-        const int k0 = (t + j * ROWBLOCK_THREADS) * VEC;
+    for (int j = 0; j < P; j++)
 #pragma unroll
         for (int i = 0; i < VEC; i += 4) {
-            const float4 q = __ldg((const float4 *)(a.x + k0 + i));
+            const float4 q = rowblock_f32x4<VEC>(a.x, j, i);
             h[j][i] = q.x, h[j][i + 1] = q.y, h[j][i + 2] = q.z, h[j][i + 3] = q.w;
         }
-    }
     uint4 wq[M][RB][P];
     float resid = 0.0f;
     int r0 = blockIdx.x;
@@ -107,14 +111,12 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
         ss = cuda_warp_sum(ss);
         if (lane == 0) ss_sums[warp] = ss;
 #pragma unroll
-        for (int j = 0; j < P; j++) {
-            const int k0 = (t + j * ROWBLOCK_THREADS) * VEC;
+        for (int j = 0; j < P; j++)
 #pragma unroll
             for (int i = 0; i < VEC; i += 4) {
-                const float4 q = __ldg((const float4 *)(a.norm_w + k0 + i));
+                const float4 q = rowblock_f32x4<VEC>(a.norm_w, j, i);
                 h[j][i] *= q.x, h[j][i + 1] *= q.y, h[j][i + 2] *= q.z, h[j][i + 3] *= q.w;
             }
-        }
         __syncthreads();
         float total = 0.0f;
 #pragma unroll
