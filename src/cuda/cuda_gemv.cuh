@@ -82,8 +82,8 @@ int cuda_gemv_decode_split(const st_cuda_ctx *c, const cuda_gemv_decode_args *a,
 int cuda_gemv_decode_waves(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type);
 /* cuda_gemv_rowblock.cu: a block a row, each thread the same columns of every row (F16 and
  * BF16; K a multiple of 2,048 up to 8,192; no prepared norm, no sums of squares for the next;
- * at most a few rows a block: a layer's products, not an output head). */
-/* The products it may take, by epilogue (st_cuda_ctx's gemv_rowblock mask;
+ * at most a few rows a block: a layer's products, not an output head).
+ * The products it may take, by epilogue (st_cuda_ctx's gemv_rowblock mask;
  * STRIDE_CUDA_GEMV_ROWBLOCK, so that one build measures each kind of product apart). By
  * default the stores (q/k/v) and the residual adds (o, down). tg128 on the H200 against
  * none (bench/decode-rowblock-h200.md), llama-3.2-1b / qwen3-1.7b / qwen3-8b: the stores

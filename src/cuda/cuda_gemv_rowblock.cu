@@ -29,6 +29,7 @@
 
 #define ROWBLOCK_THREADS 256
 #define ROWBLOCK_WARPS (ROWBLOCK_THREADS / ST_GPU_WARP_SIZE)
+#define ROWBLOCK_K_A_ROUND (8 * ROWBLOCK_THREADS) // elements one 16-byte piece a thread covers (2-byte weights)
 #define ROWBLOCK_PIECES_A_THREAD_MAX 4 // K up to 8,192 (x, norm_w: 8 floats a piece in registers)
 // Blocks an SM (64 registers a thread: P x 8 x values and the batch's loads without spills).
 #define ROWBLOCK_MIN_BLOCKS 4
@@ -55,7 +56,7 @@ __device__ __forceinline__ const char *rowblock_row(const cuda_gemv_decode_args 
 // Issues the weight loads of the batch of rows r0, r0 + G, ... (RB of them, those below rows)
 // into wq; thread t < RB also the residual of its row (ADD), so that the epilogue, which
 // runs after the next batch's loads are issued, reads nothing from memory.
-template <st_type T, int EPI, int P, int RB, int M>
+template <int EPI, int P, int RB, int M>
 __device__ __forceinline__ void rowblock_issue(const cuda_gemv_decode_args &a, int r0, int rows, uint4 (&wq)[M][RB][P],
                                                float &resid) {
     const int t = threadIdx.x, G = (int)gridDim.x;
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     uint4 wq[M][RB][P];
     float resid = 0.0f;
     int r0 = blockIdx.x;
-    rowblock_issue<T, EPI, P, RB, M>(a, r0, rows, wq, resid);
+    rowblock_issue<EPI, P, RB, M>(a, r0, rows, wq, resid);
     float scale = 1.0f;
     if (NORM) { // the first batch in flight: x . x, then h = x * norm_w
         float ss = 0.0f;
@@ -144,7 +145,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
         __syncthreads();
         // the next batch's loads first, then this batch's epilogue under them
         const float resid_now = resid;
-        if (r0 + RB * G < rows) rowblock_issue<T, EPI, P, RB, M>(a, r0 + RB * G, rows, wq, resid);
+        if (r0 + RB * G < rows) rowblock_issue<EPI, P, RB, M>(a, r0 + RB * G, rows, wq, resid);
         if (t >= RB || r0 + t * G >= rows) continue;
         float s[M];
 #pragma unroll
@@ -187,8 +188,8 @@ bool cuda_gemv_rowblock_takes(const st_cuda_ctx *c, const cuda_gemv_decode_args 
                      : a->epilogue == ST_FUSED_EPILOGUE_ADD ? CUDA_ROWBLOCK_ADD
                                                               : CUDA_ROWBLOCK_GLU;
     if (!(c->gemv_rowblock & kind) || (type != ST_TYPE_F16 && type != ST_TYPE_BF16)) return false;
-    if (a->x_w || a->out_ss || a->K % (8 * ROWBLOCK_THREADS) != 0) return false; // (a prepared norm: the decode kernel)
-    const int64_t P = a->K / (8 * ROWBLOCK_THREADS), rows = rowblock_rows_total(a);
+    if (a->x_w || a->out_ss || a->K % ROWBLOCK_K_A_ROUND != 0) return false; // (a prepared norm: the decode kernel)
+    const int64_t P = a->K / ROWBLOCK_K_A_ROUND, rows = rowblock_rows_total(a);
     if (P > ROWBLOCK_PIECES_A_THREAD_MAX || rows < 1 || rows > INT32_MAX) return false;
     return rows <= rowblock_grid(c, rows) * ROWBLOCK_MAX_ROWS_A_BLOCK;
 }
@@ -221,7 +222,7 @@ static void rowblock_launch_epi(st_cuda_ctx *c, const cuda_gemv_decode_args &a, 
 st_status cuda_gemv_rowblock_run(st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type, st_error *err) {
     ST_ASSERT(cuda_gemv_rowblock_takes(c, a, type));
     const int64_t rows = rowblock_rows_total(a);
-    const int P = (int)(a->K / (8 * ROWBLOCK_THREADS));
+    const int P = (int)(a->K / ROWBLOCK_K_A_ROUND);
     const unsigned int grid = (unsigned int)rowblock_grid(c, rows);
     if (type == ST_TYPE_F16) rowblock_launch_epi<ST_TYPE_F16>(c, *a, P, grid, (int)rows);
     else rowblock_launch_epi<ST_TYPE_BF16>(c, *a, P, grid, (int)rows);

@@ -1145,14 +1145,14 @@ static void test_prepared_norm_rule(void) {
         const char *name;
         int64_t K, n[3];
         int n_w;
-        bool want_decode_kernel, want_rowblock;
+        bool want; /* with the decode kernel */
     } cases[] = {
-        {"llama-3.2-1b q/k/v", 2048, {2048, 512, 512}, 3, false, false},
-        {"llama-3.2-1b gate/up", 2048, {8192, 8192}, 2, true, false},
-        {"qwen3-1.7b q/k/v", 2048, {2048, 1024, 1024}, 3, false, false},
-        {"qwen3-1.7b gate/up", 2048, {6144, 6144}, 2, false, false},
-        {"qwen3-8b q/k/v", 4096, {4096, 1024, 1024}, 3, true, false},
-        {"qwen3-8b gate/up", 4096, {12288, 12288}, 2, false, false},
+        {"llama-3.2-1b q/k/v", 2048, {2048, 512, 512}, 3, false},
+        {"llama-3.2-1b gate/up", 2048, {8192, 8192}, 2, true},
+        {"qwen3-1.7b q/k/v", 2048, {2048, 1024, 1024}, 3, false},
+        {"qwen3-1.7b gate/up", 2048, {6144, 6144}, 2, false},
+        {"qwen3-8b q/k/v", 4096, {4096, 1024, 1024}, 3, true},
+        {"qwen3-8b gate/up", 4096, {12288, 12288}, 2, false},
     };
     char *const nowhere = (char *)(uintptr_t)(1u << 20); /* 16-byte aligned, never read */
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -1172,7 +1172,9 @@ static void test_prepared_norm_rule(void) {
             op.epilogue = ST_FUSED_EPILOGUE_SWIGLU, op.out = &out;
         }
         const bool got = g_gpu->iface->prepared_norm_pays(g_gpu, &op);
-        const bool want = rowblock & (glu ? 4 : 1) ? cases[i].want_rowblock : cases[i].want_decode_kernel;
+        /* a product the block-a-row kernel may take is never prepared (qwen3-8b's gate/up,
+         * which it cannot take, is not prepared with the decode kernel either) */
+        const bool want = cases[i].want && !(rowblock & (glu ? 4 : 1));
         const cmp_result r = {.bad = got != want};
         char desc[128];
         snprintf(desc, sizeof(desc), "%s: %s (want %s)", cases[i].name, got ? "prepared" : "in the loop",
@@ -1348,9 +1350,11 @@ static void with_cuda_env(const char *name, const char *value, void (*fn)(void))
     if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu, &err) != ST_OK) test_die("CUDA backend", &err);
 }
 
+/* The weight types every op is tested in. */
+static const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16};
+
 /* The fused one-column products (and their composites for M > 1). */
 static void run_fused_products(void) {
-    const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16};
     /* fused products: every epilogue with and without the norm; K = 37 (scalar tail, the
      * norm staged), 256 and 2048 (the unrolled 16-byte path; the norm in the loop for
      * q/k/v-like products, staged for gated pairs) and 4096 (gated pairs in the loop too);
@@ -1389,7 +1393,6 @@ static void run_fused_products(void) {
 }
 
 static void run_all(void) {
-    const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16};
 
     for (int ti = 0; ti < 3; ti++)
         for (int e = 1; e <= 3; e += 2)
