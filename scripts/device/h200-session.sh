@@ -7,8 +7,8 @@
 #   build        configure + build build-gpu (tests/gpu/run_gpu_tests.sh's build stage)
 #   synth        synthesize $MODELS (preset names; phi-4-mini as BF16, the rest F16) into
 #                models/, in parallel
-#   tests        the GPU test script's ctest (when .cm is carried), ops, quant, models and
-#                memcheck stages
+#   tests        the GPU test script's ctest (when .cm is carried), ops, quant, models (with
+#                .whl carried: scripts/device/carry-whl.sh) and memcheck stages
 #   issue5       tg128/pp512 padding on vs off, -r 3, interleaved ($MODELS)
 #   greedy       64 greedy tokens with padding on vs off ($MODELS)
 #   seed         the seed-form table: pp128..pp8192, tg128, TTFT512 at depth 0/4096/8192,

@@ -12,7 +12,8 @@
 #     prompt, then teacher-forced decode steps), and greedy tokens with --pad-weights on
 #     vs off on CUDA (STRIDE_ROW_ALIAS=128 STRIDE_ROW_PAD=64, so that the tiny rows pad);
 #     the fixtures' architectures quantized (tests/python/test_quant_model.py, needs the
-#     gguf package: pip, or a copy under .whl/) with weights kept quantized, CUDA vs CPU;
+#     gguf package: pip, or a copy under .whl/ from scripts/device/carry-whl.sh) with
+#     weights kept quantized, CUDA vs CPU;
 #     QUANT_MODELS="a.gguf b.gguf" adds real quantized models (e.g. gemma-3-270m Q4_K_M);
 #  5. test_cuda_ops and test_cuda_quant again under compute-sanitizer memcheck (leak check on);
 #  6. a pass/fail table.
