@@ -21,6 +21,21 @@ extern "C" {
 #define ST_CUDA_QGEMM_MIN_M 8
 #define ST_CUDA_MOE_GROUPED_MIN_M 8
 
+/* The decode products the block-a-row kernel (cuda_gemv_rowblock.cu) may take, by epilogue:
+ * a mask (st_cuda_ctx's gemv_rowblock; STRIDE_CUDA_GEMV_ROWBLOCK, so that one build measures
+ * each kind of product apart, and the GPU tests run each kernel). By default the stores
+ * (q/k/v) and the residual adds (o, down). tg128 on the H200 against none
+ * (bench/decode-rowblock-h200.md), llama-3.2-1b / qwen3-1.7b / qwen3-8b: the stores +1.0 /
+ * +0.9 / +1.5%, the adds +2.1 / +1.0 / -0.3%, the gated pairs +0.3 / -1.3 / +0.1%; the
+ * default +3.3 / +2.0 / +0.6%, every kind +3.3 / +0.7 / +0.4%. */
+enum {
+    CUDA_ROWBLOCK_STORE = 1,
+    CUDA_ROWBLOCK_ADD = 2,
+    CUDA_ROWBLOCK_GLU = 4,
+    CUDA_ROWBLOCK_ALL = 7,
+    CUDA_ROWBLOCK_DEFAULT = CUDA_ROWBLOCK_STORE | CUDA_ROWBLOCK_ADD
+};
+
 st_status st_backend_cuda_init(int index, st_backend **out, st_error *err);
 
 #ifdef __cplusplus

@@ -82,20 +82,8 @@ int cuda_gemv_decode_split(const st_cuda_ctx *c, const cuda_gemv_decode_args *a,
 int cuda_gemv_decode_waves(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type);
 /* cuda_gemv_rowblock.cu: a block a row, each thread the same columns of every row (F16 and
  * BF16; K a multiple of 2,048 up to 8,192; no prepared norm, no sums of squares for the next;
- * at most a few rows a block: a layer's products, not an output head).
- * The products it may take, by epilogue (st_cuda_ctx's gemv_rowblock mask;
- * STRIDE_CUDA_GEMV_ROWBLOCK, so that one build measures each kind of product apart). By
- * default the stores (q/k/v) and the residual adds (o, down). tg128 on the H200 against
- * none (bench/decode-rowblock-h200.md), llama-3.2-1b / qwen3-1.7b / qwen3-8b: the stores
- * +1.0 / +0.9 / +1.5%, the adds +2.1 / +1.0 / -0.3%, the gated pairs +0.3 / -1.3 / +0.1%;
- * the default +3.3 / +2.0 / +0.6%, every kind +3.3 / +0.7 / +0.4%. */
-enum {
-    CUDA_ROWBLOCK_STORE = 1,
-    CUDA_ROWBLOCK_ADD = 2,
-    CUDA_ROWBLOCK_GLU = 4,
-    CUDA_ROWBLOCK_ALL = 7,
-    CUDA_ROWBLOCK_DEFAULT = CUDA_ROWBLOCK_STORE | CUDA_ROWBLOCK_ADD
-};
+ * at most a few rows a block: a layer's products, not an output head). The products it may
+ * take: CUDA_ROWBLOCK_* (cuda_backend.h). */
 bool cuda_gemv_rowblock_takes(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type);
 st_status cuda_gemv_rowblock_run(st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type, st_error *err);
 /* Index arithmetic within a row (pieces, elements): 64-bit; a tuning build may ask for

@@ -190,8 +190,8 @@ bool cuda_gemv_rowblock_takes(const st_cuda_ctx *c, const cuda_gemv_decode_args 
     if (!(c->gemv_rowblock & kind) || (type != ST_TYPE_F16 && type != ST_TYPE_BF16)) return false;
     if (a->x_w || a->out_ss || a->K % ROWBLOCK_K_A_ROUND != 0) return false; // (a prepared norm: the decode kernel)
     const int64_t P = a->K / ROWBLOCK_K_A_ROUND, rows = rowblock_rows_total(a);
-    if (P > ROWBLOCK_PIECES_A_THREAD_MAX || rows < 1 || rows > INT32_MAX) return false;
-    return rows <= rowblock_grid(c, rows) * ROWBLOCK_MAX_ROWS_A_BLOCK;
+    if (P > ROWBLOCK_PIECES_A_THREAD_MAX || rows < 1) return false;
+    return rows <= rowblock_grid(c, rows) * ROWBLOCK_MAX_ROWS_A_BLOCK; // (so rows fit an int: a wave x 16)
 }
 
 template <st_type T, int EPI, bool NORM>

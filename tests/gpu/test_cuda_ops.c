@@ -1140,7 +1140,7 @@ static void test_prepared_norm_rule(void) {
                info.multiprocessors, env ? env : "(unset)");
         return;
     }
-    const int rowblock = rowblock_env ? atoi(rowblock_env) : 3; /* the backend's default mask: 1 stores, 4 gated pairs */
+    const int rowblock = rowblock_env ? atoi(rowblock_env) : CUDA_ROWBLOCK_DEFAULT;
     static const struct {
         const char *name;
         int64_t K, n[3];
@@ -1174,7 +1174,7 @@ static void test_prepared_norm_rule(void) {
         const bool got = g_gpu->iface->prepared_norm_pays(g_gpu, &op);
         /* a product the block-a-row kernel may take is never prepared (qwen3-8b's gate/up,
          * which it cannot take, is not prepared with the decode kernel either) */
-        const bool want = cases[i].want && !(rowblock & (glu ? 4 : 1));
+        const bool want = cases[i].want && !(rowblock & (glu ? CUDA_ROWBLOCK_GLU : CUDA_ROWBLOCK_STORE));
         const cmp_result r = {.bad = got != want};
         char desc[128];
         snprintf(desc, sizeof(desc), "%s: %s (want %s)", cases[i].name, got ? "prepared" : "in the loop",
@@ -1393,7 +1393,6 @@ static void run_fused_products(void) {
 }
 
 static void run_all(void) {
-
     for (int ti = 0; ti < 3; ti++)
         for (int e = 1; e <= 3; e += 2)
             for (size_t pad = 0; pad <= 128; pad += 64) {
