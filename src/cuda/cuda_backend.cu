@@ -473,7 +473,9 @@ static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
     if (s != ST_OK) return s;
     c->gemv_max_split = (int)split;
     c->gemv_rowblock = (int)rowblock;
-    c->gemv_rowblock_staged = staged != 0;
+    int cc_major = 0; // cp.async: sm_80 and later
+    if (st_gpu_device_get_attribute(&cc_major, st_gpu_dev_attr_cc_major, c->device) != st_gpu_success) cc_major = 0;
+    c->gemv_rowblock_staged = staged != 0 && cc_major >= 8;
     c->norm_apart_waves = (int)apart;
     c->norm_prepared = (int)prepared;
     return ST_OK;
