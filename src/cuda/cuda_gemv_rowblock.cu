@@ -190,10 +190,28 @@ __host__ __device__ constexpr int rowblock_stages(int P, bool glu) {
                : ROWBLOCK_MAX_ROWS_A_BLOCK;
 }
 
-__device__ __forceinline__ void rowblock_cp_async16(uint4 *dst, const uint4 *src) {
+// 16 bytes global -> shared, asynchronously, marked first to leave L2 (as the register
+// kernel's streaming loads are: the weights are read once a token).
+__device__ __forceinline__ uint64_t rowblock_evict_first_policy() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+#ifndef ROWBLOCK_EVICT_FIRST
+#define ROWBLOCK_EVICT_FIRST 1
+#endif
+__device__ __forceinline__ void rowblock_cp_async16(uint4 *dst, const uint4 *src, uint64_t policy) {
+#if ROWBLOCK_EVICT_FIRST
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(
+                     (unsigned int)__cvta_generic_to_shared(dst)),
+                 "l"(src), "l"(policy)
+                 : "memory");
+#else
+    (void)policy;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned int)__cvta_generic_to_shared(dst)),
                  "l"(src)
                  : "memory");
+#endif
 }
 __device__ __forceinline__ void rowblock_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void rowblock_cp_async_wait() {
@@ -212,14 +230,20 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     __shared__ float ss_sums[ROWBLOCK_WARPS];
     const int t = threadIdx.x, warp = t / ST_GPU_WARP_SIZE, lane = t % ST_GPU_WARP_SIZE, G = (int)gridDim.x;
     const int mine = (rows - (int)blockIdx.x + G - 1) / G; // rows blockIdx.x + i G, i < mine (<= 16)
-    float h[P][VEC];
+    // x (and norm_w) before any weight: behind S rows of copies, a load waits for them
+    float h[P][VEC], nw[NORM ? P : 1][VEC];
 #pragma unroll
     for (int j = 0; j < P; j++)
 #pragma unroll
         for (int i = 0; i < VEC; i += 4) {
             const float4 q = rowblock_f32x4<VEC>(a.x, j, i);
             h[j][i] = q.x, h[j][i + 1] = q.y, h[j][i + 2] = q.z, h[j][i + 3] = q.w;
+            if (NORM) {
+                const float4 w = rowblock_f32x4<VEC>(a.norm_w, j, i);
+                nw[j][i] = w.x, nw[j][i + 1] = w.y, nw[j][i + 2] = w.z, nw[j][i + 3] = w.w;
+            }
         }
+    const uint64_t policy = rowblock_evict_first_policy();
     // row i of the block into slot i % S as one group (an empty group past the last row, so
     // that row i's group is always the (S-1)th most recent when it is waited for)
     auto issue = [&](int i) {
@@ -231,8 +255,8 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
             uint4 *slot = stage + (i % S) * M * P * ROWBLOCK_THREADS + t;
 #pragma unroll
             for (int j = 0; j < P; j++) {
-                rowblock_cp_async16(slot + j * ROWBLOCK_THREADS, g + t + j * ROWBLOCK_THREADS);
-                if (M == 2) rowblock_cp_async16(slot + (P + j) * ROWBLOCK_THREADS, u + t + j * ROWBLOCK_THREADS);
+                rowblock_cp_async16(slot + j * ROWBLOCK_THREADS, g + t + j * ROWBLOCK_THREADS, policy);
+                if (M == 2) rowblock_cp_async16(slot + (P + j) * ROWBLOCK_THREADS, u + t + j * ROWBLOCK_THREADS, policy);
             }
         }
         rowblock_cp_async_commit();
@@ -258,10 +282,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
 #pragma unroll
         for (int j = 0; j < P; j++)
 #pragma unroll
-            for (int i = 0; i < VEC; i += 4) {
-                const float4 q = rowblock_f32x4<VEC>(a.norm_w, j, i);
-                h[j][i] *= q.x, h[j][i + 1] *= q.y, h[j][i + 2] *= q.z, h[j][i + 3] *= q.w;
-            }
+            for (int i = 0; i < VEC; i++) h[j][i] *= nw[NORM ? j : 0][i];
         __syncthreads();
         float total = 0.0f;
 #pragma unroll
@@ -348,7 +369,10 @@ static void rowblock_launch_staged(st_cuda_ctx *c, const cuda_gemv_decode_args &
 
 template <st_type T, int EPI, bool NORM>
 static void rowblock_launch_p(st_cuda_ctx *c, const cuda_gemv_decode_args &a, int P, unsigned int grid, int rows) {
-    if (c->gemv_rowblock_staged) {
+    constexpr int kind = EPI == ST_FUSED_EPILOGUE_STORE ? CUDA_ROWBLOCK_STORE
+                         : EPI == ST_FUSED_EPILOGUE_ADD ? CUDA_ROWBLOCK_ADD
+                                                        : CUDA_ROWBLOCK_GLU;
+    if (c->gemv_rowblock_staged & kind) {
         switch (P) {
         case 1: rowblock_launch_staged<T, EPI, NORM, 1>(c, a, grid, rows); break;
         case 2: rowblock_launch_staged<T, EPI, NORM, 2>(c, a, grid, rows); break;
