@@ -461,10 +461,11 @@ static st_status cuda_env_override(const char *name, long lo, long hi, const cha
 // take the block-a-row kernel (cuda_gemv_rowblock.cu): STRIDE_CUDA_GEMV_ROWBLOCK, a mask of
 // 1 (stores: q/k/v), 2 (residual adds: o, down) and 4 (gated pairs), 3 by default, 0 none;
 // of which that kernel stages a block's rows in shared memory: STRIDE_CUDA_ROWBLOCK_STAGED,
-// a mask of the same kinds (0: rows a batch in registers).
+// a mask of the same kinds (0: rows a batch in registers), by default those measured faster
+// (cuda_gemv_rowblock.cu's rowblock_staged).
 static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
     long split = 2, apart = GEMV_NORM_APART_WAVES, prepared = 1, rowblock = CUDA_ROWBLOCK_DEFAULT,
-         staged = CUDA_ROWBLOCK_ALL;
+         staged = -1;
     st_status s = cuda_env_override("STRIDE_CUDA_GEMV_SPLIT", 1, 2, "warps a row", &split, err);
     if (s == ST_OK)
         s = cuda_env_override("STRIDE_CUDA_GEMV_ROWBLOCK", 0, CUDA_ROWBLOCK_ALL, "a mask of 1, 2 and 4", &rowblock, err);

@@ -230,15 +230,17 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     __shared__ float ss_sums[ROWBLOCK_WARPS];
     const int t = threadIdx.x, warp = t / ST_GPU_WARP_SIZE, lane = t % ST_GPU_WARP_SIZE, G = (int)gridDim.x;
     const int mine = (rows - (int)blockIdx.x + G - 1) / G; // rows blockIdx.x + i G, i < mine (<= 16)
-    // x (and norm_w) before any weight: behind S rows of copies, a load waits for them
-    float h[P][VEC], nw[NORM ? P : 1][VEC];
+    // x (and at one piece a thread norm_w: more spills at 2-4) before any weight: behind S
+    // rows of copies, a load waits for them
+    constexpr bool NW_EARLY = NORM && P == 1;
+    float h[P][VEC], nw[NW_EARLY ? P : 1][VEC];
 #pragma unroll
     for (int j = 0; j < P; j++)
 #pragma unroll
         for (int i = 0; i < VEC; i += 4) {
             const float4 q = rowblock_f32x4<VEC>(a.x, j, i);
             h[j][i] = q.x, h[j][i + 1] = q.y, h[j][i + 2] = q.z, h[j][i + 3] = q.w;
-            if (NORM) {
+            if (NW_EARLY) {
                 const float4 w = rowblock_f32x4<VEC>(a.norm_w, j, i);
                 nw[j][i] = w.x, nw[j][i + 1] = w.y, nw[j][i + 2] = w.z, nw[j][i + 3] = w.w;
             }
@@ -282,7 +284,11 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
 #pragma unroll
         for (int j = 0; j < P; j++)
 #pragma unroll
-            for (int i = 0; i < VEC; i++) h[j][i] *= nw[NORM ? j : 0][i];
+            for (int i = 0; i < VEC; i += 4) {
+                const float4 q = NW_EARLY ? make_float4(nw[0][i], nw[0][i + 1], nw[0][i + 2], nw[0][i + 3])
+                                          : rowblock_f32x4<VEC>(a.norm_w, j, i);
+                h[j][i] *= q.x, h[j][i + 1] *= q.y, h[j][i + 2] *= q.z, h[j][i + 3] *= q.w;
+            }
         __syncthreads();
         float total = 0.0f;
 #pragma unroll
@@ -367,12 +373,22 @@ static void rowblock_launch_staged(st_cuda_ctx *c, const cuda_gemv_decode_args &
     gemv_rowblock_staged_kernel<T, EPI, NORM, P><<<grid, ROWBLOCK_THREADS, smem, c->stream>>>(a, rows);
 }
 
+// Whether a product's rows are staged: st_cuda_ctx's gemv_rowblock_staged, a mask of kinds,
+// or (-1, the default) where it measured faster on the H200 at depth 64
+// (bench/cuda-decode.md, twentieth session): q/k/v -1.3 to -1.4 us a layer on the 1-2B
+// models (2 register batches -> 1); o at K = 4,096 (qwen3-8b) -0.9. Not o at K = 2,048 (one
+// register batch: 0), down at K = 6,144 / 8,192 (0 to +0.15) or gated pairs.
+static bool rowblock_staged(const st_cuda_ctx *c, int kind, int P) {
+    if (c->gemv_rowblock_staged >= 0) return (c->gemv_rowblock_staged & kind) != 0;
+    return kind == CUDA_ROWBLOCK_STORE || (kind == CUDA_ROWBLOCK_ADD && P == 2);
+}
+
 template <st_type T, int EPI, bool NORM>
 static void rowblock_launch_p(st_cuda_ctx *c, const cuda_gemv_decode_args &a, int P, unsigned int grid, int rows) {
-    constexpr int kind = EPI == ST_FUSED_EPILOGUE_STORE ? CUDA_ROWBLOCK_STORE
-                         : EPI == ST_FUSED_EPILOGUE_ADD ? CUDA_ROWBLOCK_ADD
-                                                        : CUDA_ROWBLOCK_GLU;
-    if (c->gemv_rowblock_staged & kind) {
+    const int kind = EPI == ST_FUSED_EPILOGUE_STORE ? CUDA_ROWBLOCK_STORE
+                     : EPI == ST_FUSED_EPILOGUE_ADD ? CUDA_ROWBLOCK_ADD
+                                                    : CUDA_ROWBLOCK_GLU;
+    if (rowblock_staged(c, kind, P)) {
         switch (P) {
         case 1: rowblock_launch_staged<T, EPI, NORM, 1>(c, a, grid, rows); break;
         case 2: rowblock_launch_staged<T, EPI, NORM, 2>(c, a, grid, rows); break;
