@@ -22,6 +22,10 @@
 // 9.60 -> 7.74 (qwen3-1.7b), gate/up 20.74 -> 17.51 (llama-3.2-1b), q/k/v unchanged, against
 // the warp-a-row kernel (bench/gemv-rowblock-h200.md).
 //
+// gemv_rowblock_staged_kernel reads the same rows into shared memory by cp.async, all of a
+// block's rows in flight at once where they fit (44 KiB a block), for the products where that
+// measured faster (rowblock_staged): q/k/v of the 1-2B models took 1.3-1.4 us less a layer.
+//
 // The order of additions depends on K alone (thread t's pieces in order, the xor tree, the
 // warps in order): the same bits for every run and row stride, not those of the warp-a-row
 // kernel. Bytes: N K type_size of weights once; x, norm_w once a block (L2). FLOPs: 2 N K.
