@@ -459,17 +459,26 @@ static st_status cuda_env_override(const char *name, long lo, long hi, const cha
 // forming it in its loop: STRIDE_CUDA_NORM_PREPARED=1 where that pays (the default,
 // st_cuda_prepared_norm_pays), 0 never, 2 wherever it can; which of the layers' products
 // take the block-a-row kernel (cuda_gemv_rowblock.cu): STRIDE_CUDA_GEMV_ROWBLOCK, a mask of
-// 1 (stores: q/k/v), 2 (residual adds: o, down) and 4 (gated pairs), 3 by default, 0 none.
+// 1 (stores: q/k/v), 2 (residual adds: o, down) and 4 (gated pairs), 3 by default, 0 none;
+// of which that kernel stages a block's rows in shared memory: STRIDE_CUDA_ROWBLOCK_STAGED,
+// a mask of the same kinds (0: rows a batch in registers), by default those measured faster
+// (cuda_gemv_rowblock.cu's rowblock_staged).
 static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
-    long split = 2, apart = GEMV_NORM_APART_WAVES, prepared = 1, rowblock = CUDA_ROWBLOCK_DEFAULT;
+    long split = 2, apart = GEMV_NORM_APART_WAVES, prepared = 1, rowblock = CUDA_ROWBLOCK_DEFAULT,
+         staged = -1;
     st_status s = cuda_env_override("STRIDE_CUDA_GEMV_SPLIT", 1, 2, "warps a row", &split, err);
     if (s == ST_OK)
         s = cuda_env_override("STRIDE_CUDA_GEMV_ROWBLOCK", 0, CUDA_ROWBLOCK_ALL, "a mask of 1, 2 and 4", &rowblock, err);
+    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_ROWBLOCK_STAGED", 0, CUDA_ROWBLOCK_ALL, "a mask of 1, 2 and 4", &staged,
+                                   err);
     if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_NORM_APART_WAVES", 0, 1000000, "waves", &apart, err);
     if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_NORM_PREPARED", 0, 2, "0, 1 or 2", &prepared, err);
     if (s != ST_OK) return s;
     c->gemv_max_split = (int)split;
     c->gemv_rowblock = (int)rowblock;
+    int cc_major = 0; // cp.async: sm_80 and later
+    if (st_gpu_device_get_attribute(&cc_major, st_gpu_dev_attr_cc_major, c->device) != st_gpu_success) cc_major = 0;
+    c->gemv_rowblock_staged = cc_major >= 8 ? (int)staged : 0;
     c->norm_apart_waves = (int)apart;
     c->norm_prepared = (int)prepared;
     return ST_OK;

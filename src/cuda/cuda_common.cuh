@@ -68,6 +68,8 @@ typedef struct st_cuda_ctx {
     int n_retired, retired_cap;
     int gemv_rowblock;                   /* which layers' decode products go a block a row (cuda_gemv_rowblock.cu):
                                             a mask of CUDA_ROWBLOCK_STORE, _ADD, _GLU */
+    int gemv_rowblock_staged;            /* ... of which their rows staged in shared memory by cp.async (a mask;
+                                            -1: where that measured faster, cuda_gemv_rowblock.cu) */
     int gemv_max_split;                  /* the most warps a decode GEMV row may take (cuda_gemv_decode.cu) */
     int norm_prepared;                   /* normed products read a prepared x * norm_w: 0 never, 1 where
                                             it pays, 2 wherever they can (st_cuda_prepared_norm_pays) */

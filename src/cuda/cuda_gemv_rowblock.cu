@@ -22,6 +22,10 @@
 // 9.60 -> 7.74 (qwen3-1.7b), gate/up 20.74 -> 17.51 (llama-3.2-1b), q/k/v unchanged, against
 // the warp-a-row kernel (bench/gemv-rowblock-h200.md).
 //
+// gemv_rowblock_staged_kernel reads the same rows into shared memory by cp.async, all of a
+// block's rows in flight at once where they fit (44 KiB a block), for the products where that
+// measured faster (rowblock_staged): q/k/v of the 1-2B models took 1.3-1.4 us less a layer.
+//
 // The order of additions depends on K alone (thread t's pieces in order, the xor tree, the
 // warps in order): the same bits for every run and row stride, not those of the warp-a-row
 // kernel. Bytes: N K type_size of weights once; x, norm_w once a block (L2). FLOPs: 2 N K.
@@ -171,6 +175,178 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     }
 }
 
+// ---- the same products with a block's rows staged in shared memory ------------------------
+//
+// The kernel above holds a batch of RB rows in registers and issues the next batch only
+// when a batch is summed, so a block's rows arrive in ceil(rows / RB) dependent rounds
+// (q/k/v of the 1-2B models: 2, down of qwen3-1.7b: 4). Here each thread copies its own
+// 16-byte pieces of up to S rows into shared memory by cp.async (S x M x P pieces, 44 KiB a
+// block: rowblock_stages), and refills a row's slot as soon as it has summed it; no thread
+// reads another's pieces, so the only block barrier is the one before the epilogues, which
+// run for all the block's rows at the end (thread i: row i). The sums are those of the
+// kernel above, in the same order (thread t's pieces in order, the xor tree, the warps in
+// order): the same bits.
+#define ROWBLOCK_STAGE_UNITS 11 // 4 KiB units (a piece of every thread) of stage a block
+
+__host__ __device__ constexpr int rowblock_stages(int P, bool glu) {
+    return ROWBLOCK_STAGE_UNITS / (P * (glu ? 2 : 1)) < ROWBLOCK_MAX_ROWS_A_BLOCK
+               ? ROWBLOCK_STAGE_UNITS / (P * (glu ? 2 : 1))
+               : ROWBLOCK_MAX_ROWS_A_BLOCK;
+}
+
+// 16 bytes global -> shared, asynchronously, marked first to leave L2 (as the register
+// kernel's streaming loads are: the weights are read once a token).
+__device__ __forceinline__ uint64_t rowblock_evict_first_policy() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+#ifndef ROWBLOCK_EVICT_FIRST
+#define ROWBLOCK_EVICT_FIRST 1
+#endif
+__device__ __forceinline__ void rowblock_cp_async16(uint4 *dst, const uint4 *src, uint64_t policy) {
+#if ROWBLOCK_EVICT_FIRST
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(
+                     (unsigned int)__cvta_generic_to_shared(dst)),
+                 "l"(src), "l"(policy)
+                 : "memory");
+#else
+    (void)policy;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned int)__cvta_generic_to_shared(dst)),
+                 "l"(src)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void rowblock_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void rowblock_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+template <st_type T, int EPI, bool NORM, int P>
+__global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
+    gemv_rowblock_staged_kernel(const cuda_gemv_decode_args a, int rows) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    constexpr bool GLU = EPI == ST_FUSED_EPILOGUE_SWIGLU;
+    constexpr int VEC = 16 / cuda_elem_bytes<T>::value, M = GLU ? 2 : 1, S = rowblock_stages(P, GLU);
+    static_assert(S >= 1, "a row of every weight fits the stage");
+    extern __shared__ uint4 stage[]; // [S][M][P][ROWBLOCK_THREADS]
+    __shared__ float warp_sums[ROWBLOCK_MAX_ROWS_A_BLOCK * M][ROWBLOCK_WARPS];
+    __shared__ float ss_sums[ROWBLOCK_WARPS];
+    const int t = threadIdx.x, warp = t / ST_GPU_WARP_SIZE, lane = t % ST_GPU_WARP_SIZE, G = (int)gridDim.x;
+    const int mine = (rows - (int)blockIdx.x + G - 1) / G; // rows blockIdx.x + i G, i < mine (<= 16)
+    // x (and at one piece a thread norm_w: more spills at 2-4) before any weight: behind S
+    // rows of copies, a load waits for them
+    constexpr bool NW_EARLY = NORM && P == 1;
+    float h[P][VEC], nw[NW_EARLY ? P : 1][VEC];
+#pragma unroll
+    for (int j = 0; j < P; j++)
+#pragma unroll
+        for (int i = 0; i < VEC; i += 4) {
+            const float4 q = rowblock_f32x4<VEC>(a.x, j, i);
+            h[j][i] = q.x, h[j][i + 1] = q.y, h[j][i + 2] = q.z, h[j][i + 3] = q.w;
+            if (NW_EARLY) {
+                const float4 w = rowblock_f32x4<VEC>(a.norm_w, j, i);
+                nw[j][i] = w.x, nw[j][i + 1] = w.y, nw[j][i + 2] = w.z, nw[j][i + 3] = w.w;
+            }
+        }
+    const uint64_t policy = rowblock_evict_first_policy();
+    // row i of the block into slot i % S as one group (an empty group past the last row, so
+    // that row i's group is always the (S-1)th most recent when it is waited for)
+    auto issue = [&](int i) {
+        if (i < mine) {
+            int p;
+            int64_t n;
+            const uint4 *g = (const uint4 *)rowblock_row(a, (int)blockIdx.x + i * G, &p, &n);
+            const uint4 *u = M == 2 ? (const uint4 *)(a.w_up + n * a.up_nb1) : g;
+            uint4 *slot = stage + (i % S) * M * P * ROWBLOCK_THREADS + t;
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                rowblock_cp_async16(slot + j * ROWBLOCK_THREADS, g + t + j * ROWBLOCK_THREADS, policy);
+                if (M == 2) rowblock_cp_async16(slot + (P + j) * ROWBLOCK_THREADS, u + t + j * ROWBLOCK_THREADS, policy);
+            }
+        }
+        rowblock_cp_async_commit();
+    };
+#pragma unroll
+    for (int i = 0; i < S; i++) issue(i);
+    float resid = 0.0f;
+    if (EPI == ST_FUSED_EPILOGUE_ADD && t < mine) {
+        int p;
+        int64_t n;
+        rowblock_row(a, (int)blockIdx.x + t * G, &p, &n);
+        resid = a.out[n];
+    }
+    float scale = 1.0f;
+    if (NORM) { // the first rows in flight: x . x, then h = x * norm_w
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < P; j++)
+#pragma unroll
+            for (int i = 0; i < VEC; i++) ss = fmaf(h[j][i], h[j][i], ss);
+        ss = cuda_warp_sum(ss);
+        if (lane == 0) ss_sums[warp] = ss;
+#pragma unroll
+        for (int j = 0; j < P; j++)
+#pragma unroll
+            for (int i = 0; i < VEC; i += 4) {
+                const float4 q = NW_EARLY ? make_float4(nw[0][i], nw[0][i + 1], nw[0][i + 2], nw[0][i + 3])
+                                          : rowblock_f32x4<VEC>(a.norm_w, j, i);
+                h[j][i] *= q.x, h[j][i + 1] *= q.y, h[j][i + 2] *= q.z, h[j][i + 3] *= q.w;
+            }
+        __syncthreads();
+        float total = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ROWBLOCK_WARPS; w++) total += ss_sums[w];
+        scale = (float)(1.0 / sqrt((double)total / (double)a.K + (double)a.eps));
+    }
+    for (int i = 0; i < mine; i++) {
+        rowblock_cp_async_wait<S - 1>(); // row i's pieces (this thread's own) have landed
+        const uint4 *slot = stage + (i % S) * M * P * ROWBLOCK_THREADS + t;
+        float acc[M];
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            acc[m] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                float wf[VEC];
+                cuda_unpack16<T>(slot[(m * P + j) * ROWBLOCK_THREADS], wf);
+#pragma unroll
+                for (int e = 0; e < VEC; e++) acc[m] = fmaf(wf[e], h[j][e], acc[m]);
+            }
+        }
+        issue(i + S); // into the slot just read (the sums above used every piece of it)
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            const float s = cuda_warp_sum(acc[m]);
+            if (lane == 0) warp_sums[i * M + m][warp] = s;
+        }
+    }
+    __syncthreads();
+    if (t >= mine) return;
+    float s[M];
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        s[m] = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ROWBLOCK_WARPS; w++) s[m] += warp_sums[t * M + m][w];
+        s[m] *= scale; // (1 without a norm: exact)
+    }
+    int p;
+    int64_t n;
+    rowblock_row(a, (int)blockIdx.x + t * G, &p, &n);
+    if (EPI == ST_FUSED_EPILOGUE_STORE) {
+        a.y[p][n] = s[0];
+    } else if (EPI == ST_FUSED_EPILOGUE_ADD) {
+        const float o = __fadd_rn(resid, s[0]);
+        a.out[n] = o;
+        if (a.out_w) a.out_w[n] = __fmul_rn(o, a.out_norm_w[n]);
+    } else {
+        const float g = a.epilogue == ST_FUSED_EPILOGUE_GEGLU ? cuda_gelu_tanh_f32(s[0]) : cuda_silu_f32(s[0]);
+        a.out[n] = __fmul_rn(g, s[M - 1]);
+    }
+#endif
+}
+
 // The grid: one wave at ROWBLOCK_MIN_BLOCKS an SM, or one block a row when there are fewer.
 static int64_t rowblock_grid(const st_cuda_ctx *c, int64_t rows) {
     const int64_t wave = (int64_t)c->sm_count * ROWBLOCK_MIN_BLOCKS;
@@ -194,8 +370,37 @@ bool cuda_gemv_rowblock_takes(const st_cuda_ctx *c, const cuda_gemv_decode_args 
     return rows <= rowblock_grid(c, rows) * ROWBLOCK_MAX_ROWS_A_BLOCK; // (so rows fit an int: a wave x 16)
 }
 
+template <st_type T, int EPI, bool NORM, int P>
+static void rowblock_launch_staged(st_cuda_ctx *c, const cuda_gemv_decode_args &a, unsigned int grid, int rows) {
+    constexpr bool GLU = EPI == ST_FUSED_EPILOGUE_SWIGLU;
+    const size_t smem = (size_t)rowblock_stages(P, GLU) * (GLU ? 2 : 1) * P * ROWBLOCK_THREADS * sizeof(uint4);
+    gemv_rowblock_staged_kernel<T, EPI, NORM, P><<<grid, ROWBLOCK_THREADS, smem, c->stream>>>(a, rows);
+}
+
+// Whether a product's rows are staged: st_cuda_ctx's gemv_rowblock_staged, a mask of kinds,
+// or (-1, the default) where it measured faster on the H200 at depth 64
+// (bench/cuda-decode.md, twentieth session): q/k/v -1.3 to -1.4 us a layer on the 1-2B
+// models (2 register batches -> 1); o at K = 4,096 (qwen3-8b) -0.9. Not o at K = 2,048 (one
+// register batch: 0), down at K = 6,144 / 8,192 (0 to +0.15) or gated pairs.
+static bool rowblock_staged(const st_cuda_ctx *c, int kind, int P) {
+    if (c->gemv_rowblock_staged >= 0) return (c->gemv_rowblock_staged & kind) != 0;
+    return kind == CUDA_ROWBLOCK_STORE || (kind == CUDA_ROWBLOCK_ADD && P == 2);
+}
+
 template <st_type T, int EPI, bool NORM>
 static void rowblock_launch_p(st_cuda_ctx *c, const cuda_gemv_decode_args &a, int P, unsigned int grid, int rows) {
+    const int kind = EPI == ST_FUSED_EPILOGUE_STORE ? CUDA_ROWBLOCK_STORE
+                     : EPI == ST_FUSED_EPILOGUE_ADD ? CUDA_ROWBLOCK_ADD
+                                                    : CUDA_ROWBLOCK_GLU;
+    if (rowblock_staged(c, kind, P)) {
+        switch (P) {
+        case 1: rowblock_launch_staged<T, EPI, NORM, 1>(c, a, grid, rows); break;
+        case 2: rowblock_launch_staged<T, EPI, NORM, 2>(c, a, grid, rows); break;
+        case 3: rowblock_launch_staged<T, EPI, NORM, 3>(c, a, grid, rows); break;
+        default: rowblock_launch_staged<T, EPI, NORM, 4>(c, a, grid, rows); break;
+        }
+        return;
+    }
     switch (P) {
     case 1: gemv_rowblock_kernel<T, EPI, NORM, 1><<<grid, ROWBLOCK_THREADS, 0, c->stream>>>(a, rows); break;
     case 2: gemv_rowblock_kernel<T, EPI, NORM, 2><<<grid, ROWBLOCK_THREADS, 0, c->stream>>>(a, rows); break;

@@ -52,6 +52,7 @@ typedef struct cudaDeviceProp st_gpu_device_prop_t;
 #define st_gpu_device_get_attribute cudaDeviceGetAttribute
 #define st_gpu_dev_attr_multiprocessor_count cudaDevAttrMultiProcessorCount
 #define st_gpu_dev_attr_unified_addressing cudaDevAttrUnifiedAddressing
+#define st_gpu_dev_attr_cc_major cudaDevAttrComputeCapabilityMajor
 /* kernels that need more than 48 KiB of dynamic shared memory opt in per kernel */
 #define st_gpu_func_set_attribute cudaFuncSetAttribute
 #define st_gpu_func_attr_max_dynamic_smem cudaFuncAttributeMaxDynamicSharedMemorySize

@@ -166,6 +166,9 @@ static double mm_tol(st_type t, int64_t M) {
 }
 
 static int g_pad_cases, g_pad_bitwise;
+/* a second CUDA backend whose block-a-row kernel holds its rows in registers, while
+ * run_fused_products_staged_and_registers runs (test_mul_mat_fused) */
+static st_backend *g_gpu_regs;
 
 static void test_mul_mat(st_type t, int64_t K, int64_t N, int64_t M, size_t pad, x_layout xl) {
     weight w = weight_new(t, K, N, 1, pad);
@@ -302,6 +305,26 @@ static void test_mul_mat_fused(st_type t, int64_t K, int64_t N, int64_t M, size_
         cmp_result r = compare_f32(&vnh, dnh.cpu, got, dnh.bytes);
         record("mul_mat_fused next_h", desc, &r, tol);
         free(got);
+    }
+    if (g_gpu_regs && M == 1) {
+        /* the same product on g_gpu_regs, whose block-a-row kernel holds its rows in
+         * registers: the same sums in the same order as the staged rows, so the same bits */
+        dual *res = epi == ST_FUSED_EPILOGUE_STORE ? dy : &dout;
+        const int n_res = epi == ST_FUSED_EPILOGUE_STORE ? n_w : 1;
+        char *first[3];
+        for (int i = 0; i < n_res; i++) {
+            first[i] = dual_fetch(&res[i]);
+            dual_upload(&res[i]); /* the poison, or the residual, again */
+        }
+        if (st_backend_mul_mat_fused(g_gpu_regs, &og, &err) != ST_OK) test_die("cuda mul_mat_fused (registers)", &err);
+        if (g_gpu_regs->iface->synchronize(g_gpu_regs, &err) != ST_OK) test_die("cuda synchronize (registers)", &err);
+        for (int i = 0; i < n_res; i++) {
+            char *second = dual_fetch(&res[i]);
+            cmp_result rb = compare_bytes(first[i], second, res[i].bytes);
+            record("mul_mat_fused staged~registers bits", desc, &rb, TOL_EXACT);
+            free(second);
+            free(first[i]);
+        }
     }
     for (int i = 0; i < n_w; i++) {
         dual_free(&dy[i]);
@@ -1350,6 +1373,24 @@ static void with_cuda_env(const char *name, const char *value, void (*fn)(void))
     if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu, &err) != ST_OK) test_die("CUDA backend", &err);
 }
 
+/* Every kind of one-column product by the block-a-row kernel with its rows staged in shared
+ * memory (g_gpu), each also by the same kernel with its rows in registers (g_gpu_regs):
+ * test_mul_mat_fused compares the two bitwise. Run under STRIDE_CUDA_GEMV_ROWBLOCK=7 and
+ * STRIDE_CUDA_ROWBLOCK_STAGED=7. */
+static void run_fused_products(void);
+static void run_fused_products_staged_and_registers(void) {
+    st_error err = {0};
+    setenv("STRIDE_CUDA_ROWBLOCK_STAGED", "0", 1);
+    if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu_regs, &err) != ST_OK) test_die("CUDA backend (registers)", &err);
+    setenv("STRIDE_CUDA_ROWBLOCK_STAGED", "7", 1);
+    run_fused_products();
+    st_backend_free(g_gpu_regs);
+    g_gpu_regs = NULL;
+}
+static void run_fused_products_every_kind(void) {
+    with_cuda_env("STRIDE_CUDA_GEMV_ROWBLOCK", "7", run_fused_products_staged_and_registers);
+}
+
 /* The weight types every op is tested in. */
 static const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16};
 
@@ -1459,7 +1500,7 @@ static void run_all(void) {
 
     /* the one-column products under each decode kernel: the block-a-row kernel wherever it
      * can take them (a mask of every kind of product), then the warp-a-row kernel alone */
-    with_cuda_env("STRIDE_CUDA_GEMV_ROWBLOCK", "7", run_fused_products);
+    with_cuda_env("STRIDE_CUDA_ROWBLOCK_STAGED", "7", run_fused_products_every_kind);
     with_cuda_env("STRIDE_CUDA_GEMV_ROWBLOCK", "0", run_fused_products);
     /* a residual add preparing the next product's norm, then that product: model shapes
      * (llama-3.2-1b's o then q/k/v or gate/up; qwen3-8b's down then q/k/v) and rows that
