@@ -86,6 +86,71 @@ __device__ __forceinline__ float4 rowblock_f32x4(const float *v, int j, int i) {
     return __ldg((const float4 *)(v + ((int)threadIdx.x + j * ROWBLOCK_THREADS) * VEC + i));
 }
 
+// This thread's pieces of x [K] (floats i..i+3 of piece j at h[j][i..]) and, when NW, of
+// norm_w into nw, loaded together.
+template <int VEC, int P, bool NW>
+__device__ __forceinline__ void rowblock_load_x(const cuda_gemv_decode_args &a, float (&h)[P][VEC],
+                                                float (&nw)[NW ? P : 1][VEC]) {
+#pragma unroll
+    for (int j = 0; j < P; j++)
+#pragma unroll
+        for (int i = 0; i < VEC; i += 4) {
+            const float4 q = rowblock_f32x4<VEC>(a.x, j, i);
+            h[j][i] = q.x, h[j][i + 1] = q.y, h[j][i + 2] = q.z, h[j][i + 3] = q.w;
+            if (NW) {
+                const float4 w = rowblock_f32x4<VEC>(a.norm_w, j, i);
+                const int jn = NW ? j : 0;
+                nw[jn][i] = w.x, nw[jn][i + 1] = w.y, nw[jn][i + 2] = w.z, nw[jn][i + 3] = w.w;
+            }
+        }
+}
+
+// The norm's scale 1 / rms(x): one block reduction of the pieces in h, which become
+// x * norm_w (norm_w from nw when NW, read there with x; else loaded now).
+template <int VEC, int P, bool NW>
+__device__ __forceinline__ float rowblock_norm(const cuda_gemv_decode_args &a, float (&h)[P][VEC],
+                                               const float (&nw)[NW ? P : 1][VEC], float *ss_sums, int warp,
+                                               int lane) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < P; j++)
+#pragma unroll
+        for (int i = 0; i < VEC; i++) ss = fmaf(h[j][i], h[j][i], ss);
+    ss = cuda_warp_sum(ss);
+    if (lane == 0) ss_sums[warp] = ss;
+#pragma unroll
+    for (int j = 0; j < P; j++)
+#pragma unroll
+        for (int i = 0; i < VEC; i += 4) {
+            const int jn = NW ? j : 0;
+            const float4 q = NW ? make_float4(nw[jn][i], nw[jn][i + 1], nw[jn][i + 2], nw[jn][i + 3])
+                                : rowblock_f32x4<VEC>(a.norm_w, j, i);
+            h[j][i] *= q.x, h[j][i + 1] *= q.y, h[j][i + 2] *= q.z, h[j][i + 3] *= q.w;
+        }
+    __syncthreads();
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < ROWBLOCK_WARPS; w++) total += ss_sums[w];
+    return (float)(1.0 / sqrt((double)total / (double)a.K + (double)a.eps));
+}
+
+// Row n of part p from its sums s[M] (times the norm's scale): stored, added to the
+// residual (and the next product's x * norm_w formed), or gated.
+template <int EPI, int M>
+__device__ __forceinline__ void rowblock_epilogue(const cuda_gemv_decode_args &a, int p, int64_t n, const float (&s)[M],
+                                                  float resid) {
+    if (EPI == ST_FUSED_EPILOGUE_STORE) {
+        a.y[p][n] = s[0];
+    } else if (EPI == ST_FUSED_EPILOGUE_ADD) {
+        const float o = __fadd_rn(resid, s[0]);
+        a.out[n] = o;
+        if (a.out_w) a.out_w[n] = __fmul_rn(o, a.out_norm_w[n]); // the next product's x * norm_w
+    } else {
+        const float g = a.epilogue == ST_FUSED_EPILOGUE_GEGLU ? cuda_gelu_tanh_f32(s[0]) : cuda_silu_f32(s[0]);
+        a.out[n] = __fmul_rn(g, s[M - 1]);
+    }
+}
+
 template <st_type T, int EPI, bool NORM, int P>
 __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     gemv_rowblock_kernel(const cuda_gemv_decode_args a, int rows) {
@@ -94,40 +159,14 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     __shared__ float warp_sums[2][ROWBLOCK_WARPS][M * RB]; // two: a batch's writes never meet the last one's reads
     __shared__ float ss_sums[ROWBLOCK_WARPS];
     const int t = threadIdx.x, warp = t / ST_GPU_WARP_SIZE, lane = t % ST_GPU_WARP_SIZE, G = (int)gridDim.x;
-    float h[P][VEC];
-#pragma unroll
-    for (int j = 0; j < P; j++)
-#pragma unroll
-        for (int i = 0; i < VEC; i += 4) {
-            const float4 q = rowblock_f32x4<VEC>(a.x, j, i);
-            h[j][i] = q.x, h[j][i + 1] = q.y, h[j][i + 2] = q.z, h[j][i + 3] = q.w;
-        }
+    float h[P][VEC], no_nw[1][VEC];
+    rowblock_load_x<VEC, P, false>(a, h, no_nw);
     uint4 wq[M][RB][P];
     float resid = 0.0f;
     int r0 = blockIdx.x;
     rowblock_issue<EPI, P, RB, M>(a, r0, rows, wq, resid);
     float scale = 1.0f;
-    if (NORM) { // the first batch in flight: x . x, then h = x * norm_w
-        float ss = 0.0f;
-#pragma unroll
-        for (int j = 0; j < P; j++)
-#pragma unroll
-            for (int i = 0; i < VEC; i++) ss = fmaf(h[j][i], h[j][i], ss);
-        ss = cuda_warp_sum(ss);
-        if (lane == 0) ss_sums[warp] = ss;
-#pragma unroll
-        for (int j = 0; j < P; j++)
-#pragma unroll
-            for (int i = 0; i < VEC; i += 4) {
-                const float4 q = rowblock_f32x4<VEC>(a.norm_w, j, i);
-                h[j][i] *= q.x, h[j][i + 1] *= q.y, h[j][i + 2] *= q.z, h[j][i + 3] *= q.w;
-            }
-        __syncthreads();
-        float total = 0.0f;
-#pragma unroll
-        for (int w = 0; w < ROWBLOCK_WARPS; w++) total += ss_sums[w];
-        scale = (float)(1.0 / sqrt((double)total / (double)a.K + (double)a.eps));
-    }
+    if (NORM) scale = rowblock_norm<VEC, P, false>(a, h, no_nw, ss_sums, warp, lane); // the first batch in flight
     for (int buf = 0; r0 < rows; r0 += RB * G, buf ^= 1) {
 #pragma unroll
         for (int m = 0; m < M; m++)
@@ -162,16 +201,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
         int p;
         int64_t n;
         rowblock_row(a, r0 + t * G, &p, &n);
-        if (EPI == ST_FUSED_EPILOGUE_STORE) {
-            a.y[p][n] = s[0];
-        } else if (EPI == ST_FUSED_EPILOGUE_ADD) {
-            const float o = __fadd_rn(resid_now, s[0]);
-            a.out[n] = o;
-            if (a.out_w) a.out_w[n] = __fmul_rn(o, a.out_norm_w[n]); // the next product's x * norm_w
-        } else {
-            const float g = a.epilogue == ST_FUSED_EPILOGUE_GEGLU ? cuda_gelu_tanh_f32(s[0]) : cuda_silu_f32(s[0]);
-            a.out[n] = __fmul_rn(g, s[M - 1]);
-        }
+        rowblock_epilogue<EPI, M>(a, p, n, s, resid_now);
     }
 }
 
@@ -238,17 +268,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     // it spills) before any weight: behind S rows of copies, a load waits for them
     constexpr bool NW_EARLY = NORM && P == 1;
     float h[P][VEC], nw[NW_EARLY ? P : 1][VEC];
-#pragma unroll
-    for (int j = 0; j < P; j++)
-#pragma unroll
-        for (int i = 0; i < VEC; i += 4) {
-            const float4 q = rowblock_f32x4<VEC>(a.x, j, i);
-            h[j][i] = q.x, h[j][i + 1] = q.y, h[j][i + 2] = q.z, h[j][i + 3] = q.w;
-            if (NW_EARLY) {
-                const float4 w = rowblock_f32x4<VEC>(a.norm_w, j, i);
-                nw[j][i] = w.x, nw[j][i + 1] = w.y, nw[j][i + 2] = w.z, nw[j][i + 3] = w.w;
-            }
-        }
+    rowblock_load_x<VEC, P, NW_EARLY>(a, h, nw);
     const uint64_t policy = rowblock_evict_first_policy();
     // row i of the block into slot i % S as one group (an empty group past the last row, so
     // that row i's group is always the (S-1)th most recent when it is waited for)
@@ -277,28 +297,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
         resid = a.out[n];
     }
     float scale = 1.0f;
-    if (NORM) { // the first rows in flight: x . x, then h = x * norm_w
-        float ss = 0.0f;
-#pragma unroll
-        for (int j = 0; j < P; j++)
-#pragma unroll
-            for (int i = 0; i < VEC; i++) ss = fmaf(h[j][i], h[j][i], ss);
-        ss = cuda_warp_sum(ss);
-        if (lane == 0) ss_sums[warp] = ss;
-#pragma unroll
-        for (int j = 0; j < P; j++)
-#pragma unroll
-            for (int i = 0; i < VEC; i += 4) {
-                const float4 q = NW_EARLY ? make_float4(nw[0][i], nw[0][i + 1], nw[0][i + 2], nw[0][i + 3])
-                                          : rowblock_f32x4<VEC>(a.norm_w, j, i);
-                h[j][i] *= q.x, h[j][i + 1] *= q.y, h[j][i + 2] *= q.z, h[j][i + 3] *= q.w;
-            }
-        __syncthreads();
-        float total = 0.0f;
-#pragma unroll
-        for (int w = 0; w < ROWBLOCK_WARPS; w++) total += ss_sums[w];
-        scale = (float)(1.0 / sqrt((double)total / (double)a.K + (double)a.eps));
-    }
+    if (NORM) scale = rowblock_norm<VEC, P, NW_EARLY>(a, h, nw, ss_sums, warp, lane); // the first rows in flight
     for (int i = 0; i < mine; i++) {
         rowblock_cp_async_wait<S - 1>(); // row i's pieces (this thread's own) have landed
         const uint4 *slot = stage + (i % S) * M * P * ROWBLOCK_THREADS + t;
@@ -334,16 +333,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     int p;
     int64_t n;
     rowblock_row(a, (int)blockIdx.x + t * G, &p, &n);
-    if (EPI == ST_FUSED_EPILOGUE_STORE) {
-        a.y[p][n] = s[0];
-    } else if (EPI == ST_FUSED_EPILOGUE_ADD) {
-        const float o = __fadd_rn(resid, s[0]);
-        a.out[n] = o;
-        if (a.out_w) a.out_w[n] = __fmul_rn(o, a.out_norm_w[n]);
-    } else {
-        const float g = a.epilogue == ST_FUSED_EPILOGUE_GEGLU ? cuda_gelu_tanh_f32(s[0]) : cuda_silu_f32(s[0]);
-        a.out[n] = __fmul_rn(g, s[M - 1]);
-    }
+    rowblock_epilogue<EPI, M>(a, p, n, s, resid);
 #endif
 }
 
