@@ -28,18 +28,11 @@
 // bit.
 #include <string.h>
 
-#include "cuda/cuda_attention.cuh"
-#include "cuda/cuda_rope.cuh"
+#include "cuda/cuda_attention_decode.cuh"
 
 #define DEC_THREADS 128
 #define DEC_WARPS (DEC_THREADS / ST_GPU_WARP_SIZE)
 #define DEC_MAX_SPLITS 128
-#define DEC_MIN_SPLIT_KEYS 64
-/* One split takes a range of up to this many chunks alone (DEC_MIN_SPLIT_KEYS keys where
- * that is more): one block walking a second 64-key chunk beat two splits and the combine
- * kernel by 0.5-1.1 us a layer at depths 64-127 for head_dim 64 and 128 (F16), and was
- * within 0.25 us where a chunk has twice the rows (bench/decode-one-split-h200.md). */
-#define DEC_ONE_SPLIT_CHUNKS 2
 /* Splits are chosen to put about this many blocks on every SM, and no more than n_kv keys
  * can fill. The grid is sized for the longest range under n_kv (a recorded step cannot
  * depend on the position; the session records one step per depth bucket), so below the
@@ -64,10 +57,6 @@ __host__ __device__ constexpr int dec_chunk_keys(int D, int sz) {
     return DEC_CHUNK_BYTES / (D * sz) < 64 ? DEC_CHUNK_BYTES / (D * sz) : 64;
 }
 
-// The most keys one split takes alone (dec_make_plan), for chunks of C keys.
-__host__ __device__ constexpr int dec_one_split_keys(int C) {
-    return DEC_ONE_SPLIT_CHUNKS * C > DEC_MIN_SPLIT_KEYS ? DEC_ONE_SPLIT_CHUNKS * C : DEC_MIN_SPLIT_KEYS;
-}
 
 template <st_type T, int D> struct dec_cfg {
     static constexpr int SZ = T == ST_TYPE_F16 ? 2 : 4;
@@ -93,41 +82,6 @@ template <st_type T, int D> struct dec_cfg {
     }
 };
 
-// Which keys split s of a block covers: [lo + s*cl, min(lo + (s+1)*cl, hi + 1)), s < n_eff.
-typedef struct dec_plan {
-    int lo, hi, cl, n_eff;
-} dec_plan;
-
-__device__ __forceinline__ dec_plan dec_make_plan(const int32_t *__restrict__ positions, int M, int64_t n_kv,
-                                                  int32_t window, int n_split, int C) {
-    int L = INT_MAX, H = INT_MIN;
-    for (int m = 0; m < M; m++) {
-        int lo, hi;
-        attn_visible_range(positions[m], n_kv, window, &lo, &hi);
-        if (hi >= lo) {
-            L = min(L, lo);
-            H = max(H, hi);
-        }
-    }
-    dec_plan pl;
-    if (H < L) { // nothing visible: split 0 writes an empty partial, the output is zeros
-        pl.lo = 0;
-        pl.hi = -1;
-        pl.cl = 0;
-        pl.n_eff = 1;
-        return pl;
-    }
-    const int len = H - L + 1;
-    const int n =
-        len <= dec_one_split_keys(C) ? 1 : min(n_split, (len + DEC_MIN_SPLIT_KEYS - 1) / DEC_MIN_SPLIT_KEYS);
-    const int per = (len + n - 1) / n;
-    pl.lo = L;
-    pl.hi = H;
-    pl.cl = (per + C - 1) / C * C;
-    pl.n_eff = (len + pl.cl - 1) / pl.cl; // <= n; no split is empty
-    return pl;
-}
-
 template <st_type T> __device__ __forceinline__ void dec_load8(const unsigned char *row, int d, float f[8]);
 template <> __device__ __forceinline__ void dec_load8<ST_TYPE_F16>(const unsigned char *row, int d, float f[8]) {
     const uint4 u = *(const uint4 *)(row + d * 2);
@@ -152,55 +106,6 @@ template <> __device__ __forceinline__ float2 dec_load2<ST_TYPE_F32>(const unsig
     return *(const float2 *)(row + d * 4);
 }
 
-// ---- the rope_store step folded in (st_fused_rope_attention, one token) --------------------
-
-// What rope_store would have done before attention: q and the new k, v as the projections
-// left them ([D, n_head(_kv), 1] F32 views), the per-head norms (or NULL) and the RoPE.
-typedef struct dec_rope_args {
-    st_cuda_view k, v;
-    const float *q_norm, *k_norm;
-    float eps;
-    int mode_neox, n_rot;
-    float freq_base, freq_scale, attn_factor;
-    const float *freq_factors;
-    const float2 *cs;               /* [n_rot/2] the rotations at the position (rope_table), or NULL */
-    st_cuda_op_error *op_err;
-} dec_rope_args;
-
-// One head row as rope_store forms it: y = rope(w ? rmsnorm(x) * w : x) at position pos,
-// by `n_thr` threads starting at thread `t0` (32 for D <= 128, one warp; 128 above: the
-// thread count st_cuda_rope_store's norm uses, so the same partial sums and tree give the
-// same bits). tmp [D] is shared memory; `red` one float per warp of the group.
-template <int D>
-__device__ void dec_rope_row(float *y, const float *__restrict__ x, const float *__restrict__ w, float *tmp,
-                             float *red, int t0, int n_thr, const dec_rope_args &ra, double pos) {
-    const int t = threadIdx.x - t0;
-    const float *src = x;
-    if (w) {
-        float ss = 0.0f;
-        for (int i = t; i < D; i += n_thr) ss = fmaf(x[i], x[i], ss);
-        ss = cuda_warp_sum(ss);
-        float total;
-        if (n_thr == ST_GPU_WARP_SIZE) {
-            total = 0.0f + ss;
-        } else { // the block tree of block_sum_f32: warp sums added in warp order
-            if (t % ST_GPU_WARP_SIZE == 0) red[t / ST_GPU_WARP_SIZE] = ss;
-            __syncthreads();
-            total = 0.0f;
-            for (int i = 0; i < n_thr / ST_GPU_WARP_SIZE; i++) total += red[i];
-        }
-        const float sc = (float)(1.0 / sqrt((double)total / (double)D + (double)ra.eps));
-        for (int i = t; i < D; i += n_thr) tmp[i] = (x[i] * sc) * w[i];
-        if (n_thr == ST_GPU_WARP_SIZE) __syncwarp(); else __syncthreads();
-        src = tmp;
-    }
-    const int n_work = ra.n_rot / 2 + (D - ra.n_rot);
-    for (int i = t; i < n_work; i += n_thr) {
-        if (ra.cs) rope_rotate(y, src, i, ra.mode_neox, ra.n_rot, i < ra.n_rot / 2 ? ra.cs[i] : make_float2(0.0f, 0.0f));
-        else rope_work(y, src, i, ra.mode_neox, ra.n_rot, pos, ra.freq_base, ra.freq_factors, ra.attn_factor);
-    }
-    if (n_thr == ST_GPU_WARP_SIZE) __syncwarp(); else __syncthreads(); // tmp and red are free again
-}
 
 // The block's queries (kv head kvh's group, token 0) normed and roped into Qs [group][QLD];
 // and, by the one block of the kv head that holds the position (split 0 when none does),
@@ -526,6 +431,18 @@ static st_status dec_partials(st_cuda_ctx *c, size_t bytes, void **out, st_error
     return s;
 }
 
+// The combine kernel after a grid of n_split > 1 splits of chunks (or rounds) of C keys.
+static st_status dec_launch_combine(st_cuda_ctx *c, int n_split, int C, st_tensor *dst, const st_tensor *q,
+                                    const int32_t *pos, const st_attn_params *p, float *part_acc, float2 *part_ml,
+                                    st_error *err) {
+    if (n_split == 1) return ST_OK; // the only split wrote the output (n_eff = 1)
+    const unsigned int rows = (unsigned int)(q->ne[1] * q->ne[2]);
+    attn_decode_combine_kernel<<<rows, DEC_COMBINE_THREADS, 0, c->stream>>>(cuda_view(dst), pos, p->n_kv, p->window,
+                                                                           n_split, C, part_acc, part_ml);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
 template <st_type T, int D, int NR>
 static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, const st_tensor *q,
                             const st_tensor *k_cache, const st_tensor *v_cache, const int32_t *pos,
@@ -543,12 +460,7 @@ static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, 
             cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
             n_split, part_acc, part_ml, dec_rope_args{}, cuda_view(dst));
     ST_GPU_CHECK_LAUNCH();
-    if (n_split == 1) return ST_OK; // the only split wrote the output (n_eff = 1)
-    const unsigned int rows = (unsigned int)(q->ne[1] * q->ne[2]);
-    attn_decode_combine_kernel<<<rows, DEC_COMBINE_THREADS, 0, c->stream>>>(cuda_view(dst), pos, p->n_kv, p->window,
-                                                                           n_split, cfg::C, part_acc, part_ml);
-    ST_GPU_CHECK_LAUNCH();
-    return ST_OK;
+    return dec_launch_combine(c, n_split, cfg::C, dst, q, pos, p, part_acc, part_ml, err);
 }
 
 // NR: the rows a thread accumulates in P.V, rounded up to a bucket (2, 4 or 16), so that a
@@ -578,7 +490,10 @@ static st_status dec_run(st_backend *b, st_tensor *dst, const st_tensor *q, cons
     // A split past ceil(n_kv / DEC_MIN_SPLIT_KEYS) never works (dec_make_plan: its count is
     // at most ceil(len / DEC_MIN_SPLIT_KEYS), len <= n_kv, and 1 up to dec_one_split_keys):
     // the same plan from a smaller grid.
-    const int C = dec_chunk_keys((int)D, k_cache->type == ST_TYPE_F16 ? 2 : 4);
+    // One token of an F16 cache: the warps kernel (cuda_attention_decode_warps.cu), rounds of
+    // rk keys; the choice reads shapes only, so every bound n_kv takes the same kernel.
+    const int rk = c->attn_warps ? dec_warps_round_keys(q, k_cache, v_cache) : 0;
+    const int C = rk ? rk : dec_chunk_keys((int)D, k_cache->type == ST_TYPE_F16 ? 2 : 4);
     const int64_t n_useful =
         p->n_kv <= dec_one_split_keys(C) ? 1 : (p->n_kv + DEC_MIN_SPLIT_KEYS - 1) / DEC_MIN_SPLIT_KEYS;
     if (n_split > n_useful) n_split = n_useful;
@@ -591,6 +506,10 @@ static st_status dec_run(st_backend *b, st_tensor *dst, const st_tensor *q, cons
     float2 *part_ml = (float2 *)(part_acc + slots * D); // 8-byte aligned: D is even
     const int32_t *pos = (const int32_t *)positions->data;
     const int ns = (int)n_split;
+    if (rk) {
+        const st_status sw = dec_warps_launch(c, ns, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, ra, err);
+        return sw != ST_OK ? sw : dec_launch_combine(c, ns, rk, dst, q, pos, p, part_acc, part_ml, err);
+    }
     const bool f16 = k_cache->type == ST_TYPE_F16;
 #define DEC_CASE(d)                                                                                                \
     case d:                                                                                                        \

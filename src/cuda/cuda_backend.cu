@@ -462,10 +462,12 @@ static st_status cuda_env_override(const char *name, long lo, long hi, const cha
 // 1 (stores: q/k/v), 2 (residual adds: o, down) and 4 (gated pairs), 3 by default, 0 none;
 // of which that kernel stages a block's rows in shared memory: STRIDE_CUDA_ROWBLOCK_STAGED,
 // a mask of the same kinds (0: rows a batch in registers), by default those measured faster
-// (cuda_gemv_rowblock.cu's rowblock_staged).
+// (cuda_gemv_rowblock.cu's rowblock_staged); and whether one token's decode attention takes
+// the warps kernel where it can (cuda_attention_decode_warps.cu): STRIDE_CUDA_ATTN_WARPS, 1
+// by default, 0 the split kernel everywhere.
 static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
     long split = 2, apart = GEMV_NORM_APART_WAVES, prepared = 1, rowblock = CUDA_ROWBLOCK_DEFAULT,
-         staged = -1;
+         staged = -1, attn_warps = 1;
     st_status s = cuda_env_override("STRIDE_CUDA_GEMV_SPLIT", 1, 2, "warps a row", &split, err);
     if (s == ST_OK)
         s = cuda_env_override("STRIDE_CUDA_GEMV_ROWBLOCK", 0, CUDA_ROWBLOCK_ALL, "a mask of 1, 2 and 4", &rowblock, err);
@@ -473,7 +475,9 @@ static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
                                    err);
     if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_NORM_APART_WAVES", 0, 1000000, "waves", &apart, err);
     if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_NORM_PREPARED", 0, 2, "0, 1 or 2", &prepared, err);
+    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_ATTN_WARPS", 0, 1, "0 or 1", &attn_warps, err);
     if (s != ST_OK) return s;
+    c->attn_warps = (int)attn_warps;
     c->gemv_max_split = (int)split;
     c->gemv_rowblock = (int)rowblock;
     int cc_major = 0; // cp.async: sm_80 and later
