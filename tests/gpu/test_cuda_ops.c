@@ -955,20 +955,21 @@ static void test_attention_case(const attn_case *ac) {
  * not touch freed memory (the memcheck stage). Run before any other attention, so that
  * the eager call is what grows the buffer. */
 static void test_graph_outlives_growth(void) {
-    const int64_t hd = 64, n_ctx = 128, n_kv = 100;
+    const int64_t hd = 64, n_ctx = 1024, n_kv = 1000; /* a range of several splits: partials */
     view vk, vv;
     dual dk = cache_new(ST_TYPE_F16, hd, 8, n_ctx, false, &vk), dv = cache_new(ST_TYPE_F16, hd, 8, n_ctx, false, &vv);
     st_tensor kg = on(&vk, dk.gpu), vg = on(&vv, dv.gpu);
     st_attn_params p = {.n_kv = n_kv, .scale = 0.125f};
-    /* one token, 32 heads over 8 kv heads (partials of ~0.5 MiB); then 3 tokens of 64 heads
-     * over 4 (group 16, 48 rows a block: ~6.5 MiB) */
+    /* one token, 32 heads over 8 kv heads (the warps kernel, 16 splits: partials of ~0.13
+     * MiB); then 3 tokens of 64 heads over 4 (the split kernel, group 16, 48 rows a block,
+     * 16 splits: ~0.8 MiB) */
     view vq1 = mkpacked(ST_TYPE_F32, hd, 32, 1), vy1 = mkpacked(ST_TYPE_F32, hd, 32, 1);
     view vq4 = mkpacked(ST_TYPE_F32, hd, 64, 3), vy4 = mkpacked(ST_TYPE_F32, hd, 64, 3);
     dual dq1 = dual_new(view_bytes(&vq1)), dy1 = dual_new(view_bytes(&vy1));
     dual dq4 = dual_new(view_bytes(&vq4)), dy4 = dual_new(view_bytes(&vy4));
     dual_random_f32(&dq1);
     dual_random_f32(&dq4);
-    const int32_t pos1 = (int32_t)n_kv - 1, pos4[3] = {97, 98, 99};
+    const int32_t pos1 = (int32_t)n_kv - 1, pos4[3] = {997, 998, 999};
     dual dp1 = ids_new(&pos1, 1), dp4 = ids_new(pos4, 3);
     view vp1 = ids_view(1, 1), vp4 = ids_view(3, 1);
     st_tensor q1 = on(&vq1, dq1.gpu), y1 = on(&vy1, dy1.gpu), p1 = on(&vp1, dp1.gpu);
@@ -1004,7 +1005,7 @@ static void test_graph_outlives_growth(void) {
 /* ---- rope_attention (st_fused_rope_attention) -------------------------------------------- */
 
 /* One decode token: rope_store then attention over a cache holding `pos` earlier random
- * entries. The CUDA op (the rope folded into the split-KV kernel when it takes the shape)
+ * entries. The CUDA op (the rope folded into the decode kernel when it takes the shape)
  * against the CUDA composite bitwise (output and both caches: the same arithmetic), and
  * against the CPU composite by the attention tolerance. n_kv: pos + 1, or the whole
  * cache (as a recorded decode step passes it). */
@@ -1391,6 +1392,38 @@ static void run_fused_products_every_kind(void) {
     with_cuda_env("STRIDE_CUDA_GEMV_ROWBLOCK", "7", run_fused_products_staged_and_registers);
 }
 
+/* rope_attention (one decode token): head_dim 64/128/256, GQA groups 1-8, NORM/NEOX,
+ * partial rotary, qk-norms or none, short and long context (one split and several), a
+ * window, n_kv = pos + 1 or the whole cache, both caches; and a shape the fused kernel does
+ * not take (head_dim 96: the composite) */
+static void run_rope_attention(void) {
+    for (int ci = 0; ci < 2; ci++) {
+        const st_type ct = ci ? ST_TYPE_F32 : ST_TYPE_F16;
+        for (int norms = 0; norms <= 1; norms++) {
+            test_rope_attention(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 0, 0, false);
+            test_rope_attention(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 64, 0, true);
+            test_rope_attention(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 130, 0, false);
+            test_rope_attention(ct, 128, 32, 4, 64, ST_ROPE_MODE_NEOX, norms, 700, 0, true); /* partial, 8 a group */
+            test_rope_attention(ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 333, 100, true); /* window */
+            test_rope_attention(ct, 256, 8, 4, 256, ST_ROPE_MODE_NEOX, norms, 517, 0, false);
+            test_rope_attention(ct, 96, 4, 2, 32, ST_ROPE_MODE_NEOX, norms, 40, 0, true);
+            /* the issue-5 models' shapes at tg128's depths (one round of the warps kernel;
+             * the bound a depth bucket's or the whole cache) and past them (splits) */
+            test_rope_attention(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 100, 0, true);
+            test_rope_attention(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 63, 0, false);
+            test_rope_attention(ct, 128, 32, 8, 128, ST_ROPE_MODE_NEOX, norms, 127, 0, false);
+            test_rope_attention(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 700, 0, true);
+        }
+    }
+}
+
+/* One token's attention by the split kernel where the warps kernel would take it
+ * (STRIDE_CUDA_ATTN_WARPS=0, a measurement setting): against the CPU as by default. */
+static void run_one_token_attention_split_kernel(void) {
+    run_rope_attention();
+    test_attention_decode();
+}
+
 /* The weight types every op is tested in. */
 static const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16};
 
@@ -1471,22 +1504,8 @@ static void run_all(void) {
 
     test_graph_outlives_growth(); /* before any other attention: see there */
 
-    /* rope_attention (one decode token): head_dim 64/128/256, GQA groups 1-8, NORM/NEOX,
-     * partial rotary, qk-norms or none, short and long context (one split and several),
-     * a window, n_kv = pos + 1 or the whole cache, both caches; and a shape the fused
-     * kernel does not take (head_dim 96: the composite) */
-    for (int ci = 0; ci < 2; ci++) {
-        const st_type ct = ci ? ST_TYPE_F32 : ST_TYPE_F16;
-        for (int norms = 0; norms <= 1; norms++) {
-            test_rope_attention(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 0, 0, false);
-            test_rope_attention(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 64, 0, true);
-            test_rope_attention(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 130, 0, false);
-            test_rope_attention(ct, 128, 32, 4, 64, ST_ROPE_MODE_NEOX, norms, 700, 0, true); /* partial, 8 a group */
-            test_rope_attention(ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 333, 100, true); /* window */
-            test_rope_attention(ct, 256, 8, 4, 256, ST_ROPE_MODE_NEOX, norms, 517, 0, false);
-            test_rope_attention(ct, 96, 4, 2, 32, ST_ROPE_MODE_NEOX, norms, 40, 0, true);
-        }
-    }
+    run_rope_attention();
+    with_cuda_env("STRIDE_CUDA_ATTN_WARPS", "0", run_one_token_attention_split_kernel);
 
     /* rope_store: per-head norms or none, NORM/NEOX, partial rotary, GQA, both caches */
     for (int ci = 0; ci < 2; ci++)
