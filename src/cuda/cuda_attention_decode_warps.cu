@@ -27,6 +27,13 @@
 #define WK_WARPS 16
 #define WK_THREADS (WK_WARPS * ST_GPU_WARP_SIZE)
 #define WK_MAX_ROW_DIMS 512 // RB * head_dim: the warps' accumulators in shared memory (32 KiB)
+/* The rope prologue's inputs (a warp's row, its norm weights, the rotations) asked into L1
+ * at the kernel's start, so that the prologue's dependent loads (row, then weights after the
+ * sum of squares, then rotations) hit L1 instead of going to L2 one after another. A define
+ * for the A/B build. */
+#ifndef WK_PREFETCH_L1
+#define WK_PREFETCH_L1 1
+#endif
 
 template <int D, int RB> struct wk_cfg {
     static constexpr int DL = D / ST_GPU_WARP_SIZE;   // dims a lane
@@ -112,6 +119,22 @@ __global__ void __launch_bounds__(WK_THREADS)
     const int kvh = blockIdx.y, s = blockIdx.x, tid = threadIdx.x;
     const int warp = tid / ST_GPU_WARP_SIZE, lane = tid % ST_GPU_WARP_SIZE;
     const char *k_head = kc.data + (int64_t)kvh * kc.nb1, *v_head = vc.data + (int64_t)kvh * vc.nb1;
+
+#if WK_PREFETCH_L1
+    if (ROPE && warp <= group) { // the prologue's inputs into L1, under the plan's and the first round's loads
+        const int region = lane / 8, line = lane % 8;
+        const bool k_row = warp == group;
+        const char *base = NULL;
+        int bytes = D * 4;
+        if (region == 0)
+            base = k_row ? ra.k.data + (int64_t)kvh * ra.k.nb1 : q.data + ((int64_t)kvh * group + warp) * q.nb1;
+        else if (region == 1)
+            base = (const char *)(k_row ? ra.k_norm : ra.q_norm);
+        else if (region == 2)
+            base = (const char *)ra.cs, bytes = ra.n_rot * 4;
+        if (base && line * 128 < bytes) asm volatile("prefetch.global.L1 [%0];" ::"l"(base + line * 128));
+    }
+#endif
 
     typename piece::type kr[KPW], vr[KPW];
     auto fetch = [&](int base, int end) { // this warp's keys of the round at base, below end
