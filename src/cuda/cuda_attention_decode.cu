@@ -25,7 +25,9 @@
 // combine kernel. n_kv only bounds the range, so a caller may pass any bound past the
 // positions (a recorded step: its depth bucket, or the whole context): with n_kv > max(pos)
 // the ranges, the splits and every rounding are the same, and so are the results, bit for
-// bit.
+// bit. One token over an F16 cache with a bound of up to 128 keys takes the warps kernel
+// instead (cuda_attention_decode_warps.cu): the same bits for every bound up to 128, and a
+// result within the attention tolerance of this kernel's past it.
 #include <string.h>
 
 #include "cuda/cuda_attention_decode.cuh"
@@ -33,6 +35,12 @@
 #define DEC_THREADS 128
 #define DEC_WARPS (DEC_THREADS / ST_GPU_WARP_SIZE)
 #define DEC_MAX_SPLITS 128
+#define DEC_MIN_SPLIT_KEYS 64
+/* One split takes a range of up to this many chunks alone (DEC_MIN_SPLIT_KEYS keys where
+ * that is more): one block walking a second 64-key chunk beat two splits and the combine
+ * kernel by 0.5-1.1 us a layer at depths 64-127 for head_dim 64 and 128 (F16), and was
+ * within 0.25 us where a chunk has twice the rows (bench/decode-one-split-h200.md). */
+#define DEC_ONE_SPLIT_CHUNKS 2
 /* Splits are chosen to put about this many blocks on every SM, and no more than n_kv keys
  * can fill. The grid is sized for the longest range under n_kv (a recorded step cannot
  * depend on the position; the session records one step per depth bucket), so below the
@@ -57,6 +65,10 @@ __host__ __device__ constexpr int dec_chunk_keys(int D, int sz) {
     return DEC_CHUNK_BYTES / (D * sz) < 64 ? DEC_CHUNK_BYTES / (D * sz) : 64;
 }
 
+// The most keys one split takes alone (dec_make_plan), for chunks of C keys.
+__host__ __device__ constexpr int dec_one_split_keys(int C) {
+    return DEC_ONE_SPLIT_CHUNKS * C > DEC_MIN_SPLIT_KEYS ? DEC_ONE_SPLIT_CHUNKS * C : DEC_MIN_SPLIT_KEYS;
+}
 
 template <st_type T, int D> struct dec_cfg {
     static constexpr int SZ = T == ST_TYPE_F16 ? 2 : 4;
@@ -81,6 +93,41 @@ template <st_type T, int D> struct dec_cfg {
         return r;
     }
 };
+
+// Which keys split s of a block covers: [lo + s*cl, min(lo + (s+1)*cl, hi + 1)), s < n_eff.
+typedef struct dec_plan {
+    int lo, hi, cl, n_eff;
+} dec_plan;
+
+__device__ __forceinline__ dec_plan dec_make_plan(const int32_t *__restrict__ positions, int M, int64_t n_kv,
+                                                  int32_t window, int n_split, int C) {
+    int L = INT_MAX, H = INT_MIN;
+    for (int m = 0; m < M; m++) {
+        int lo, hi;
+        attn_visible_range(positions[m], n_kv, window, &lo, &hi);
+        if (hi >= lo) {
+            L = min(L, lo);
+            H = max(H, hi);
+        }
+    }
+    dec_plan pl;
+    if (H < L) { // nothing visible: split 0 writes an empty partial, the output is zeros
+        pl.lo = 0;
+        pl.hi = -1;
+        pl.cl = 0;
+        pl.n_eff = 1;
+        return pl;
+    }
+    const int len = H - L + 1;
+    const int n =
+        len <= dec_one_split_keys(C) ? 1 : min(n_split, (len + DEC_MIN_SPLIT_KEYS - 1) / DEC_MIN_SPLIT_KEYS);
+    const int per = (len + n - 1) / n;
+    pl.lo = L;
+    pl.hi = H;
+    pl.cl = (per + C - 1) / C * C;
+    pl.n_eff = (len + pl.cl - 1) / pl.cl; // <= n; no split is empty
+    return pl;
+}
 
 template <st_type T> __device__ __forceinline__ void dec_load8(const unsigned char *row, int d, float f[8]);
 template <> __device__ __forceinline__ void dec_load8<ST_TYPE_F16>(const unsigned char *row, int d, float f[8]) {
@@ -431,18 +478,6 @@ static st_status dec_partials(st_cuda_ctx *c, size_t bytes, void **out, st_error
     return s;
 }
 
-// The combine kernel after a grid of n_split > 1 splits of chunks (or rounds) of C keys.
-static st_status dec_launch_combine(st_cuda_ctx *c, int n_split, int C, st_tensor *dst, const st_tensor *q,
-                                    const int32_t *pos, const st_attn_params *p, float *part_acc, float2 *part_ml,
-                                    st_error *err) {
-    if (n_split == 1) return ST_OK; // the only split wrote the output (n_eff = 1)
-    const unsigned int rows = (unsigned int)(q->ne[1] * q->ne[2]);
-    attn_decode_combine_kernel<<<rows, DEC_COMBINE_THREADS, 0, c->stream>>>(cuda_view(dst), pos, p->n_kv, p->window,
-                                                                           n_split, C, part_acc, part_ml);
-    ST_GPU_CHECK_LAUNCH();
-    return ST_OK;
-}
-
 template <st_type T, int D, int NR>
 static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, const st_tensor *q,
                             const st_tensor *k_cache, const st_tensor *v_cache, const int32_t *pos,
@@ -460,7 +495,12 @@ static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, 
             cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
             n_split, part_acc, part_ml, dec_rope_args{}, cuda_view(dst));
     ST_GPU_CHECK_LAUNCH();
-    return dec_launch_combine(c, n_split, cfg::C, dst, q, pos, p, part_acc, part_ml, err);
+    if (n_split == 1) return ST_OK; // the only split wrote the output (n_eff = 1)
+    const unsigned int rows = (unsigned int)(q->ne[1] * q->ne[2]);
+    attn_decode_combine_kernel<<<rows, DEC_COMBINE_THREADS, 0, c->stream>>>(cuda_view(dst), pos, p->n_kv, p->window,
+                                                                           n_split, cfg::C, part_acc, part_ml);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
 }
 
 // NR: the rows a thread accumulates in P.V, rounded up to a bucket (2, 4 or 16), so that a
@@ -483,6 +523,12 @@ static st_status dec_run(st_backend *b, st_tensor *dst, const st_tensor *q, cons
                          const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
                          const dec_rope_args *ra, st_error *err) {
     st_cuda_ctx *c = cuda_ctx(b);
+    // One token over a short F16 cache (a bound of up to 128 keys: tg128's depth buckets):
+    // the warps kernel (cuda_attention_decode_warps.cu), 2.4-3.6 us a layer faster at depth
+    // 100; past it this kernel, which the warps kernel lost to by 0.4-5 us a layer at depths
+    // 1,000 and 4,000 (bench/decode-attn-warps-h200.md).
+    if (c->attn_warps && p->n_kv <= dec_warps_round_keys(q, k_cache, v_cache))
+        return dec_warps_launch(c, dst, q, k_cache, v_cache, (const int32_t *)positions->data, p, ra, err);
     const int64_t D = q->ne[0], n_head = q->ne[1], M = q->ne[2], n_head_kv = k_cache->ne[1];
     const int R = (int)(M * (n_head / n_head_kv));
     int64_t n_split = ((int64_t)DEC_BLOCKS_PER_SM * c->sm_count + n_head_kv - 1) / n_head_kv;
@@ -490,10 +536,7 @@ static st_status dec_run(st_backend *b, st_tensor *dst, const st_tensor *q, cons
     // A split past ceil(n_kv / DEC_MIN_SPLIT_KEYS) never works (dec_make_plan: its count is
     // at most ceil(len / DEC_MIN_SPLIT_KEYS), len <= n_kv, and 1 up to dec_one_split_keys):
     // the same plan from a smaller grid.
-    // One token of an F16 cache: the warps kernel (cuda_attention_decode_warps.cu), rounds of
-    // rk keys; the choice reads shapes only, so every bound n_kv takes the same kernel.
-    const int rk = c->attn_warps ? dec_warps_round_keys(q, k_cache, v_cache) : 0;
-    const int C = rk ? rk : dec_chunk_keys((int)D, k_cache->type == ST_TYPE_F16 ? 2 : 4);
+    const int C = dec_chunk_keys((int)D, k_cache->type == ST_TYPE_F16 ? 2 : 4);
     const int64_t n_useful =
         p->n_kv <= dec_one_split_keys(C) ? 1 : (p->n_kv + DEC_MIN_SPLIT_KEYS - 1) / DEC_MIN_SPLIT_KEYS;
     if (n_split > n_useful) n_split = n_useful;
@@ -506,10 +549,6 @@ static st_status dec_run(st_backend *b, st_tensor *dst, const st_tensor *q, cons
     float2 *part_ml = (float2 *)(part_acc + slots * D); // 8-byte aligned: D is even
     const int32_t *pos = (const int32_t *)positions->data;
     const int ns = (int)n_split;
-    if (rk) {
-        const st_status sw = dec_warps_launch(c, ns, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, ra, err);
-        return sw != ST_OK ? sw : dec_launch_combine(c, ns, rk, dst, q, pos, p, part_acc, part_ml, err);
-    }
     const bool f16 = k_cache->type == ST_TYPE_F16;
 #define DEC_CASE(d)                                                                                                \
     case d:                                                                                                        \

@@ -929,16 +929,20 @@ static void test_attention_case(const attn_case *ac) {
                                                                 : "attention decode";
         record(op_name, desc, &r, tol);
 
-        /* the same call with n_kv = n_ctx: the same bits */
+        /* the same call with a larger bound: the same bits. One token's warps kernel takes
+         * bounds up to 64 or 128 keys (its round), the split kernel the rest, each with the
+         * same bits for every bound it takes: the larger bound stays on n_kv's side of 64 and
+         * of 128 (the whole cache past them) */
+        const int64_t same_side = n_kv <= 64 ? 64 : n_kv <= 128 ? 128 : n_ctx;
         st_attn_params p_ctx = p;
-        p_ctx.n_kv = n_ctx;
+        p_ctx.n_kv = n_ctx < same_side ? n_ctx : same_side;
         attn_poison_gpu(&dy);
         if (st_cuda_attention_path(g_gpu, &yg, &qg, &kg, &vg, &pg, &p_ctx, path, &err) != ST_OK)
             test_die("cuda attention (n_kv = n_ctx)", &err);
         char *got2 = dual_fetch(&dy);
         cmp_result rb = compare_bytes(got, got2, dy.bytes);
-        snprintf(desc, sizeof(desc), "%s %s n_ctx=%lld", st_cuda_attn_path_name(path), base, (long long)n_ctx);
-        record("attention n_kv=ctx bits", desc, &rb, TOL_EXACT);
+        snprintf(desc, sizeof(desc), "%s %s bound=%lld", st_cuda_attn_path_name(path), base, (long long)p_ctx.n_kv);
+        record("attention larger bound bits", desc, &rb, TOL_EXACT);
         free(got2);
         free(got);
     }
@@ -955,14 +959,13 @@ static void test_attention_case(const attn_case *ac) {
  * not touch freed memory (the memcheck stage). Run before any other attention, so that
  * the eager call is what grows the buffer. */
 static void test_graph_outlives_growth(void) {
-    const int64_t hd = 64, n_ctx = 1024, n_kv = 1000; /* a range of several splits: partials */
+    const int64_t hd = 64, n_ctx = 1024, n_kv = 1000; /* past the warps kernel's bounds: splits */
     view vk, vv;
     dual dk = cache_new(ST_TYPE_F16, hd, 8, n_ctx, false, &vk), dv = cache_new(ST_TYPE_F16, hd, 8, n_ctx, false, &vv);
     st_tensor kg = on(&vk, dk.gpu), vg = on(&vv, dv.gpu);
     st_attn_params p = {.n_kv = n_kv, .scale = 0.125f};
-    /* one token, 32 heads over 8 kv heads (the warps kernel, 16 splits: partials of ~0.13
-     * MiB); then 3 tokens of 64 heads over 4 (the split kernel, group 16, 48 rows a block,
-     * 16 splits: ~0.8 MiB) */
+    /* one token, 32 heads over 8 kv heads (16 splits: partials of ~0.13 MiB); then 3 tokens
+     * of 64 heads over 4 (group 16, 48 rows a block, 16 splits: ~0.8 MiB) */
     view vq1 = mkpacked(ST_TYPE_F32, hd, 32, 1), vy1 = mkpacked(ST_TYPE_F32, hd, 32, 1);
     view vq4 = mkpacked(ST_TYPE_F32, hd, 64, 3), vy4 = mkpacked(ST_TYPE_F32, hd, 64, 3);
     dual dq1 = dual_new(view_bytes(&vq1)), dy1 = dual_new(view_bytes(&vy1));
@@ -1407,11 +1410,12 @@ static void run_rope_attention(void) {
             test_rope_attention(ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 333, 100, true); /* window */
             test_rope_attention(ct, 256, 8, 4, 256, ST_ROPE_MODE_NEOX, norms, 517, 0, false);
             test_rope_attention(ct, 96, 4, 2, 32, ST_ROPE_MODE_NEOX, norms, 40, 0, true);
-            /* the issue-5 models' shapes at tg128's depths (one round of the warps kernel;
-             * the bound a depth bucket's or the whole cache) and past them (splits) */
-            test_rope_attention(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 100, 0, true);
+            /* the issue-5 models' shapes at tg128's depths (bounds up to 128 keys: the warps
+             * kernel with an F16 cache), one with a window, and past them (the split kernel) */
+            test_rope_attention(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 100, 0, false);
             test_rope_attention(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 63, 0, false);
             test_rope_attention(ct, 128, 32, 8, 128, ST_ROPE_MODE_NEOX, norms, 127, 0, false);
+            test_rope_attention(ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 120, 50, false); /* window */
             test_rope_attention(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 700, 0, true);
         }
     }
