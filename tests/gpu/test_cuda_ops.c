@@ -1118,10 +1118,11 @@ static void test_attention_prefill(void) {
 
 /* Decode shapes: M = 1..4 tokens at depths 1 .. ~5000 with a cache much larger than n_kv
  * (ctx_extra; every path is also run with n_kv = n_ctx), F16 and F32 caches, windows
- * shorter than the depth, soft-capping. n_kv 1, 64, 100 and 128: a grid of one split (no
- * combine kernel; 100 and 128 where a chunk is 64 keys, two chunks), against n_kv = n_ctx's
- * grid bit for bit; 150: three splits. */
-static void test_attention_decode(void) {
+ * shorter than the depth, soft-capping. n_kv 1, 64, 100 and 128: one token over an F16
+ * cache the warps kernel, else a grid of one split (no combine kernel; 100 and 128 where a
+ * chunk is 64 keys, two chunks), each against a larger bound on its side bit for bit; 150:
+ * three splits. one_token_f16: only the cases of one token over an F16 cache. */
+static void test_attention_decode(bool one_token_f16) {
     const int64_t depths[] = {1, 64, 100, 128, 150, 1000, 4999};
     const int64_t hds[] = {64, 128, 256};
     const int64_t groups[] = {1, 2, 4, 8};
@@ -1144,6 +1145,7 @@ static void test_attention_decode(void) {
                                 .positions = k % 5 == 4,
                                 .ctx_extra = 777,
                                 .q_strided = (k % 2) == 0};
+                if (one_token_f16 && (ac.M != 1 || ac.t != ST_TYPE_F16)) continue;
                 test_attention_case(&ac);
             }
 }
@@ -1398,34 +1400,44 @@ static void run_fused_products_every_kind(void) {
 /* rope_attention (one decode token): head_dim 64/128/256, GQA groups 1-8, NORM/NEOX,
  * partial rotary, qk-norms or none, short and long context (one split and several), a
  * window, n_kv = pos + 1 or the whole cache, both caches; and a shape the fused kernel does
- * not take (head_dim 96: the composite) */
-static void run_rope_attention(void) {
+ * not take (head_dim 96: the composite). short_f16: only the cases of an F16 cache and a
+ * bound of at most 128 keys (where the warps kernel can take the shape). */
+static bool g_rope_short_f16;
+static void rope_attention_case(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, int32_t n_rot, st_rope_mode mode,
+                                bool norms, int32_t pos, int32_t window, bool n_kv_ctx) {
+    if (g_rope_short_f16 && (ct != ST_TYPE_F16 || n_kv_ctx || pos + 1 > 128)) return;
+    test_rope_attention(ct, hd, Hq, Hk, n_rot, mode, norms, pos, window, n_kv_ctx);
+}
+static void run_rope_attention(bool short_f16) {
+    g_rope_short_f16 = short_f16;
     for (int ci = 0; ci < 2; ci++) {
         const st_type ct = ci ? ST_TYPE_F32 : ST_TYPE_F16;
         for (int norms = 0; norms <= 1; norms++) {
-            test_rope_attention(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 0, 0, false);
-            test_rope_attention(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 64, 0, true);
-            test_rope_attention(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 130, 0, false);
-            test_rope_attention(ct, 128, 32, 4, 64, ST_ROPE_MODE_NEOX, norms, 700, 0, true); /* partial, 8 a group */
-            test_rope_attention(ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 333, 100, true); /* window */
-            test_rope_attention(ct, 256, 8, 4, 256, ST_ROPE_MODE_NEOX, norms, 517, 0, false);
-            test_rope_attention(ct, 96, 4, 2, 32, ST_ROPE_MODE_NEOX, norms, 40, 0, true);
+            rope_attention_case(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 0, 0, false);
+            rope_attention_case(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 64, 0, true);
+            rope_attention_case(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 130, 0, false);
+            rope_attention_case(ct, 128, 32, 4, 64, ST_ROPE_MODE_NEOX, norms, 700, 0, true); /* partial, 8 a group */
+            rope_attention_case(ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 333, 100, true); /* window */
+            rope_attention_case(ct, 256, 8, 4, 256, ST_ROPE_MODE_NEOX, norms, 517, 0, false);
+            rope_attention_case(ct, 96, 4, 2, 32, ST_ROPE_MODE_NEOX, norms, 40, 0, true);
             /* the issue-5 models' shapes at tg128's depths (bounds up to 128 keys: the warps
              * kernel with an F16 cache), one with a window, and past them (the split kernel) */
-            test_rope_attention(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 100, 0, false);
-            test_rope_attention(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 63, 0, false);
-            test_rope_attention(ct, 128, 32, 8, 128, ST_ROPE_MODE_NEOX, norms, 127, 0, false);
-            test_rope_attention(ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 120, 50, false); /* window */
-            test_rope_attention(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 700, 0, true);
+            rope_attention_case(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 100, 0, false);
+            rope_attention_case(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 63, 0, false);
+            rope_attention_case(ct, 128, 32, 8, 128, ST_ROPE_MODE_NEOX, norms, 127, 0, false);
+            rope_attention_case(ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 120, 50, false); /* window */
+            rope_attention_case(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 700, 0, true);
         }
     }
+    g_rope_short_f16 = false;
 }
 
-/* One token's attention by the split kernel where the warps kernel would take it
- * (STRIDE_CUDA_ATTN_WARPS=0, a measurement setting): against the CPU as by default. */
+/* One token's attention over a short F16 cache by the split kernel, where the warps kernel
+ * takes it by default (STRIDE_CUDA_ATTN_WARPS=0, a measurement setting): against the CPU as
+ * by default. */
 static void run_one_token_attention_split_kernel(void) {
-    run_rope_attention();
-    test_attention_decode();
+    run_rope_attention(true);
+    test_attention_decode(true);
 }
 
 /* The weight types every op is tested in. */
@@ -1508,7 +1520,7 @@ static void run_all(void) {
 
     test_graph_outlives_growth(); /* before any other attention: see there */
 
-    run_rope_attention();
+    run_rope_attention(false);
     with_cuda_env("STRIDE_CUDA_ATTN_WARPS", "0", run_one_token_attention_split_kernel);
 
     /* rope_store: per-head norms or none, NORM/NEOX, partial rotary, GQA, both caches */
@@ -1621,7 +1633,7 @@ static void run_all(void) {
     test_attention(ST_TYPE_F16, 128, 4, 2, 2000, 2, 0, 0.0f, 0);
     test_attention(ST_TYPE_F32, 128, 4, 2, 2000, 2, 512, 50.0f, 1);
     test_attention_prefill();
-    test_attention_decode();
+    test_attention_decode(false);
 
     const int32_t ks[] = {1, 2, 8};
     for (int64_t E = 8; E <= 64; E += 56)
