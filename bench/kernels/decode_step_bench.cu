@@ -16,7 +16,10 @@
 // same with one kind of op only. Each kind's microseconds per layer are printed next to
 // its weight bytes and the rate that makes (against a device copy), and the whole step
 // against the sum of its parts (the difference is what the kinds gain or lose from
-// running back to back). Synthetic F16 weights, packed (or padded with --pad: one
+// running back to back). The whole layer runs three ways: unchained (every norm in its
+// product), every norm chained (o and down prepare x * norm_w for the next product), and
+// as the forward pass chains (only where the backend's prepared_norm_pays says so: the row
+// to hold against tg128, n_layer x it + the head). Synthetic F16 weights, packed (or padded with --pad: one
 // 128-byte line on rows that are a multiple of 2048 bytes, the layout rule's default).
 //
 // First, the floor under any decode step: chains of kernels that do (almost) nothing,
@@ -110,6 +113,7 @@ typedef struct step {
     st_tensor x, h, q, k, v, attn_out, gate, up, ff, pos; // activations, shared by the layers
     st_tensor rope_cs; // [n_rot] the rotations at the position (rope_table, once: as the forward pass, once a step)
     st_tensor x_w;                                        // [E] x * the next norm's weight (OP_CHAINED)
+    bool qkv_prepared, ffn_prepared; // whether the forward pass prepares their norms (OP_FORWARD)
     st_rope_params rope;
     st_attn_params attn;
 } step;
@@ -119,23 +123,44 @@ typedef struct step {
 enum { OP_QKV = 1, OP_ROPE = 2, OP_ATTN = 4, OP_O = 8, OP_FFN = 16, OP_DOWN = 32, OP_ROPE_ATTN = 128 };
 enum { OP_ALL = OP_QKV | OP_ROPE_ATTN | OP_O | OP_FFN | OP_DOWN };
 enum { OP_NO_NORM = 64 }; // qkv and ffn without their RMSNorm (what the norm costs)
-// As the forward pass issues one-token steps: o and down also form x * the next product's
-// norm weight (next_h; down forms it with its own layer's attn_norm, the values do not
-// matter here), which qkv and gate/up read (x_w) instead of forming it.
+// Every norm chained: o and down also form x * the next product's norm weight (next_h;
+// down forms it with its own layer's attn_norm, the values do not matter here), which qkv
+// and gate/up read (x_w) instead of forming it.
 enum { OP_CHAINED = 256 };
+// As the forward pass issues one-token steps: chained only where the backend's
+// prepared_norm_pays says so for the normed product after the add (forward.c's
+// prepare_norm_for), as step's qkv_prepared and ffn_prepared hold.
+enum { OP_FORWARD = 512 };
+
+// Whether the op before a normed product (qkv: down; gate/up: o) prepares its norm.
+static bool chain_qkv(const step *s, int ops) { return (ops & OP_CHAINED) || ((ops & OP_FORWARD) && s->qkv_prepared); }
+static bool chain_ffn(const step *s, int ops) { return (ops & OP_CHAINED) || ((ops & OP_FORWARD) && s->ffn_prepared); }
+
+// The normed products' descriptors, before any chaining (what prepared_norm_pays is asked about).
+static st_fused_mul_mat qkv_op(step *s, layer *l, int ops) {
+    st_fused_mul_mat op = {};
+    op.n_w = 3;
+    op.w[0] = &l->wq, op.w[1] = &l->wk, op.w[2] = &l->wv;
+    op.y[0] = &s->q, op.y[1] = &s->k, op.y[2] = &s->v;
+    op.x = &s->x, op.norm_w = ops & OP_NO_NORM ? NULL : &l->attn_norm, op.eps = 1e-5f, op.h = &s->h;
+    op.epilogue = ST_FUSED_EPILOGUE_STORE;
+    return op;
+}
+static st_fused_mul_mat ffn_op(step *s, layer *l, int ops) {
+    st_fused_mul_mat op = {};
+    op.n_w = 2, op.w[0] = &l->gate, op.w[1] = &l->up, op.y[0] = &s->gate, op.y[1] = &s->up;
+    op.x = &s->x, op.norm_w = ops & OP_NO_NORM ? NULL : &l->ffn_norm, op.eps = 1e-5f, op.h = &s->h;
+    op.epilogue = ST_FUSED_EPILOGUE_SWIGLU, op.out = &s->ff;
+    return op;
+}
 
 static void issue_layer(step *s, layer *l, int ops) {
     st_error err = {};
     const shape *sh = s->sh;
     const float eps = 1e-5f;
     if (ops & OP_QKV) {
-        st_fused_mul_mat op = {};
-        op.n_w = 3;
-        op.w[0] = &l->wq, op.w[1] = &l->wk, op.w[2] = &l->wv;
-        op.y[0] = &s->q, op.y[1] = &s->k, op.y[2] = &s->v;
-        op.x = &s->x, op.norm_w = ops & OP_NO_NORM ? NULL : &l->attn_norm, op.eps = eps, op.h = &s->h;
-        op.x_w = ops & OP_CHAINED ? &s->x_w : NULL;
-        op.epilogue = ST_FUSED_EPILOGUE_STORE;
+        st_fused_mul_mat op = qkv_op(s, l, ops);
+        op.x_w = chain_qkv(s, ops) ? &s->x_w : NULL;
         check(st_backend_mul_mat_fused(g_b, &op, &err), "qkv", &err);
     }
     // q, k, v as heads: [head_dim, n_head(_kv), 1] views of the product rows
@@ -166,22 +191,19 @@ static void issue_layer(step *s, layer *l, int ops) {
         st_fused_mul_mat op = {};
         op.n_w = 1, op.w[0] = &l->wo, op.y[0] = &s->h, op.x = &s->attn_out;
         op.epilogue = ST_FUSED_EPILOGUE_ADD, op.out = &s->x;
-        if (ops & OP_CHAINED) op.next_norm_w = &l->ffn_norm, op.next_h = &s->x_w;
+        if (chain_ffn(s, ops)) op.next_norm_w = &l->ffn_norm, op.next_h = &s->x_w;
         check(st_backend_mul_mat_fused(g_b, &op, &err), "o", &err);
     }
     if (ops & OP_FFN) {
-        st_fused_mul_mat op = {};
-        op.n_w = 2, op.w[0] = &l->gate, op.w[1] = &l->up, op.y[0] = &s->gate, op.y[1] = &s->up;
-        op.x = &s->x, op.norm_w = ops & OP_NO_NORM ? NULL : &l->ffn_norm, op.eps = eps, op.h = &s->h;
-        op.x_w = ops & OP_CHAINED ? &s->x_w : NULL;
-        op.epilogue = ST_FUSED_EPILOGUE_SWIGLU, op.out = &s->ff;
+        st_fused_mul_mat op = ffn_op(s, l, ops);
+        op.x_w = chain_ffn(s, ops) ? &s->x_w : NULL;
         check(st_backend_mul_mat_fused(g_b, &op, &err), "gate/up", &err);
     }
     if (ops & OP_DOWN) {
         st_fused_mul_mat op = {};
         op.n_w = 1, op.w[0] = &l->down, op.y[0] = &s->h, op.x = &s->ff;
         op.epilogue = ST_FUSED_EPILOGUE_ADD, op.out = &s->x;
-        if (ops & OP_CHAINED) op.next_norm_w = &l->attn_norm, op.next_h = &s->x_w;
+        if (chain_qkv(s, ops)) op.next_norm_w = &l->attn_norm, op.next_h = &s->x_w;
         check(st_backend_mul_mat_fused(g_b, &op, &err), "down", &err);
     }
 }
@@ -342,6 +364,11 @@ static void run_model(const shape *sh, bool pad, int64_t depth, int64_t n_kv, in
     memset(&s.attn, 0, sizeof(s.attn));
     s.attn.n_kv = n_kv; // as a recorded decode step (its depth bucket): the range comes from the position
     s.attn.scale = 1.0f / sqrtf((float)sh->head_dim);
+    { // forward.c's rule, asked as it asks (the normed products without x_w)
+        const st_fused_mul_mat q = qkv_op(&s, &s.layers[0], 0), f = ffn_op(&s, &s.layers[0], 0);
+        s.qkv_prepared = g_b->iface->prepared_norm_pays(g_b, &q);
+        s.ffn_prepared = g_b->iface->prepared_norm_pays(g_b, &f);
+    }
 
     const double wb = 2.0; // bytes per weight element
     struct kind {
@@ -383,6 +410,7 @@ static void run_model(const shape *sh, bool pad, int64_t depth, int64_t n_kv, in
     const double all_us = time_ops(&s, OP_ALL, reps) / (double)sh->n_layer;
     const double gemv_us = time_ops(&s, OP_QKV | OP_O | OP_FFN | OP_DOWN, reps) / (double)sh->n_layer;
     const double all_ch_us = time_ops(&s, OP_ALL | OP_CHAINED, reps) / (double)sh->n_layer;
+    const double all_fw_us = time_ops(&s, OP_ALL | OP_FORWARD, reps) / (double)sh->n_layer;
     const double gemv_ch_us = time_ops(&s, OP_QKV | OP_O | OP_FFN | OP_DOWN | OP_CHAINED, reps) / (double)sh->n_layer;
     printf("| sum of the kinds, each run alone | %.2f | %.1f | | | %.2f |\n", sum_us, sum_bytes / 1e6,
            sum_bytes / (ROOF_GBS * 1e3));
@@ -393,8 +421,12 @@ static void run_model(const shape *sh, bool pad, int64_t depth, int64_t n_kv, in
     printf("| the four products back to back, chained | %.2f | %.1f | %.0f | %.0f%% | |\n", gemv_ch_us,
            sum_bytes / 1e6, sum_bytes / (gemv_ch_us * 1e-6) / 1e9,
            100.0 * sum_bytes / (gemv_ch_us * 1e-6) / 1e9 / ROOF_GBS);
-    printf("| the whole layer back to back, chained (the forward pass) | %.2f | %.1f | %.0f | %.0f%% | |\n", all_ch_us,
+    printf("| the whole layer back to back, every norm chained | %.2f | %.1f | %.0f | %.0f%% | |\n", all_ch_us,
            sum_bytes / 1e6, sum_bytes / (all_ch_us * 1e-6) / 1e9, 100.0 * sum_bytes / (all_ch_us * 1e-6) / 1e9 / ROOF_GBS);
+    printf("| the whole layer back to back, as the forward pass (q/k/v norm %s, gate/up norm %s) | %.2f | %.1f | %.0f | "
+           "%.0f%% | |\n",
+           s.qkv_prepared ? "prepared" : "in the loop", s.ffn_prepared ? "prepared" : "in the loop", all_fw_us,
+           sum_bytes / 1e6, sum_bytes / (all_fw_us * 1e-6) / 1e9, 100.0 * sum_bytes / (all_fw_us * 1e-6) / 1e9 / ROOF_GBS);
     free(s.layers);
 }
 
