@@ -8,7 +8,8 @@
 #   synth        synthesize $MODELS (preset names; phi-4-mini as BF16, the rest F16) into
 #                models/, in parallel
 #   tests        the GPU test script's ctest (when .cm is carried), ops, quant, models (with
-#                .whl carried: scripts/device/carry-whl.sh) and memcheck stages
+#                .whl carried: scripts/device/carry-whl.sh) and memcheck stages (~6 min: run
+#                it alone in its call; its rows reach $OUT as they are decided)
 #   issue5       tg128/pp512 padding on vs off, -r 3, interleaved ($MODELS)
 #   greedy       64 greedy tokens with padding on vs off ($MODELS)
 #   seed         the seed-form table: pp128..pp8192, tg128, TTFT512 at depth 0/4096/8192,
@@ -86,7 +87,9 @@ stage_synth() {
     wait; ls -l models; elapsed synth
 }
 stage_tests() {
-    STAGES="ctest ops quant models memcheck" OUT=/tmp/gpu-tests tests/gpu/run_gpu_tests.sh >/dev/null 2>&1
+    # each row as it is decided, into $OUT: a call that runs out of time still returns them
+    STAGES="ctest ops quant models memcheck" OUT=/tmp/gpu-tests tests/gpu/run_gpu_tests.sh 2>&1 |
+        grep --line-buffered -E '\| (PASS|FAIL|SKIP|WARN) ' >"$O/gpu-tests-rows.txt"
     cp /tmp/gpu-tests/summary.txt "$O/gpu-tests-summary.txt"
     grep -E "FAIL|WARN|ALL|SOME|memcheck|test_cuda" "$O/gpu-tests-summary.txt"; elapsed tests
 }
