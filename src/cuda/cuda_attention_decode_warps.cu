@@ -90,50 +90,6 @@ template <int V, int LOG2V> __device__ __forceinline__ float wk_warp_transpose_s
     return x;
 }
 
-/* WK_ROPE_LOADS_EARLY=1 (a build for measurement, not yet measured): with the rotations from
- * rope_table, a prologue row's loads (its x, norm weights and rotations) are issued together
- * and before the position is read, and the new key is formed whether or not the block will
- * store it, so that nothing of the prologue waits for the position. The same arithmetic in
- * the same order as dec_rope_row: the same bits. */
-#ifndef WK_ROPE_LOADS_EARLY
-#define WK_ROPE_LOADS_EARLY 0
-#endif
-
-// dec_rope_row<D, true> by one warp (D <= 128) with every load issued first.
-template <int D>
-__device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restrict__ x, const float *__restrict__ w,
-                                                  float *tmp, int lane, const dec_rope_args &ra) {
-    constexpr int E = D / ST_GPU_WARP_SIZE;
-    const int half = ra.n_rot / 2, n_work = half + (D - ra.n_rot);
-    float xv[E], wv[E];
-    float2 csv[E];
-#pragma unroll
-    for (int k = 0; k < E; k++) {
-        const int i = lane + k * ST_GPU_WARP_SIZE;
-        xv[k] = x[i];
-        wv[k] = w ? w[i] : 0.0f;
-        csv[k] = i < half ? ra.cs[i] : make_float2(0.0f, 0.0f);
-    }
-    const float *src = x;
-    if (w) {
-        float ss = 0.0f;
-#pragma unroll
-        for (int k = 0; k < E; k++) ss = fmaf(xv[k], xv[k], ss);
-        const float total = 0.0f + cuda_warp_sum(ss);
-        const float sc = (float)(1.0 / sqrt((double)total / (double)D + (double)ra.eps));
-#pragma unroll
-        for (int k = 0; k < E; k++) tmp[lane + k * ST_GPU_WARP_SIZE] = (xv[k] * sc) * wv[k];
-        __syncwarp();
-        src = tmp;
-    }
-#pragma unroll
-    for (int k = 0; k < E; k++) {
-        const int i = lane + k * ST_GPU_WARP_SIZE;
-        if (i < n_work) rope_rotate(y, src, i, ra.mode_neox, ra.n_rot, csv[k]);
-    }
-    __syncwarp(); // tmp is free again
-}
-
 // ROPE: the queries and the new key come unroped (dec_rope_row), and the block stores the
 // new key and value (as dec_rope_prepare does for a range of one split); TABLE: with their
 // rotations from rope_table (ra.cs), as the forward pass gives them.
@@ -166,27 +122,13 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
             vr[j] = *(const typename piece::type *)(v_head + (int64_t)(t0 + j) * vc.nb2 + lane * DL * 2);
         }
     }
-    if (ROPE && TABLE && WK_ROPE_LOADS_EARLY) { // the group's queries and the new key, a warp each
-        for (int j = warp; j < group + 1; j += WK_WARPS) {
-            const bool q_row = j < group;
-            const float *x = q_row ? (const float *)(q.data + ((int64_t)kvh * group + j) * q.nb1)
-                                   : (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1);
-            wk_rope_row_early<D>(q_row ? Qs + j * D : k_new, x, q_row ? ra.q_norm : ra.k_norm, big + warp * D, lane,
-                                 ra);
-        }
-    }
     const int p = positions[0];
     int lo, hi;
     attn_visible_range(p, n_kv, window, &lo, &hi);
     if (hi >= rows) hi = rows - 1;
 
     bool store = false;
-    if (ROPE && TABLE && WK_ROPE_LOADS_EARLY) {
-        const int64_t n_ctx = kc.ne2;
-        store = p >= 0 && p < n_ctx;
-        if (kvh == 0 && tid == 0 && !store) cuda_report_op_error(ra.op_err, ST_CUDA_OP_ERROR_KV_POSITION, p, 0, n_ctx);
-        for (int i = group * D + tid; i < RB * D; i += WK_THREADS) Qs[i] = 0.0f;
-    } else if (ROPE) { // as dec_rope_prepare, the rows a warp each
+    if (ROPE) { // as dec_rope_prepare, the rows a warp each
         const int64_t n_ctx = kc.ne2;
         store = p >= 0 && p < n_ctx;
         if (kvh == 0 && tid == 0 && !store) cuda_report_op_error(ra.op_err, ST_CUDA_OP_ERROR_KV_POSITION, p, 0, n_ctx);
