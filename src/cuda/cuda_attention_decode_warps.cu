@@ -56,12 +56,11 @@ template <> struct wk_piece<4> {
     }
 };
 
-// src[0..DL) as the cache stores them (cuda_cache_store<F16>: the bits the new row has).
+// src[0..DL) as the cache stores them (cuda_cache_store: the bits the new row has).
 template <int DL> __device__ __forceinline__ typename wk_piece<DL>::type wk_cache_piece(const float *src) {
     typename wk_piece<DL>::type u;
-    unsigned short *h = (unsigned short *)&u;
 #pragma unroll
-    for (int e = 0; e < DL; e++) h[e] = st_gpu_float_to_half_bits(src[e]);
+    for (int e = 0; e < DL; e++) cuda_cache_store<ST_TYPE_F16>((char *)&u, e, src[e]);
     return u;
 }
 
@@ -106,7 +105,7 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     __shared__ __align__(16) float big[WK_WARPS * RB * D];    // the rope scratch, then the warps' acc
     __shared__ float Pw[WK_WARPS][V];                         // a warp's weights
     __shared__ float2 ml_s[WK_WARPS][RB];                     // the warps' (max, sum)
-    const int group = (int)(q.ne1 / kc.ne1), R = group;
+    const int group = (int)(q.ne1 / kc.ne1);
     const int kvh = blockIdx.x, tid = threadIdx.x;
     const int warp = tid / ST_GPU_WARP_SIZE, lane = tid % ST_GPU_WARP_SIZE;
     const char *k_head = kc.data + (int64_t)kvh * kc.nb1, *v_head = vc.data + (int64_t)kvh * vc.nb1;
@@ -149,7 +148,7 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     } else {
         for (int i = tid; i < RB * D; i += WK_THREADS) {
             const int r = i / D, d = i % D;
-            Qs[i] = r < R ? ((const float *)(q.data + ((int64_t)kvh * group + r) * q.nb1))[d] : 0.0f;
+            Qs[i] = r < group ? ((const float *)(q.data + ((int64_t)kvh * group + r) * q.nb1))[d] : 0.0f;
         }
     }
     __syncthreads(); // Qs and k_new complete
@@ -245,7 +244,7 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
             if (r == lane) ml_s[warp][r] = make_float2(m[r], l[r]);
     }
     __syncthreads();
-    for (int i = tid; i < R * D; i += WK_THREADS) {
+    for (int i = tid; i < group * D; i += WK_THREADS) {
         const int r = i / D, d = i % D;
         float mm = -INFINITY;
         for (int w = 0; w < WK_WARPS; w++) mm = fmaxf(mm, ml_s[w][r].x);

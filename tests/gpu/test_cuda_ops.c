@@ -1402,34 +1402,31 @@ static void run_fused_products_every_kind(void) {
  * window, n_kv = pos + 1 or the whole cache, both caches; and a shape the fused kernel does
  * not take (head_dim 96: the composite). short_f16: only the cases of an F16 cache and a
  * bound of at most 128 keys (where the warps kernel can take the shape). */
-static bool g_rope_short_f16;
-static void rope_attention_case(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, int32_t n_rot, st_rope_mode mode,
-                                bool norms, int32_t pos, int32_t window, bool n_kv_ctx) {
-    if (g_rope_short_f16 && (ct != ST_TYPE_F16 || n_kv_ctx || pos + 1 > 128)) return;
+static void rope_attention_case(bool short_f16, st_type ct, int64_t hd, int64_t Hq, int64_t Hk, int32_t n_rot,
+                                st_rope_mode mode, bool norms, int32_t pos, int32_t window, bool n_kv_ctx) {
+    if (short_f16 && (ct != ST_TYPE_F16 || n_kv_ctx || pos + 1 > 128)) return;
     test_rope_attention(ct, hd, Hq, Hk, n_rot, mode, norms, pos, window, n_kv_ctx);
 }
 static void run_rope_attention(bool short_f16) {
-    g_rope_short_f16 = short_f16;
     for (int ci = 0; ci < 2; ci++) {
         const st_type ct = ci ? ST_TYPE_F32 : ST_TYPE_F16;
         for (int norms = 0; norms <= 1; norms++) {
-            rope_attention_case(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 0, 0, false);
-            rope_attention_case(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 64, 0, true);
-            rope_attention_case(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 130, 0, false);
-            rope_attention_case(ct, 128, 32, 4, 64, ST_ROPE_MODE_NEOX, norms, 700, 0, true); /* partial, 8 a group */
-            rope_attention_case(ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 333, 100, true); /* window */
-            rope_attention_case(ct, 256, 8, 4, 256, ST_ROPE_MODE_NEOX, norms, 517, 0, false);
-            rope_attention_case(ct, 96, 4, 2, 32, ST_ROPE_MODE_NEOX, norms, 40, 0, true);
+            rope_attention_case(short_f16, ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 0, 0, false);
+            rope_attention_case(short_f16, ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 64, 0, true);
+            rope_attention_case(short_f16, ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 130, 0, false);
+            rope_attention_case(short_f16, ct, 128, 32, 4, 64, ST_ROPE_MODE_NEOX, norms, 700, 0, true); /* partial, 8 a group */
+            rope_attention_case(short_f16, ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 333, 100, true); /* window */
+            rope_attention_case(short_f16, ct, 256, 8, 4, 256, ST_ROPE_MODE_NEOX, norms, 517, 0, false);
+            rope_attention_case(short_f16, ct, 96, 4, 2, 32, ST_ROPE_MODE_NEOX, norms, 40, 0, true);
             /* the issue-5 models' shapes at tg128's depths (bounds up to 128 keys: the warps
              * kernel with an F16 cache), one with a window, and past them (the split kernel) */
-            rope_attention_case(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 100, 0, false);
-            rope_attention_case(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 63, 0, false);
-            rope_attention_case(ct, 128, 32, 8, 128, ST_ROPE_MODE_NEOX, norms, 127, 0, false);
-            rope_attention_case(ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 120, 50, false); /* window */
-            rope_attention_case(ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 700, 0, true);
+            rope_attention_case(short_f16, ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 100, 0, false);
+            rope_attention_case(short_f16, ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 63, 0, false);
+            rope_attention_case(short_f16, ct, 128, 32, 8, 128, ST_ROPE_MODE_NEOX, norms, 127, 0, false);
+            rope_attention_case(short_f16, ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 120, 50, false); /* window */
+            rope_attention_case(short_f16, ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 700, 0, true);
         }
     }
-    g_rope_short_f16 = false;
 }
 
 /* One token's attention over a short F16 cache by the split kernel, where the warps kernel
