@@ -136,20 +136,22 @@ enum { OP_FORWARD = 512 };
 static bool chain_qkv(const step *s, int ops) { return (ops & OP_CHAINED) || ((ops & OP_FORWARD) && s->qkv_prepared); }
 static bool chain_ffn(const step *s, int ops) { return (ops & OP_CHAINED) || ((ops & OP_FORWARD) && s->ffn_prepared); }
 
+#define NORM_EPS 1e-5f // every RMSNorm's epsilon here
+
 // The normed products' descriptors, before any chaining (what prepared_norm_pays is asked about).
 static st_fused_mul_mat qkv_op(step *s, layer *l, int ops) {
     st_fused_mul_mat op = {};
     op.n_w = 3;
     op.w[0] = &l->wq, op.w[1] = &l->wk, op.w[2] = &l->wv;
     op.y[0] = &s->q, op.y[1] = &s->k, op.y[2] = &s->v;
-    op.x = &s->x, op.norm_w = ops & OP_NO_NORM ? NULL : &l->attn_norm, op.eps = 1e-5f, op.h = &s->h;
+    op.x = &s->x, op.norm_w = ops & OP_NO_NORM ? NULL : &l->attn_norm, op.eps = NORM_EPS, op.h = &s->h;
     op.epilogue = ST_FUSED_EPILOGUE_STORE;
     return op;
 }
 static st_fused_mul_mat ffn_op(step *s, layer *l, int ops) {
     st_fused_mul_mat op = {};
     op.n_w = 2, op.w[0] = &l->gate, op.w[1] = &l->up, op.y[0] = &s->gate, op.y[1] = &s->up;
-    op.x = &s->x, op.norm_w = ops & OP_NO_NORM ? NULL : &l->ffn_norm, op.eps = 1e-5f, op.h = &s->h;
+    op.x = &s->x, op.norm_w = ops & OP_NO_NORM ? NULL : &l->ffn_norm, op.eps = NORM_EPS, op.h = &s->h;
     op.epilogue = ST_FUSED_EPILOGUE_SWIGLU, op.out = &s->ff;
     return op;
 }
@@ -157,7 +159,6 @@ static st_fused_mul_mat ffn_op(step *s, layer *l, int ops) {
 static void issue_layer(step *s, layer *l, int ops) {
     st_error err = {};
     const shape *sh = s->sh;
-    const float eps = 1e-5f;
     if (ops & OP_QKV) {
         st_fused_mul_mat op = qkv_op(s, l, ops);
         op.x_w = chain_qkv(s, ops) ? &s->x_w : NULL;
@@ -173,7 +174,7 @@ static void issue_layer(step *s, layer *l, int ops) {
     st_fused_rope_store rs = {};
     rs.q = &qh, rs.k = &kh, rs.v = &vh;
     rs.q_norm = sh->qk_norm ? &l->q_norm : NULL, rs.k_norm = sh->qk_norm ? &l->k_norm : NULL;
-    rs.eps = eps, rs.positions = &s->pos, rs.rope = &s->rope, rs.k_cache = &l->k_cache, rs.v_cache = &l->v_cache;
+    rs.eps = NORM_EPS, rs.positions = &s->pos, rs.rope = &s->rope, rs.k_cache = &l->k_cache, rs.v_cache = &l->v_cache;
     rs.rope_cs = &s->rope_cs;
     st_tensor out = s->attn_out;
     out.ne[0] = sh->head_dim, out.ne[1] = sh->n_head, out.ne[2] = 1;
