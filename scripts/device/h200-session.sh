@@ -10,7 +10,7 @@
 #   tests        the GPU test script's ctest (when .cm is carried), ops, quant, models (with
 #                .whl carried: scripts/device/carry-whl.sh) and memcheck stages (~6 min: run
 #                it alone in its call; its rows reach $OUT as they are decided)
-#   issue5       tg128/pp512 padding on vs off, -r 3, interleaved ($MODELS)
+#   issue5       tg128/pp512 padding on vs off, -r 3, interleaved ($MODELS), markdown and JSON
 #   greedy       64 greedy tokens with padding on vs off ($MODELS)
 #   seed         the seed-form table: pp128..pp8192, tg128, TTFT512 at depth 0/4096/8192,
 #                on/off/auto, -r 2, with JSON and the SVG chart ($MODELS)
@@ -94,7 +94,8 @@ stage_tests() {
     grep -E "FAIL|WARN|ALL|SOME|memcheck|test_cuda" "$O/gpu-tests-summary.txt"; elapsed tests
 }
 stage_issue5() {
-    $S bench --backend cuda -m "$(model_list)" -p 512 -n 128 -r 3 --pad-weights on,off -o md >"$O/issue5.md" 2>&1
+    $S bench --backend cuda -m "$(model_list)" -p 512 -n 128 -r 3 --pad-weights on,off -o md -oe json \
+        >"$O/issue5.md" 2>"$O/issue5.json"
     grep -E "^\| .*(pp|tg)" "$O/issue5.md"; elapsed issue5
 }
 stage_greedy() {
