@@ -20,6 +20,8 @@
 // every bound up to RK. st_fused_rope_attention gives the bits of rope_store then this
 // kernel: the prologue is dec_rope_row's (cuda_attention_decode.cuh), the rows spread over
 // the warps.
+#include <type_traits>
+
 #include "cuda/cuda_attention_decode.cuh"
 
 #define WK_WARPS 16
@@ -117,7 +119,7 @@ __device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restr
 #pragma unroll
     for (int k = 0; k < E; k++) ss = fmaf(xv[k], xv[k], ss);
     const float total = 0.0f + cuda_warp_sum(ss);
-    const float sc = (float)(1.0 / sqrt((double)total / (double)D + (double)ra.eps));
+    const float sc = cuda_rms_scale(total, D, ra.eps);
 #pragma unroll
     for (int k = 0; k < E; k++) tmp[lane + k * ST_GPU_WARP_SIZE] = (xv[k] * sc) * wv[k];
     __syncwarp();
@@ -160,21 +162,17 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     const int64_t k_step = kc.nb2, v_step = vc.nb2;
     const char *kp = k_head + (int64_t)t0 * k_step + lane * DL * 2, *vp = v_head + (int64_t)t0 * v_step + lane * DL * 2;
     typename piece::type kr[KPW], vr[KPW];
-    if (t0 + KPW <= rows) {
+    auto load_keys = [&](auto checked) {
 #pragma unroll
         for (int j = 0; j < KPW; j++, kp += k_step, vp += v_step) {
-            kr[j] = *(const typename piece::type *)kp;
-            vr[j] = *(const typename piece::type *)vp;
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < KPW; j++, kp += k_step, vp += v_step) {
-            if (t0 + j < rows) {
+            if (!decltype(checked)::value || t0 + j < rows) {
                 kr[j] = *(const typename piece::type *)kp;
                 vr[j] = *(const typename piece::type *)vp;
             }
         }
-    }
+    };
+    if (t0 + KPW <= rows) load_keys(std::false_type{});
+    else load_keys(std::true_type{});
     const bool early = ROPE && TABLE && ra.q_norm != NULL && ra.k_norm != NULL;
     if (early) { // the group's queries and the new key, a warp each
         for (int j = warp; j < group + 1; j += WK_WARPS) {
