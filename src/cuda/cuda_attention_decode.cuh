@@ -46,7 +46,7 @@ __device__ void dec_rope_row(float *y, const float *__restrict__ x, const float 
             total = 0.0f;
             for (int i = 0; i < n_thr / ST_GPU_WARP_SIZE; i++) total += red[i];
         }
-        const float sc = (float)(1.0 / sqrt((double)total / (double)D + (double)ra.eps));
+        const float sc = cuda_rms_scale(total, D, ra.eps);
         for (int i = t; i < D; i += n_thr) tmp[i] = (x[i] * sc) * w[i];
         if (n_thr == ST_GPU_WARP_SIZE) __syncwarp(); else __syncthreads();
         src = tmp;

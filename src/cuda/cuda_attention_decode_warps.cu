@@ -20,6 +20,8 @@
 // every bound up to RK. st_fused_rope_attention gives the bits of rope_store then this
 // kernel: the prologue is dec_rope_row's (cuda_attention_decode.cuh), the rows spread over
 // the warps.
+#include <type_traits>
+
 #include "cuda/cuda_attention_decode.cuh"
 
 #define WK_WARPS 16
@@ -89,6 +91,46 @@ template <int V, int LOG2V> __device__ __forceinline__ float wk_warp_transpose_s
     return x;
 }
 
+// The prologue's rows with their loads first, taken where the rows have a qk-norm and their
+// rotations come from rope_table: each row's x, norm weights and rotations are issued
+// together and before the position is read, and the new key is formed whether or not the
+// block will store it, so that nothing of the prologue waits for the position (three
+// dependent L2 round trips become one). Measured (call 23-3, bench/cuda-decode.md): the
+// rope + attention op -0.6 us on the qwen3 models, -0.12 on llama-3.2-1b, whose rows have no
+// norm and whose layer did not gain: there the rows keep dec_rope_row. The same arithmetic
+// in the same order as dec_rope_row: the same bits.
+
+// dec_rope_row<D, true> with a norm (w), by one warp (D <= 128), every load issued first.
+template <int D>
+__device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restrict__ x, const float *__restrict__ w,
+                                                  float *tmp, int lane, const dec_rope_args &ra) {
+    constexpr int E = D / ST_GPU_WARP_SIZE;
+    const int half = ra.n_rot / 2, n_work = half + (D - ra.n_rot);
+    float xv[E], wv[E];
+    float2 csv[E];
+#pragma unroll
+    for (int k = 0; k < E; k++) {
+        const int i = lane + k * ST_GPU_WARP_SIZE;
+        xv[k] = x[i];
+        wv[k] = w[i];
+        csv[k] = i < half ? ra.cs[i] : make_float2(0.0f, 0.0f);
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < E; k++) ss = fmaf(xv[k], xv[k], ss);
+    const float total = 0.0f + cuda_warp_sum(ss);
+    const float sc = cuda_rms_scale(total, D, ra.eps);
+#pragma unroll
+    for (int k = 0; k < E; k++) tmp[lane + k * ST_GPU_WARP_SIZE] = (xv[k] * sc) * wv[k];
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < E; k++) {
+        const int i = lane + k * ST_GPU_WARP_SIZE;
+        if (i < n_work) rope_rotate(y, tmp, i, ra.mode_neox, ra.n_rot, csv[k]);
+    }
+    __syncwarp(); // tmp is free again
+}
+
 // ROPE: the queries and the new key come unroped (dec_rope_row), and the block stores the
 // new key and value (as dec_rope_prepare does for a range of one split); TABLE: with their
 // rotations from rope_table (ra.cs), as the forward pass gives them.
@@ -110,15 +152,35 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     const int warp = tid / ST_GPU_WARP_SIZE, lane = tid % ST_GPU_WARP_SIZE;
     const char *k_head = kc.data + (int64_t)kvh * kc.nb1, *v_head = vc.data + (int64_t)kvh * vc.nb1;
 
-    // this warp's keys [t0, t0 + KPW), those below the bound loaded before the position is read
+    // this warp's keys [t0, t0 + KPW), those below the bound loaded before the position is read,
+    // by row pointers stepped a position at a time: where all of the warp's keys are below the
+    // bound (every warp, when the bound is a round: the recorded decode step's), no branch and
+    // no 64-bit multiply a key (171 instructions a warp before the last load left, 913 in all:
+    // bench/decode-attn-ncu-h200.md)
     const int t0 = warp * KPW;
     const int rows = (int)(n_kv < kc.ne2 ? n_kv : kc.ne2);
+    const int64_t k_step = kc.nb2, v_step = vc.nb2;
+    const char *kp = k_head + (int64_t)t0 * k_step + lane * DL * 2, *vp = v_head + (int64_t)t0 * v_step + lane * DL * 2;
     typename piece::type kr[KPW], vr[KPW];
+    auto load_keys = [&](auto checked) {
 #pragma unroll
-    for (int j = 0; j < KPW; j++) {
-        if (t0 + j < rows) {
-            kr[j] = *(const typename piece::type *)(k_head + (int64_t)(t0 + j) * kc.nb2 + lane * DL * 2);
-            vr[j] = *(const typename piece::type *)(v_head + (int64_t)(t0 + j) * vc.nb2 + lane * DL * 2);
+        for (int j = 0; j < KPW; j++, kp += k_step, vp += v_step) {
+            if (!decltype(checked)::value || t0 + j < rows) {
+                kr[j] = *(const typename piece::type *)kp;
+                vr[j] = *(const typename piece::type *)vp;
+            }
+        }
+    };
+    if (t0 + KPW <= rows) load_keys(std::false_type{});
+    else load_keys(std::true_type{});
+    const bool early = ROPE && TABLE && ra.q_norm != NULL && ra.k_norm != NULL;
+    if (early) { // the group's queries and the new key, a warp each
+        for (int j = warp; j < group + 1; j += WK_WARPS) {
+            const bool q_row = j < group;
+            const float *x = q_row ? (const float *)(q.data + ((int64_t)kvh * group + j) * q.nb1)
+                                   : (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1);
+            wk_rope_row_early<D>(q_row ? Qs + j * D : k_new, x, q_row ? ra.q_norm : ra.k_norm, big + warp * D, lane,
+                                 ra);
         }
     }
     const int p = positions[0];
@@ -127,12 +189,12 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     if (hi >= rows) hi = rows - 1;
 
     bool store = false;
-    if (ROPE) { // as dec_rope_prepare, the rows a warp each
+    if (ROPE) { // as dec_rope_prepare, the rows a warp each (formed above when they were early)
         const int64_t n_ctx = kc.ne2;
         store = p >= 0 && p < n_ctx;
         if (kvh == 0 && tid == 0 && !store) cuda_report_op_error(ra.op_err, ST_CUDA_OP_ERROR_KV_POSITION, p, 0, n_ctx);
         const double pos = (double)p * (double)ra.freq_scale;
-        const int n_rows = group + (store ? 1 : 0);
+        const int n_rows = early ? 0 : group + (store ? 1 : 0);
         for (int j = warp; j < n_rows; j += WK_WARPS) {
             float *tmp = big + warp * D;
             if (j < group) {

@@ -251,6 +251,12 @@ static inline dim3 cuda_rows_grid(int64_t ne0, int64_t rows) {
     return dim3(gx < 64 ? (gx ? gx : 1) : 64, cuda_grid_y(rows));
 }
 
+/* An RMSNorm's scale 1 / sqrt(ss / n + eps) from the sum of squares ss of n values, in
+ * double as the CPU backend forms it (so that the f32 result rounds alike). */
+__device__ __forceinline__ float cuda_rms_scale(float ss, int64_t n, float eps) {
+    return (float)(1.0 / sqrt((double)ss / (double)n + (double)eps));
+}
+
 /* The sum over a warp, in every lane (a fixed xor tree). */
 __device__ __forceinline__ float cuda_warp_sum(float v) {
 #pragma unroll

@@ -106,7 +106,7 @@ __device__ void gemv_stage_norm(float *h, const gemv_args &a) {
         __syncthreads();
         float total = 0.0f;
         for (int i = 0; i < CUDA_GEMV_WARPS; i++) total += warp_sums[i];
-        const float s = (float)(1.0 / sqrt((double)total / (double)a.K + (double)a.eps));
+        const float s = cuda_rms_scale(total, a.K, a.eps);
         float *hc = h + c * a.K;
         for (int64_t k = threadIdx.x; k < a.K; k += blockDim.x) hc[k] = (xr[k] * s) * a.norm_w[k];
     }
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(GEMV_THREADS, NC > 1                        ? 
         acc[0] = 0.0f;
         gemv_row_normed<T, true>(pt.w + n * pt.nb1, a.K, xs[0], a.norm_w, acc[0], ss);
         ss = cuda_warp_sum(ss);
-        const float s = (float)(1.0 / sqrt((double)ss / (double)a.K + (double)a.eps));
+        const float s = cuda_rms_scale(ss, a.K, a.eps);
         acc[0] = cuda_warp_sum(acc[0]) * s;
         if (GLU) {
             up[0] = 0.0f;

@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
             for (int j = 1; j < S; j++) acc += sums[warp + j][0], up += sums[warp + j][1], ss += sums[warp + j][2];
     }
     if (NORM) { // the scale as cuda_gemv.cu's norm in the loop forms it
-        const float s = (float)(1.0 / sqrt((double)ss / (double)a.K + (double)a.eps));
+        const float s = cuda_rms_scale(ss, a.K, a.eps);
         acc *= s;
         if (GLU) up *= s;
     }

@@ -131,7 +131,7 @@ __device__ __forceinline__ float rowblock_norm(const cuda_gemv_decode_args &a, f
     float total = 0.0f;
 #pragma unroll
     for (int w = 0; w < ROWBLOCK_WARPS; w++) total += ss_sums[w];
-    return (float)(1.0 / sqrt((double)total / (double)a.K + (double)a.eps));
+    return cuda_rms_scale(total, a.K, a.eps);
 }
 
 // Row n of part p from its sums s[M] (times the norm's scale): stored, added to the

@@ -37,7 +37,7 @@ __global__ void rms_norm_f32(st_cuda_view dst, st_cuda_view x, const float *__re
         float ss = 0.0f;
         for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
         ss = block_sum_f32(ss, shared);
-        const float s = (float)(1.0 / sqrt((double)ss / (double)D + (double)eps));
+        const float s = cuda_rms_scale(ss, D, eps);
         if (w) {
             for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = (xr[i] * s) * w[i];
         } else {
@@ -165,7 +165,7 @@ __global__ void rope_store_kernel(st_cuda_view q, st_cuda_view k, st_cuda_view v
         float ss = 0.0f;
         for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
         ss = block_sum_f32(ss, shared);
-        const float s = (float)(1.0 / sqrt((double)ss / (double)hd + (double)eps));
+        const float s = cuda_rms_scale(ss, hd, eps);
         for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) row_s[i] = (xr[i] * s) * w[i];
     } else {
         for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) row_s[i] = xr[i];
