@@ -147,6 +147,7 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     __shared__ __align__(16) float big[WK_WARPS * RB * D];    // the rope scratch, then the warps' acc
     __shared__ float Pw[WK_WARPS][V];                         // a warp's weights
     __shared__ float2 ml_s[WK_WARPS][RB];                     // the warps' (max, sum)
+    cuda_early_release(); // the output projection, launched early, may take the other SMs now
     const int group = (int)(q.ne1 / kc.ne1);
     const int kvh = blockIdx.x, tid = threadIdx.x;
     const int warp = tid / ST_GPU_WARP_SIZE, lane = tid % ST_GPU_WARP_SIZE;
