@@ -1360,35 +1360,48 @@ static void test_errors(void) {
 
 /* ---- the suite ---------------------------------------------------------------------- */
 
+/* The environment variable name's value (a copy; NULL when unset), and putting it back. */
+static char *env_save(const char *name) {
+    const char *old = getenv(name);
+    char *saved = old ? strdup(old) : NULL;
+    if (old && !saved) test_die("out of memory saving the environment", NULL);
+    return saved;
+}
+static void env_restore(const char *name, char *saved) {
+    if (saved) setenv(name, saved, 1);
+    else unsetenv(name);
+    free(saved);
+}
+
 /* Runs fn with the CUDA backend created again under the environment variable name=value
  * (the backend reads its decode tuning once, at init), then restores both. */
 static void with_cuda_env(const char *name, const char *value, void (*fn)(void)) {
     st_error err = {0};
-    const char *old = getenv(name);
-    char *saved = old ? strdup(old) : NULL;
-    if (old && !saved) test_die("out of memory saving the environment", NULL);
+    char *saved = env_save(name);
     st_backend_free(g_gpu);
     setenv(name, value, 1);
     if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu, &err) != ST_OK) test_die("CUDA backend", &err);
     printf("%s=%s\n", name, value);
     fn();
     st_backend_free(g_gpu);
-    if (saved) setenv(name, saved, 1);
-    else unsetenv(name);
-    free(saved);
+    env_restore(name, saved);
     if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu, &err) != ST_OK) test_die("CUDA backend", &err);
 }
 
 /* Every kind of one-column product by the block-a-row kernel with its rows staged in shared
- * memory (g_gpu), each also by the same kernel with its rows in registers (g_gpu_regs):
- * test_mul_mat_fused compares the two bitwise. Run under STRIDE_CUDA_GEMV_ROWBLOCK=7 and
- * STRIDE_CUDA_ROWBLOCK_STAGED=7. */
+ * memory (g_gpu; launched early too when the caller set STRIDE_CUDA_PDL), each also by the
+ * same kernel with its rows in registers, launched plainly (g_gpu_regs): test_mul_mat_fused
+ * compares the two bitwise. Run under STRIDE_CUDA_GEMV_ROWBLOCK=7 and
+ * STRIDE_CUDA_ROWBLOCK_STAGED=7 or STRIDE_CUDA_PDL=7. */
 static void run_fused_products(void);
 static void run_fused_products_staged_and_registers(void) {
     st_error err = {0};
+    char *staged = env_save("STRIDE_CUDA_ROWBLOCK_STAGED"), *early = env_save("STRIDE_CUDA_PDL");
     setenv("STRIDE_CUDA_ROWBLOCK_STAGED", "0", 1);
+    setenv("STRIDE_CUDA_PDL", "0", 1); /* (a product launched early is staged) */
     if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu_regs, &err) != ST_OK) test_die("CUDA backend (registers)", &err);
-    setenv("STRIDE_CUDA_ROWBLOCK_STAGED", "7", 1);
+    env_restore("STRIDE_CUDA_ROWBLOCK_STAGED", staged);
+    env_restore("STRIDE_CUDA_PDL", early);
     run_fused_products();
     st_backend_free(g_gpu_regs);
     g_gpu_regs = NULL;
@@ -1533,6 +1546,8 @@ static void run_all(void) {
     /* the one-column products under each decode kernel: the block-a-row kernel wherever it
      * can take them (a mask of every kind of product), then the warp-a-row kernel alone */
     with_cuda_env("STRIDE_CUDA_ROWBLOCK_STAGED", "7", run_fused_products_every_kind);
+    /* ... staged and launched early (sm_90; plain launches before): the same bits */
+    with_cuda_env("STRIDE_CUDA_PDL", "7", run_fused_products_every_kind);
     with_cuda_env("STRIDE_CUDA_GEMV_ROWBLOCK", "0", run_fused_products);
     /* a residual add preparing the next product's norm, then that product: model shapes
      * (llama-3.2-1b's o then q/k/v or gate/up; qwen3-8b's down then q/k/v) and rows that
