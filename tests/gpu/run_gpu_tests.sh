@@ -149,9 +149,10 @@ tol_for() { case $1 in f32) echo 1e-4 ;; f16) echo 3e-3 ;; bf16) echo 2.5e-2 ;; 
 # The tolerance of a preset's prompt logits (the GEMM path) against the CPU: tol_for its
 # type, but f16's where the prompt's attention takes the tensor-core flash kernel, which
 # rounds q and P to f16 (test_cuda_ops' attn_tol: ~9e-4 for the attention itself):
-# tiny-qwen3-hd128, whose 12-token prompt has 24 query rows a kv head, more than the
-# split-KV kernel holds at head_dim 128 (an f16 or bf16 model's tolerance covers it already).
-prompt_tol() { case $1-$2 in tiny-qwen3-hd128-f32) tol_for f16 ;; *) tol_for $2 ;; esac; }
+# tiny-qwen3-hd128 and tiny-qwen3-wide, whose 12-token prompts have 24 query rows a kv head,
+# more than the split-KV kernel holds at head_dim 128 (an f16 or bf16 model's tolerance
+# covers it already).
+prompt_tol() { case $1-$2 in tiny-qwen3-hd128-f32 | tiny-qwen3-wide-f32) tol_for f16 ;; *) tol_for $2 ;; esac; }
 PROMPT=1,17,42,99,5,300,7,256,11,480,3,64 # 12 tokens: the prompt runs the GEMM path (M >= 8)
 DECODE=8,9,10,100,200,300,400,500          # then 8 teacher-forced steps: the GEMV path (M = 1)
 compare_npy() { # compare_npy A B TOL [SKIP] -> prints "nerr ... argmax-agree i/n", exit 0 when nerr <= TOL
@@ -176,7 +177,8 @@ EOF
 if want models; then
     : >"$OUTDIR/models.log"
     if [ ! -x "$STRIDE" ]; then row models FAIL "$STRIDE missing"; else
-        for preset in tiny-llama tiny-qwen3 tiny-gemma3 tiny-phi3 tiny-olmoe tiny-llama-hd64 tiny-qwen3-hd128; do
+        for preset in tiny-llama tiny-qwen3 tiny-gemma3 tiny-phi3 tiny-olmoe tiny-llama-hd64 tiny-qwen3-hd128 \
+            tiny-qwen3-wide; do
             for type in f32 f16 bf16; do
                 m=$WORK/$preset-$type.gguf
                 name="$preset $type"
@@ -232,6 +234,22 @@ if want models; then
                     resc=$(compare_npy "$WORK/$preset-$type-chain2.npy" "$WORK/$preset-$type-chain0.npy" 1e-4 2>&1)
                     if [ $? -eq 0 ]; then row "$name norms prepared = in the loop" PASS "$resc"
                     else row "$name norms prepared = in the loop" FAIL "$resc"; fi
+                fi
+
+                # the decode products launched early (STRIDE_CUDA_PDL=7: staged, their rows'
+                # copies issued before they wait for the kernel ahead, x read after it) against
+                # plain launches: the same sums in the same order, so the same bits. Only
+                # tiny-qwen3-wide's rows (2,048) reach the block-a-row kernels that do this.
+                if [ "$preset" = tiny-qwen3-wide ]; then
+                    for early in 0 7; do
+                        echo "== $name --backend cuda STRIDE_CUDA_PDL=$early" >>"$OUTDIR/models.log"
+                        STRIDE_CUDA_PDL=$early "$STRIDE" run -m "$m" --tokens $PROMPT --decode-tokens $DECODE \
+                            -n 0 --backend cuda --logits-out "$WORK/$preset-$type-early$early.npy" >>"$OUTDIR/models.log" 2>&1
+                    done
+                    rese=$(compare_npy "$WORK/$preset-$type-early7.npy" "$WORK/$preset-$type-early0.npy" 0 2>&1)
+                    if [ $? -eq 0 ] && cmp -s "$WORK/$preset-$type-early7.npy" "$WORK/$preset-$type-early0.npy"; then
+                        row "$name launched early = plain" PASS "logits bitwise identical ($rese)"
+                    else row "$name launched early = plain" FAIL "$rese"; fi
                 fi
 
                 # greedy tokens, padding on vs off (CUDA), forced to pad the tiny rows
