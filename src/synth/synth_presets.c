@@ -91,7 +91,8 @@ static const st_synth_preset presets[] = {
      .rope_freq_base = 1000000.0, .rms_eps = 1e-6, .tied_output = true},
     /* The decode products' widths (rows of 2,048 elements): the block-a-row kernels
      * (cuda_gemv_rowblock.cu) take only K a multiple of 2,048, which no preset above reaches,
-     * so the GPU models stage runs them, staged and launched early, through this one. */
+     * so the GPU models stage runs them (the q/k/v, o and down products of each decode
+     * step) through this one. */
     {.name = "tiny-qwen3-wide", .description = "tiny qwen3 for tests with rows of 2,048 (GQA 16/8, q/k norm)",
      .arch = ST_ARCH_QWEN3, .n_vocab = 512, .n_embd = 2048, .n_layer = 2, .n_head = 16,
      .n_head_kv = 8, .head_dim = 128, .n_ff = 2048, .n_rot = 128, .n_ctx_train = 4096,
