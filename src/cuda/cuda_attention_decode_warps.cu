@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "cuda/cuda_attention_decode.cuh"
+#include "cuda/cuda_backend.h"
 
 #define WK_WARPS 16
 #define WK_THREADS (WK_WARPS * ST_GPU_WARP_SIZE)
@@ -133,8 +134,12 @@ __device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restr
 
 // ROPE: the queries and the new key come unroped (dec_rope_row), and the block stores the
 // new key and value (as dec_rope_prepare does for a range of one split); TABLE: with their
-// rotations from rope_table (ra.cs), as the forward pass gives them.
-template <int D, int RB, bool ROPE, bool TABLE>
+// rotations from rope_table (ra.cs), as the forward pass gives them. EARLY: launched early
+// (st_cuda_ctx's early_launch), the block loads its K/V rows while the kernel ahead (q/k/v)
+// still runs, and waits for it before it reads anything that kernel writes; the cache rows
+// the step has not written yet are the ones the prologue replaces (the new position's) or
+// masks (later positions), as without the early launch.
+template <int D, int RB, bool ROPE, bool TABLE, bool EARLY>
 __global__ void __launch_bounds__(WK_THREADS, 1)
     attn_decode_warps_kernel(st_cuda_view q, st_cuda_view kc, st_cuda_view vc, const int32_t *__restrict__ positions,
                              int64_t n_kv, int32_t window, float scale, float softcap, const dec_rope_args ra,
@@ -174,6 +179,7 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     };
     if (t0 + KPW <= rows) load_keys(std::false_type{});
     else load_keys(std::true_type{});
+    if (EARLY) cuda_early_wait(); // q/k/v written and visible from here
     const bool early = ROPE && TABLE && ra.q_norm != NULL && ra.k_norm != NULL;
     if (early) { // the group's queries and the new key, a warp each
         for (int j = warp; j < group + 1; j += WK_WARPS) {
@@ -342,16 +348,20 @@ template <int D, int RB>
 static void wk_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                       const st_tensor *v_cache, const int32_t *pos, const st_attn_params *p, const dec_rope_args *ra) {
     const unsigned int grid = (unsigned int)k_cache->ne[1];
-    if (ra && ra->cs)
-        attn_decode_warps_kernel<D, RB, true, true><<<grid, WK_THREADS, 0, c->stream>>>(
+    if (ra && ra->cs && (c->early_launch & CUDA_EARLY_ATTENTION))
+        (void)st_gpu_launch_early(attn_decode_warps_kernel<D, RB, true, true, true>, grid, WK_THREADS, 0, c->stream,
+                                  cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window,
+                                  p->scale, p->softcap, *ra, cuda_view(dst)); // (its error: ST_GPU_CHECK_LAUNCH)
+    else if (ra && ra->cs)
+        attn_decode_warps_kernel<D, RB, true, true, false><<<grid, WK_THREADS, 0, c->stream>>>(
             cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap, *ra,
             cuda_view(dst));
     else if (ra)
-        attn_decode_warps_kernel<D, RB, true, false><<<grid, WK_THREADS, 0, c->stream>>>(
+        attn_decode_warps_kernel<D, RB, true, false, false><<<grid, WK_THREADS, 0, c->stream>>>(
             cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap, *ra,
             cuda_view(dst));
     else
-        attn_decode_warps_kernel<D, RB, false, false><<<grid, WK_THREADS, 0, c->stream>>>(
+        attn_decode_warps_kernel<D, RB, false, false, false><<<grid, WK_THREADS, 0, c->stream>>>(
             cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
             dec_rope_args{}, cuda_view(dst));
 }

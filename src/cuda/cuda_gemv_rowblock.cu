@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
 // kernel above, in the same order (thread t's pieces in order, the xor tree, the warps in
 // order): the same bits.
 //
-// Launched early (EARLY: st_cuda_ctx's gemv_pdl), a block issues the copies of its first S
+// Launched early (EARLY: st_cuda_ctx's early_launch), a block issues the copies of its first S
 // rows before it waits for the kernel ahead (cuda_early_wait), since weights are written by
 // no kernel of the step, and reads x and the residual after the wait, through L2. Its rows
 // then stream while the kernel ahead still runs: the decode attention on a few SMs, the
@@ -409,7 +409,7 @@ static void rowblock_launch_p(st_cuda_ctx *c, const cuda_gemv_decode_args &a, in
     const int kind = EPI == ST_FUSED_EPILOGUE_STORE ? CUDA_ROWBLOCK_STORE
                      : EPI == ST_FUSED_EPILOGUE_ADD ? CUDA_ROWBLOCK_ADD
                                                     : CUDA_ROWBLOCK_GLU;
-    const bool early = (c->gemv_pdl & kind) != 0; // (staged: the rows' copies are what it issues early)
+    const bool early = (c->early_launch & kind) != 0; // (staged: the rows' copies are what it issues early)
     if (early && ROWBLOCK_EARLY_SPARE_SMS > 0) {
         const int64_t spared = (int64_t)(c->sm_count - ROWBLOCK_EARLY_SPARE_SMS) * ROWBLOCK_MIN_BLOCKS;
         if (spared > 0 && spared < grid && rows <= spared * ROWBLOCK_MAX_ROWS_A_BLOCK) grid = (unsigned int)spared;

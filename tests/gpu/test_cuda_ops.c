@@ -1449,6 +1449,10 @@ static void run_one_token_attention_split_kernel(void) {
     run_rope_attention(true);
     test_attention_decode(true);
 }
+/* The same short F16 rope_attention cases with the warps kernel launched early
+ * (STRIDE_CUDA_PDL=8; it takes the rotations from a rope_table): its "table=formed" rows
+ * compare it bitwise with the kernel launched plainly, forming the rotations. */
+static void run_one_token_attention_early(void) { run_rope_attention(true); }
 
 /* The weight types every op is tested in. */
 static const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16};
@@ -1532,6 +1536,7 @@ static void run_all(void) {
 
     run_rope_attention(false);
     with_cuda_env("STRIDE_CUDA_ATTN_WARPS", "0", run_one_token_attention_split_kernel);
+    with_cuda_env("STRIDE_CUDA_PDL", "8", run_one_token_attention_early);
 
     /* rope_store: per-head norms or none, NORM/NEOX, partial rotary, GQA, both caches */
     for (int ci = 0; ci < 2; ci++)
