@@ -101,8 +101,8 @@ template <int V, int LOG2V> __device__ __forceinline__ float wk_warp_transpose_s
 // norm and whose layer did not gain: there the rows keep dec_rope_row. The same arithmetic
 // in the same order as dec_rope_row: the same bits.
 
-// dec_rope_row<D, true> with a norm (w), by one warp (D <= 128), every load issued first.
-template <int D>
+// dec_rope_row<D, true, L2> with a norm (w), by one warp (D <= 128), every load issued first.
+template <int D, bool L2>
 __device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restrict__ x, const float *__restrict__ w,
                                                   float *tmp, int lane, const dec_rope_args &ra) {
     constexpr int E = D / ST_GPU_WARP_SIZE;
@@ -112,7 +112,7 @@ __device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restr
 #pragma unroll
     for (int k = 0; k < E; k++) {
         const int i = lane + k * ST_GPU_WARP_SIZE;
-        xv[k] = x[i];
+        xv[k] = L2 ? __ldcg(x + i) : x[i];
         wv[k] = w[i];
         csv[k] = i < half ? ra.cs[i] : make_float2(0.0f, 0.0f);
     }
@@ -179,15 +179,18 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     };
     if (t0 + KPW <= rows) load_keys(std::false_type{});
     else load_keys(std::true_type{});
-    if (EARLY) cuda_early_wait(); // q/k/v written and visible from here
+    // launched early: q/k/v written and visible from here, read through L2 (the rows below);
+    // the position and the rotations keep the read-only path, as no kernel but this one
+    // reads them, so no SM holds a line of them from before their write
+    if (EARLY) cuda_early_wait();
     const bool early = ROPE && TABLE && ra.q_norm != NULL && ra.k_norm != NULL;
     if (early) { // the group's queries and the new key, a warp each
         for (int j = warp; j < group + 1; j += WK_WARPS) {
             const bool q_row = j < group;
             const float *x = q_row ? (const float *)(q.data + ((int64_t)kvh * group + j) * q.nb1)
                                    : (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1);
-            wk_rope_row_early<D>(q_row ? Qs + j * D : k_new, x, q_row ? ra.q_norm : ra.k_norm, big + warp * D, lane,
-                                 ra);
+            wk_rope_row_early<D, EARLY>(q_row ? Qs + j * D : k_new, x, q_row ? ra.q_norm : ra.k_norm, big + warp * D,
+                                        lane, ra);
         }
     }
     const int p = positions[0];
@@ -206,11 +209,11 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
             float *tmp = big + warp * D;
             if (j < group) {
                 const int64_t h = (int64_t)kvh * group + j;
-                dec_rope_row<D, TABLE>(Qs + j * D, (const float *)(q.data + h * q.nb1), ra.q_norm, tmp, NULL, warp * 32,
-                                ST_GPU_WARP_SIZE, ra, pos);
+                dec_rope_row<D, TABLE, EARLY>(Qs + j * D, (const float *)(q.data + h * q.nb1), ra.q_norm, tmp, NULL,
+                                              warp * 32, ST_GPU_WARP_SIZE, ra, pos);
             } else {
-                dec_rope_row<D, TABLE>(k_new, (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1), ra.k_norm, tmp, NULL,
-                                warp * 32, ST_GPU_WARP_SIZE, ra, pos);
+                dec_rope_row<D, TABLE, EARLY>(k_new, (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1), ra.k_norm,
+                                              tmp, NULL, warp * 32, ST_GPU_WARP_SIZE, ra, pos);
             }
         }
         for (int i = group * D + tid; i < RB * D; i += WK_THREADS) Qs[i] = 0.0f;
@@ -227,14 +230,17 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
         char *vo = vc.data + (int64_t)kvh * vc.nb1 + (int64_t)p * vc.nb2;
         for (int d = tid; d < D; d += WK_THREADS) {
             cuda_cache_store<ST_TYPE_F16>(ko, d, k_new[d]);
-            cuda_cache_store<ST_TYPE_F16>(vo, d, vrow[d]);
+            cuda_cache_store<ST_TYPE_F16>(vo, d, EARLY ? __ldcg(vrow + d) : vrow[d]);
         }
         if (p >= t0 && p < t0 + KPW) { // the key and value the cache now holds
+            float v_lane[DL]; // (launched early: through L2, as the rows above)
+#pragma unroll
+            for (int e = 0; e < DL; e++) v_lane[e] = EARLY ? __ldcg(vrow + lane * DL + e) : 0.0f;
 #pragma unroll
             for (int j = 0; j < KPW; j++)
                 if (t0 + j == p) {
                     kr[j] = wk_cache_piece<DL>(k_new + lane * DL);
-                    vr[j] = wk_cache_piece<DL>(vrow + lane * DL);
+                    vr[j] = wk_cache_piece<DL>(EARLY ? v_lane : vrow + lane * DL);
                 }
         }
     }
