@@ -180,8 +180,8 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     if (t0 + KPW <= rows) load_keys(std::false_type{});
     else load_keys(std::true_type{});
     // launched early: q/k/v written and visible from here, read through L2 (the rows below);
-    // the position and the rotations keep the read-only path, as no kernel but this one
-    // reads them, so no SM holds a line of them from before their write
+    // the position and the rotations keep the read-only path: written at the step's start,
+    // before any kernel of the step reads them, no SM holds a line of them from before
     if (EARLY) cuda_early_wait();
     const bool early = ROPE && TABLE && ra.q_norm != NULL && ra.k_norm != NULL;
     if (early) { // the group's queries and the new key, a warp each
