@@ -96,10 +96,12 @@ template <int V, int LOG2V> __device__ __forceinline__ float wk_warp_transpose_s
 // rotations come from rope_table: each row's x, norm weights and rotations are issued
 // together and before the position is read, and the new key is formed whether or not the
 // block will store it, so that nothing of the prologue waits for the position (three
-// dependent L2 round trips become one). Measured (call 23-3, bench/cuda-decode.md): the
+// dependent L2 round trips become one). Measured (bench/cuda-decode.md): call 23-3, the
 // rope + attention op -0.6 us on the qwen3 models, -0.12 on llama-3.2-1b, whose rows have no
-// norm and whose layer did not gain: there the rows keep dec_rope_row. The same arithmetic
-// in the same order as dec_rope_row: the same bits.
+// norm and whose layer did not gain, so there the rows keep dec_rope_row; call 25-1, with
+// the stepped K/V addresses below, the op -0.9 to -1.0 us and the layer -1.0 us on the qwen3
+// models (bench/decode-attn-stepped-h200.md). The same arithmetic in the same order as
+// dec_rope_row: the same bits.
 
 // dec_rope_row<D, true, L2> with a norm (w), by one warp (D <= 128), every load issued first.
 template <int D, bool L2>
