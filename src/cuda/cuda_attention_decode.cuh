@@ -72,9 +72,9 @@ __device__ void dec_rope_row(float *y, const float *__restrict__ x, const float 
 // ---- cuda_attention_decode_warps.cu ---------------------------------------------------------
 
 // The most keys (a bound n_kv) the warps kernel takes for these operands (one token, F16
-// cache, head_dim 64 or 128, a group of at most 8 query heads, group * head_dim <= 512): 128,
-// or 64 for groups of 5-8; 0 where it does not take them.
-int dec_warps_round_keys(const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache);
+// cache, head_dim 64 or 128, a group of at most 8 query heads, a block's rows of it (c's
+// attn_rows) * head_dim <= 512): 128, or 64 for blocks of 5-8 rows; 0 where it does not take them.
+int dec_warps_round_keys(const st_cuda_ctx *c, const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache);
 // Launches it (p->n_kv <= dec_warps_round_keys); ra: the rope folded in, as the split kernel's.
 st_status dec_warps_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                            const st_tensor *v_cache, const int32_t *pos, const st_attn_params *p,

@@ -2,10 +2,12 @@
 // head_dim 64 or 128, a GQA group of R <= 8 query heads with R * head_dim <= 512, a bound
 // n_kv of at most RK keys (plain CUDA C, f32 math).
 //
-// Grid (n_head_kv), block WK_WARPS warps. The keys below the bound are one round of RK =
-// WK_WARPS * KPW keys: warp w takes keys [w * KPW, (w + 1) * KPW), each lane holding DL =
-// head_dim / 32 contiguous dimensions [lane * DL, lane * DL + DL) of every one of those K and
-// V rows in registers, so that all the loads are in flight at once, issued before the
+// Grid (n_head_kv, group / rows a block), block WK_WARPS warps: a block takes RB of the
+// group's query rows (st_cuda_ctx's attn_rows; by default the whole group); every block of
+// a kv head forms the new key, the first stores it. The keys below the bound are one round
+// of RK = WK_WARPS * KPW keys: warp w takes keys [w * KPW, (w + 1) * KPW), each lane holding
+// DL = head_dim / 32 contiguous dimensions [lane * DL, lane * DL + DL) of every one of those
+// K and V rows in registers, so that all the loads are in flight at once, issued before the
 // position is read (rows past the visible range are loaded and left out).
 //   scores   a lane's partial dot products (DL dimensions) of its warp's KPW keys x R rows,
 //            summed across the warp by a transposing butterfly (V = KPW * RB values, 31
@@ -13,7 +15,8 @@
 //   softmax  a warp's (max, sum) of every row over its own keys (no block barrier)
 //   P.V      every lane accumulates its DL dimensions of every row over its warp's keys, the
 //            weights broadcast through shared memory
-// and the warps' (max, sum, acc) combine once through shared memory, in warp order.
+// and the warps' (max, sum, acc) combine once through shared memory, in warp order (each
+// warp's factor for a row formed once).
 //
 // The sums run in another order than the split kernel's (cuda_attention_decode.cu), which
 // takes bounds past RK: a result within the attention tolerance of it, and the same bits for
@@ -154,9 +157,12 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     __shared__ __align__(16) float big[WK_WARPS * RB * D];    // the rope scratch, then the warps' acc
     __shared__ float Pw[WK_WARPS][V];                         // a warp's weights
     __shared__ float2 ml_s[WK_WARPS][RB];                     // the warps' (max, sum)
+    __shared__ float fw[WK_WARPS][RB];                        // ... a warp's factor in the combine
     cuda_early_release(); // the output projection, launched early, may take the other SMs now
     const int group = (int)(q.ne1 / kc.ne1);
     const int kvh = blockIdx.x, tid = threadIdx.x;
+    const int r0 = blockIdx.y * RB, nr = min(RB, group - r0); // this block's query rows of the group
+    const int64_t h0 = (int64_t)kvh * group + r0;             // ... the first one's head
     const int warp = tid / ST_GPU_WARP_SIZE, lane = tid % ST_GPU_WARP_SIZE;
     const char *k_head = kc.data + (int64_t)kvh * kc.nb1, *v_head = vc.data + (int64_t)kvh * vc.nb1;
 
@@ -187,9 +193,9 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     if (EARLY) cuda_early_wait();
     const bool early = ROPE && TABLE && ra.q_norm != NULL && ra.k_norm != NULL;
     if (early) { // the group's queries and the new key, a warp each
-        for (int j = warp; j < group + 1; j += WK_WARPS) {
-            const bool q_row = j < group;
-            const float *x = q_row ? (const float *)(q.data + ((int64_t)kvh * group + j) * q.nb1)
+        for (int j = warp; j < nr + 1; j += WK_WARPS) {
+            const bool q_row = j < nr;
+            const float *x = q_row ? (const float *)(q.data + (h0 + j) * q.nb1)
                                    : (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1);
             wk_rope_row_early<D, EARLY>(q_row ? Qs + j * D : k_new, x, q_row ? ra.q_norm : ra.k_norm, big + warp * D,
                                         lane, ra);
@@ -204,13 +210,13 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     if (ROPE) { // as dec_rope_prepare, the rows a warp each (formed above when they were early)
         const int64_t n_ctx = kc.ne2;
         store = p >= 0 && p < n_ctx;
-        if (kvh == 0 && tid == 0 && !store) cuda_report_op_error(ra.op_err, ST_CUDA_OP_ERROR_KV_POSITION, p, 0, n_ctx);
+        if (kvh == 0 && blockIdx.y == 0 && tid == 0 && !store) cuda_report_op_error(ra.op_err, ST_CUDA_OP_ERROR_KV_POSITION, p, 0, n_ctx);
         const double pos = (double)p * (double)ra.freq_scale;
-        const int n_rows = early ? 0 : group + (store ? 1 : 0);
+        const int n_rows = early ? 0 : nr + (store ? 1 : 0);
         for (int j = warp; j < n_rows; j += WK_WARPS) {
             float *tmp = big + warp * D;
-            if (j < group) {
-                const int64_t h = (int64_t)kvh * group + j;
+            if (j < nr) {
+                const int64_t h = h0 + j;
                 dec_rope_row<D, TABLE, EARLY>(Qs + j * D, (const float *)(q.data + h * q.nb1), ra.q_norm, tmp, NULL,
                                               warp * 32, ST_GPU_WARP_SIZE, ra, pos);
             } else {
@@ -218,11 +224,11 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
                                               tmp, NULL, warp * 32, ST_GPU_WARP_SIZE, ra, pos);
             }
         }
-        for (int i = group * D + tid; i < RB * D; i += WK_THREADS) Qs[i] = 0.0f;
+        for (int i = nr * D + tid; i < RB * D; i += WK_THREADS) Qs[i] = 0.0f;
     } else {
         for (int i = tid; i < RB * D; i += WK_THREADS) {
             const int r = i / D, d = i % D;
-            Qs[i] = r < group ? ((const float *)(q.data + ((int64_t)kvh * group + r) * q.nb1))[d] : 0.0f;
+            Qs[i] = r < nr ? ((const float *)(q.data + (h0 + r) * q.nb1))[d] : 0.0f;
         }
     }
     __syncthreads(); // Qs and k_new complete
@@ -230,7 +236,7 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
         const float *vrow = (const float *)(ra.v.data + (int64_t)kvh * ra.v.nb1);
         char *ko = kc.data + (int64_t)kvh * kc.nb1 + (int64_t)p * kc.nb2;
         char *vo = vc.data + (int64_t)kvh * vc.nb1 + (int64_t)p * vc.nb2;
-        for (int d = tid; d < D; d += WK_THREADS) {
+        for (int d = tid; d < D && blockIdx.y == 0; d += WK_THREADS) { // (the group's first block)
             cuda_cache_store<ST_TYPE_F16>(ko, d, k_new[d]);
             cuda_cache_store<ST_TYPE_F16>(vo, d, EARLY ? __ldcg(vrow + d) : vrow[d]);
         }
@@ -321,20 +327,22 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
             if (r == lane) ml_s[warp][r] = make_float2(m[r], l[r]);
     }
     __syncthreads();
-    for (int i = tid; i < group * D; i += WK_THREADS) {
-        const int r = i / D, d = i % D;
+    if (tid < WK_WARPS * RB) { // warp w's factor for row r, formed once: exp2(its max - the row's)
+        const int w = tid / RB, r = tid % RB;
         float mm = -INFINITY;
-        for (int w = 0; w < WK_WARPS; w++) mm = fmaxf(mm, ml_s[w][r].x);
+        for (int u = 0; u < WK_WARPS; u++) mm = fmaxf(mm, ml_s[u][r].x);
+        fw[w][r] = mm == -INFINITY ? 0.0f : exp2f(ml_s[w][r].x - mm); // a warp that saw nothing: 0
+    }
+    __syncthreads();
+    for (int i = tid; i < nr * D; i += WK_THREADS) {
+        const int r = i / D, d = i % D;
         float a = 0.0f, lsum = 0.0f;
-        if (mm != -INFINITY)
-            for (int w = 0; w < WK_WARPS; w++) {
-                const float2 ml = ml_s[w][r];
-                const float f = exp2f(ml.x - mm); // a warp that saw nothing: 0
-                a = fmaf(f, big[(w * RB + r) * D + d], a);
-                lsum = fmaf(f, ml.y, lsum);
-            }
-        const int64_t h = (int64_t)kvh * group + r;
-        ((float *)(dst.data + h * dst.nb1))[d] = lsum > 0.0f ? a / lsum : 0.0f; // a row that sees nothing: zeros
+        for (int w = 0; w < WK_WARPS; w++) {
+            const float f = fw[w][r];
+            a = fmaf(f, big[(w * RB + r) * D + d], a);
+            lsum = fmaf(f, ml_s[w][r].y, lsum);
+        }
+        ((float *)(dst.data + (h0 + r) * dst.nb1))[d] = lsum > 0.0f ? a / lsum : 0.0f; // a row that sees nothing: zeros
     }
 }
 
@@ -343,11 +351,16 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
 // The rows a lane's scores take for a group of R query heads: R rounded up to a power of two.
 static int wk_rows_bucket(int R) { return R <= 1 ? 1 : R <= 2 ? 2 : R <= 4 ? 4 : R <= 8 ? 8 : 0; }
 
-int dec_warps_round_keys(const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache) {
+// The query rows of a group a block takes: the whole group, or c->attn_rows where fewer.
+static int wk_block_rows(const st_cuda_ctx *c, int group) {
+    return c->attn_rows > 0 && c->attn_rows < group ? c->attn_rows : group;
+}
+
+int dec_warps_round_keys(const st_cuda_ctx *c, const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache) {
     const int64_t D = q->ne[0], M = q->ne[2], group = q->ne[1] / k_cache->ne[1];
-    const int rb = wk_rows_bucket((int)group);
-    if (M != 1 || k_cache->type != ST_TYPE_F16 || v_cache->type != ST_TYPE_F16 || (D != 64 && D != 128) || rb == 0 ||
-        rb * D > WK_MAX_ROW_DIMS)
+    const int rb = wk_rows_bucket(wk_block_rows(c, (int)group));
+    if (M != 1 || k_cache->type != ST_TYPE_F16 || v_cache->type != ST_TYPE_F16 || (D != 64 && D != 128) ||
+        wk_rows_bucket((int)group) == 0 || rb * D > WK_MAX_ROW_DIMS)
         return 0;
     return WK_WARPS * (rb <= 4 ? 8 : 4);
 }
@@ -355,7 +368,8 @@ int dec_warps_round_keys(const st_tensor *q, const st_tensor *k_cache, const st_
 template <int D, int RB>
 static void wk_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                       const st_tensor *v_cache, const int32_t *pos, const st_attn_params *p, const dec_rope_args *ra) {
-    const unsigned int grid = (unsigned int)k_cache->ne[1];
+    const int group = (int)(q->ne[1] / k_cache->ne[1]), rows = wk_block_rows(c, group);
+    const dim3 grid((unsigned int)k_cache->ne[1], (unsigned int)((group + rows - 1) / rows)); // (kv head, rows)
     if (ra && ra->cs && (c->early_launch & CUDA_EARLY_ATTENTION))
         (void)st_gpu_launch_early(attn_decode_warps_kernel<D, RB, true, true, true>, grid, WK_THREADS, 0, c->stream,
                                   cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window,
@@ -378,8 +392,8 @@ st_status dec_warps_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, c
                            const st_tensor *v_cache, const int32_t *pos, const st_attn_params *p,
                            const dec_rope_args *ra, st_error *err) {
     const int64_t D = q->ne[0];
-    const int rb = wk_rows_bucket((int)(q->ne[1] / k_cache->ne[1]));
-    const int rk = dec_warps_round_keys(q, k_cache, v_cache);
+    const int rb = wk_rows_bucket(wk_block_rows(c, (int)(q->ne[1] / k_cache->ne[1])));
+    const int rk = dec_warps_round_keys(c, q, k_cache, v_cache);
     ST_ASSERT(rk > 0 && p->n_kv <= rk);
 #define WK_CASE(d, r)                                                                                             \
     if (D == d && rb == r) wk_launch<d, r>(c, dst, q, k_cache, v_cache, pos, p, ra);

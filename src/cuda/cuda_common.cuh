@@ -76,6 +76,8 @@ typedef struct st_cuda_ctx {
     int gemv_max_split;                  /* the most warps a decode GEMV row may take (cuda_gemv_decode.cu) */
     int attn_warps;                      /* one-token decode attention by the warps kernel where it takes the
                                             shapes (cuda_attention_decode_warps.cu): 1, or 0 never */
+    int attn_rows;                       /* ... the group's query rows a block of it takes: 1, 2 or 4, or 0
+                                            the whole group (a block a kv head) */
     int norm_prepared;                   /* normed products read a prepared x * norm_w: 0 never, 1 where
                                             it pays, 2 wherever they can (st_cuda_prepared_norm_pays) */
     float *norm_ss;                      /* the partial sums of x . x the last fused add wrote */
@@ -283,13 +285,13 @@ __device__ __forceinline__ void cuda_early_release() {
  * and must call cuda_early_wait before it reads what that kernel writes. In a captured graph
  * the edge between the two becomes a programmatic one. */
 template <typename... Params, typename... Args>
-static inline st_gpu_error_t st_gpu_launch_early(void (*kernel)(Params...), unsigned int grid, unsigned int block,
+static inline st_gpu_error_t st_gpu_launch_early(void (*kernel)(Params...), dim3 grid, unsigned int block,
                                                  size_t smem, st_gpu_stream_t stream, const Args &...args) {
     st_gpu_launch_attribute_t early[1];
     early[0].id = st_gpu_launch_attr_early;
     early[0].val.programmaticStreamSerializationAllowed = 1;
     st_gpu_launch_config_t cfg = {};
-    cfg.gridDim = dim3(grid);
+    cfg.gridDim = grid;
     cfg.blockDim = dim3(block);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;

@@ -1431,6 +1431,7 @@ static void run_rope_attention(bool short_f16) {
             rope_attention_case(short_f16, ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 333, 100, true); /* window */
             rope_attention_case(short_f16, ct, 256, 8, 4, 256, ST_ROPE_MODE_NEOX, norms, 517, 0, false);
             rope_attention_case(short_f16, ct, 96, 4, 2, 32, ST_ROPE_MODE_NEOX, norms, 40, 0, true);
+            rope_attention_case(short_f16, ct, 64, 12, 4, 64, ST_ROPE_MODE_NORM, norms, 90, 0, false); /* a group of 3 */
             /* the issue-5 models' shapes at tg128's depths (bounds up to 128 keys: the warps
              * kernel with an F16 cache), one with a window, and past them (the split kernel) */
             rope_attention_case(short_f16, ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 100, 0, false);
@@ -1442,10 +1443,10 @@ static void run_rope_attention(bool short_f16) {
     }
 }
 
-/* One token's attention over a short F16 cache by the split kernel, where the warps kernel
- * takes it by default (STRIDE_CUDA_ATTN_WARPS=0, a measurement setting): against the CPU as
- * by default. */
-static void run_one_token_attention_split_kernel(void) {
+/* One token's attention over a short F16 cache, against the CPU: run by the split kernel,
+ * where the warps kernel takes it by default (STRIDE_CUDA_ATTN_WARPS=0, a measurement
+ * setting), and by the warps kernel's other grids (STRIDE_CUDA_ATTN_ROWS, below). */
+static void run_one_token_attention(void) {
     run_rope_attention(true);
     test_attention_decode(true);
 }
@@ -1453,6 +1454,14 @@ static void run_one_token_attention_split_kernel(void) {
  * (STRIDE_CUDA_PDL=8; it takes the rotations from a rope_table): its "table=formed" rows
  * compare it bitwise with the kernel launched plainly, forming the rotations. */
 static void run_one_token_attention_early(void) { run_rope_attention(true); }
+/* ... and both, with a block of the warps kernel taking 1, 2 or 4 of a group's query rows
+ * (STRIDE_CUDA_ATTN_ROWS; the groups of 2-8 over several blocks a kv head, a group of 3 in
+ * blocks of 2 and 1, a group of 8 in blocks of 4 up to 128 keys): against the CPU, and the
+ * fused rope_attention bitwise against rope_store then the attention. */
+static void run_one_token_attention_rows(void) {
+    run_one_token_attention();
+    with_cuda_env("STRIDE_CUDA_PDL", "8", run_one_token_attention_early);
+}
 
 /* The weight types every op is tested in. */
 static const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16};
@@ -1535,8 +1544,11 @@ static void run_all(void) {
     test_graph_outlives_growth(); /* before any other attention: see there */
 
     run_rope_attention(false);
-    with_cuda_env("STRIDE_CUDA_ATTN_WARPS", "0", run_one_token_attention_split_kernel);
+    with_cuda_env("STRIDE_CUDA_ATTN_WARPS", "0", run_one_token_attention);
     with_cuda_env("STRIDE_CUDA_PDL", "8", run_one_token_attention_early);
+    with_cuda_env("STRIDE_CUDA_ATTN_ROWS", "1", run_one_token_attention_rows);
+    with_cuda_env("STRIDE_CUDA_ATTN_ROWS", "2", run_one_token_attention_rows);
+    with_cuda_env("STRIDE_CUDA_ATTN_ROWS", "4", run_one_token_attention_rows);
 
     /* rope_store: per-head norms or none, NORM/NEOX, partial rotary, GQA, both caches */
     for (int ci = 0; ci < 2; ci++)
