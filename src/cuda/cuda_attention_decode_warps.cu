@@ -1,22 +1,23 @@
 // Decode attention of one token over a short cache, a warp per few keys: F16 cache,
-// head_dim 64 or 128, a GQA group of R <= 8 query heads with R * head_dim <= 512, a bound
-// n_kv of at most RK keys (plain CUDA C, f32 math).
+// head_dim 64 or 128, a GQA group of at most 8 query heads (a block's RB of them, RB *
+// head_dim <= 512), a bound n_kv of at most RK keys (plain CUDA C, f32 math).
 //
 // Grid (n_head_kv, group / rows a block), block WK_WARPS warps: a block takes RB of the
-// group's query rows (st_cuda_ctx's attn_rows; by default the whole group); every block of
-// a kv head forms the new key, the first stores it. The keys below the bound are one round
-// of RK = WK_WARPS * KPW keys: warp w takes keys [w * KPW, (w + 1) * KPW), each lane holding
-// DL = head_dim / 32 contiguous dimensions [lane * DL, lane * DL + DL) of every one of those
-// K and V rows in registers, so that all the loads are in flight at once, issued before the
-// position is read (rows past the visible range are loaded and left out).
+// group's query rows (st_cuda_ctx's attn_rows: by default one, a block a query head, which
+// measured 0.4-1.2 us a layer faster than a block a group at depth 100:
+// bench/decode-attn-rows-h200.md); every block of a kv head forms the new key, the first
+// stores it. The keys below the bound are one round of RK = WK_WARPS * KPW keys: warp w
+// takes keys [w * KPW, (w + 1) * KPW), each lane holding DL = head_dim / 32 contiguous
+// dimensions [lane * DL, lane * DL + DL) of every one of those K and V rows in registers,
+// so that all the loads are in flight at once, issued before the position is read (rows
+// past the visible range are loaded and left out).
 //   scores   a lane's partial dot products (DL dimensions) of its warp's KPW keys x R rows,
 //            summed across the warp by a transposing butterfly (V = KPW * RB values, 31
 //            shuffles at V = 32); lane l ends with value l >> (5 - log2 V)
 //   softmax  a warp's (max, sum) of every row over its own keys (no block barrier)
 //   P.V      every lane accumulates its DL dimensions of every row over its warp's keys, the
 //            weights broadcast through shared memory
-// and the warps' (max, sum, acc) combine once through shared memory, in warp order (each
-// warp's factor for a row formed once).
+// and the warps' (max, sum, acc) combine once through shared memory, in warp order.
 //
 // The sums run in another order than the split kernel's (cuda_attention_decode.cu), which
 // takes bounds past RK: a result within the attention tolerance of it, and the same bits for
@@ -152,12 +153,11 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     using cfg = wk_cfg<D, RB>;
     using piece = wk_piece<cfg::DL>;
     constexpr int DL = cfg::DL, KPW = cfg::KPW, V = cfg::V, S = cfg::S;
-    __shared__ __align__(16) float Qs[RB * D];                // the group's queries, f32 (rows >= R: zeros)
+    __shared__ __align__(16) float Qs[RB * D];                // the block's queries, f32 (rows >= nr: zeros)
     __shared__ __align__(16) float k_new[D];                  // the new key, normed and roped
     __shared__ __align__(16) float big[WK_WARPS * RB * D];    // the rope scratch, then the warps' acc
     __shared__ float Pw[WK_WARPS][V];                         // a warp's weights
     __shared__ float2 ml_s[WK_WARPS][RB];                     // the warps' (max, sum)
-    __shared__ float fw[WK_WARPS][RB];                        // ... a warp's factor in the combine
     cuda_early_release(); // the output projection, launched early, may take the other SMs now
     const int group = (int)(q.ne1 / kc.ne1);
     const int kvh = blockIdx.x, tid = threadIdx.x;
@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     // before any kernel of the step reads them, no SM holds a line of them from before
     if (EARLY) cuda_early_wait();
     const bool early = ROPE && TABLE && ra.q_norm != NULL && ra.k_norm != NULL;
-    if (early) { // the group's queries and the new key, a warp each
+    if (early) { // the block's queries and the new key, a warp each
         for (int j = warp; j < nr + 1; j += WK_WARPS) {
             const bool q_row = j < nr;
             const float *x = q_row ? (const float *)(q.data + (h0 + j) * q.nb1)
@@ -210,7 +210,8 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     if (ROPE) { // as dec_rope_prepare, the rows a warp each (formed above when they were early)
         const int64_t n_ctx = kc.ne2;
         store = p >= 0 && p < n_ctx;
-        if (kvh == 0 && blockIdx.y == 0 && tid == 0 && !store) cuda_report_op_error(ra.op_err, ST_CUDA_OP_ERROR_KV_POSITION, p, 0, n_ctx);
+        if (kvh == 0 && blockIdx.y == 0 && tid == 0 && !store)
+            cuda_report_op_error(ra.op_err, ST_CUDA_OP_ERROR_KV_POSITION, p, 0, n_ctx);
         const double pos = (double)p * (double)ra.freq_scale;
         const int n_rows = early ? 0 : nr + (store ? 1 : 0);
         for (int j = warp; j < n_rows; j += WK_WARPS) {
@@ -327,21 +328,18 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
             if (r == lane) ml_s[warp][r] = make_float2(m[r], l[r]);
     }
     __syncthreads();
-    if (tid < WK_WARPS * RB) { // warp w's factor for row r, formed once: exp2(its max - the row's)
-        const int w = tid / RB, r = tid % RB;
-        float mm = -INFINITY;
-        for (int u = 0; u < WK_WARPS; u++) mm = fmaxf(mm, ml_s[u][r].x);
-        fw[w][r] = mm == -INFINITY ? 0.0f : exp2f(ml_s[w][r].x - mm); // a warp that saw nothing: 0
-    }
-    __syncthreads();
     for (int i = tid; i < nr * D; i += WK_THREADS) {
         const int r = i / D, d = i % D;
+        float mm = -INFINITY;
+        for (int w = 0; w < WK_WARPS; w++) mm = fmaxf(mm, ml_s[w][r].x);
         float a = 0.0f, lsum = 0.0f;
-        for (int w = 0; w < WK_WARPS; w++) {
-            const float f = fw[w][r];
-            a = fmaf(f, big[(w * RB + r) * D + d], a);
-            lsum = fmaf(f, ml_s[w][r].y, lsum);
-        }
+        if (mm != -INFINITY)
+            for (int w = 0; w < WK_WARPS; w++) {
+                const float2 ml = ml_s[w][r];
+                const float f = exp2f(ml.x - mm); // a warp that saw nothing: 0
+                a = fmaf(f, big[(w * RB + r) * D + d], a);
+                lsum = fmaf(f, ml.y, lsum);
+            }
         ((float *)(dst.data + (h0 + r) * dst.nb1))[d] = lsum > 0.0f ? a / lsum : 0.0f; // a row that sees nothing: zeros
     }
 }

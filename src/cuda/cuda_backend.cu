@@ -464,14 +464,15 @@ static st_status cuda_env_override(const char *name, long lo, long hi, const cha
 // a mask of the same kinds (0: rows a batch in registers), by default those measured faster
 // (cuda_gemv_rowblock.cu's rowblock_staged); and whether one token's decode attention takes
 // the warps kernel where it can (cuda_attention_decode_warps.cu): STRIDE_CUDA_ATTN_WARPS, 1
-// by default, 0 the split kernel everywhere, and how many of a group's query rows a block of it
-// takes: STRIDE_CUDA_ATTN_ROWS, 1, 2 or 4, 0 (the whole group) by default; which decode kernels are launched early, their
-// weights' copies (cuda_gemv_rowblock.cu) or K/V rows (cuda_attention_decode_warps.cu) issued
-// before they wait for the kernel ahead: STRIDE_CUDA_PDL, a mask of the same kinds of staged
-// products and 8 for the warps attention, 0 by default (sm_90 and later only).
+// by default, 0 the split kernel everywhere, and how many of a group's query rows a block of
+// it takes: STRIDE_CUDA_ATTN_ROWS, 1 by default, 2, 4, or 0 the whole group; which decode
+// kernels are launched early, their weights' copies (cuda_gemv_rowblock.cu) or K/V rows
+// (cuda_attention_decode_warps.cu) issued before they wait for the kernel ahead:
+// STRIDE_CUDA_PDL, a mask of the same kinds of staged products and 8 for the warps
+// attention, by default 8 (sm_90 and later only; bench/decode-attn-rows-h200.md).
 static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
     long split = 2, apart = GEMV_NORM_APART_WAVES, prepared = 1, rowblock = CUDA_ROWBLOCK_DEFAULT,
-         staged = -1, attn_warps = 1, attn_rows = 0, pdl = 0;
+         staged = -1, attn_warps = 1, attn_rows = 1, pdl = CUDA_EARLY_ATTENTION;
     st_status s = cuda_env_override("STRIDE_CUDA_GEMV_SPLIT", 1, 2, "warps a row", &split, err);
     if (s == ST_OK)
         s = cuda_env_override("STRIDE_CUDA_GEMV_ROWBLOCK", 0, CUDA_ROWBLOCK_ALL, "a mask of 1, 2 and 4", &rowblock, err);

@@ -76,8 +76,8 @@ typedef struct st_cuda_ctx {
     int gemv_max_split;                  /* the most warps a decode GEMV row may take (cuda_gemv_decode.cu) */
     int attn_warps;                      /* one-token decode attention by the warps kernel where it takes the
                                             shapes (cuda_attention_decode_warps.cu): 1, or 0 never */
-    int attn_rows;                       /* ... the group's query rows a block of it takes: 1, 2 or 4, or 0
-                                            the whole group (a block a kv head) */
+    int attn_rows;                       /* ... the group's query rows a block of it takes: 1 (a block a
+                                            query head), 2 or 4, or 0 the whole group (a block a kv head) */
     int norm_prepared;                   /* normed products read a prepared x * norm_w: 0 never, 1 where
                                             it pays, 2 wherever they can (st_cuda_prepared_norm_pays) */
     float *norm_ss;                      /* the partial sums of x . x the last fused add wrote */

@@ -1450,17 +1450,19 @@ static void run_one_token_attention(void) {
     run_rope_attention(true);
     test_attention_decode(true);
 }
-/* The same short F16 rope_attention cases with the warps kernel launched early
- * (STRIDE_CUDA_PDL=8; it takes the rotations from a rope_table): its "table=formed" rows
- * compare it bitwise with the kernel launched plainly, forming the rotations. */
-static void run_one_token_attention_early(void) { run_rope_attention(true); }
-/* ... and both, with a block of the warps kernel taking 1, 2 or 4 of a group's query rows
- * (STRIDE_CUDA_ATTN_ROWS; the groups of 2-8 over several blocks a kv head, a group of 3 in
- * blocks of 2 and 1, a group of 8 in blocks of 4 up to 128 keys): against the CPU, and the
- * fused rope_attention bitwise against rope_store then the attention. */
+/* The same short F16 rope_attention cases with the warps kernel launched plainly
+ * (STRIDE_CUDA_PDL=0; by default it is launched early where it takes the rotations from a
+ * rope_table): the "table=formed" rows compare the two launches bitwise, the kernel
+ * launched early forming them from the table, the one launched plainly forming them itself. */
+static void run_one_token_attention_plain(void) { run_rope_attention(true); }
+/* ... and both, with a block of the warps kernel taking the whole group, 2 or 4 of its
+ * query rows instead of one (STRIDE_CUDA_ATTN_ROWS=0, 2, 4; the groups of 2-8 in one or
+ * several blocks a kv head, a group of 3 in blocks of 2 and 1, a group of 8 in blocks of 4
+ * up to 128 keys): against the CPU, and the fused rope_attention bitwise against
+ * rope_store then the attention. */
 static void run_one_token_attention_rows(void) {
     run_one_token_attention();
-    with_cuda_env("STRIDE_CUDA_PDL", "8", run_one_token_attention_early);
+    with_cuda_env("STRIDE_CUDA_PDL", "0", run_one_token_attention_plain);
 }
 
 /* The weight types every op is tested in. */
@@ -1545,8 +1547,8 @@ static void run_all(void) {
 
     run_rope_attention(false);
     with_cuda_env("STRIDE_CUDA_ATTN_WARPS", "0", run_one_token_attention);
-    with_cuda_env("STRIDE_CUDA_PDL", "8", run_one_token_attention_early);
-    with_cuda_env("STRIDE_CUDA_ATTN_ROWS", "1", run_one_token_attention_rows);
+    with_cuda_env("STRIDE_CUDA_PDL", "0", run_one_token_attention_plain);
+    with_cuda_env("STRIDE_CUDA_ATTN_ROWS", "0", run_one_token_attention_rows);
     with_cuda_env("STRIDE_CUDA_ATTN_ROWS", "2", run_one_token_attention_rows);
     with_cuda_env("STRIDE_CUDA_ATTN_ROWS", "4", run_one_token_attention_rows);
 
