@@ -527,7 +527,7 @@ static st_status dec_run(st_backend *b, st_tensor *dst, const st_tensor *q, cons
     // the warps kernel (cuda_attention_decode_warps.cu), 2.4-3.6 us a layer faster at depth
     // 100; past it this kernel, which the warps kernel lost to by 0.4-5 us a layer at depths
     // 1,000 and 4,000 (bench/decode-attn-warps-h200.md).
-    if (c->attn_warps && p->n_kv <= dec_warps_round_keys(q, k_cache, v_cache))
+    if (c->attn_warps && p->n_kv <= dec_warps_round_keys(c, q, k_cache, v_cache))
         return dec_warps_launch(c, dst, q, k_cache, v_cache, (const int32_t *)positions->data, p, ra, err);
     const int64_t D = q->ne[0], n_head = q->ne[1], M = q->ne[2], n_head_kv = k_cache->ne[1];
     const int R = (int)(M * (n_head / n_head_kv));

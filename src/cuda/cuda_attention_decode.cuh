@@ -27,15 +27,25 @@ typedef struct dec_rope_args {
 // thread count st_cuda_rope_store's norm uses, so the same partial sums and tree give the
 // same bits). tmp [D] is shared memory; `red` one float per warp of the group. TABLE: the
 // caller guarantees ra.cs (the rotations from rope_table), so that the angles' double
-// math, which the kernel would call out to, is not compiled in.
-template <int D, bool TABLE = false>
+// math, which the kernel would call out to, is not compiled in. L2: x is read through L2
+// (a kernel launched early, after cuda_early_wait: cuda_common.cuh), and without a norm
+// copied into tmp first, so that the rotation reads it there.
+template <int D, bool TABLE = false, bool L2 = false>
 __device__ void dec_rope_row(float *y, const float *__restrict__ x, const float *__restrict__ w, float *tmp,
                              float *red, int t0, int n_thr, const dec_rope_args &ra, double pos) {
     const int t = threadIdx.x - t0;
     const float *src = x;
+    if (L2 && !w) {
+        for (int i = t; i < D; i += n_thr) tmp[i] = __ldcg(x + i);
+        if (n_thr == ST_GPU_WARP_SIZE) __syncwarp(); else __syncthreads();
+        src = tmp;
+    }
     if (w) {
         float ss = 0.0f;
-        for (int i = t; i < D; i += n_thr) ss = fmaf(x[i], x[i], ss);
+        for (int i = t; i < D; i += n_thr) {
+            const float xi = L2 ? __ldcg(x + i) : x[i];
+            ss = fmaf(xi, xi, ss);
+        }
         ss = cuda_warp_sum(ss);
         float total;
         if (n_thr == ST_GPU_WARP_SIZE) {
@@ -47,7 +57,7 @@ __device__ void dec_rope_row(float *y, const float *__restrict__ x, const float 
             for (int i = 0; i < n_thr / ST_GPU_WARP_SIZE; i++) total += red[i];
         }
         const float sc = cuda_rms_scale(total, D, ra.eps);
-        for (int i = t; i < D; i += n_thr) tmp[i] = (x[i] * sc) * w[i];
+        for (int i = t; i < D; i += n_thr) tmp[i] = ((L2 ? __ldcg(x + i) : x[i]) * sc) * w[i];
         if (n_thr == ST_GPU_WARP_SIZE) __syncwarp(); else __syncthreads();
         src = tmp;
     }
@@ -62,9 +72,9 @@ __device__ void dec_rope_row(float *y, const float *__restrict__ x, const float 
 // ---- cuda_attention_decode_warps.cu ---------------------------------------------------------
 
 // The most keys (a bound n_kv) the warps kernel takes for these operands (one token, F16
-// cache, head_dim 64 or 128, a group of at most 8 query heads, group * head_dim <= 512): 128,
-// or 64 for groups of 5-8; 0 where it does not take them.
-int dec_warps_round_keys(const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache);
+// cache, head_dim 64 or 128, a group of at most 8 query heads, a block's rows of it (c's
+// attn_rows) * head_dim <= 512): 128, or 64 for blocks of 5-8 rows; 0 where it does not take them.
+int dec_warps_round_keys(const st_cuda_ctx *c, const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache);
 // Launches it (p->n_kv <= dec_warps_round_keys); ra: the rope folded in, as the split kernel's.
 st_status dec_warps_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                            const st_tensor *v_cache, const int32_t *pos, const st_attn_params *p,

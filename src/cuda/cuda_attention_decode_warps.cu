@@ -1,12 +1,16 @@
 // Decode attention of one token over a short cache, a warp per few keys: F16 cache,
-// head_dim 64 or 128, a GQA group of R <= 8 query heads with R * head_dim <= 512, a bound
-// n_kv of at most RK keys (plain CUDA C, f32 math).
+// head_dim 64 or 128, a GQA group of at most 8 query heads (a block's RB of them, RB *
+// head_dim <= 512), a bound n_kv of at most RK keys (plain CUDA C, f32 math).
 //
-// Grid (n_head_kv), block WK_WARPS warps. The keys below the bound are one round of RK =
-// WK_WARPS * KPW keys: warp w takes keys [w * KPW, (w + 1) * KPW), each lane holding DL =
-// head_dim / 32 contiguous dimensions [lane * DL, lane * DL + DL) of every one of those K and
-// V rows in registers, so that all the loads are in flight at once, issued before the
-// position is read (rows past the visible range are loaded and left out).
+// Grid (n_head_kv, group / rows a block), block WK_WARPS warps: a block takes RB of the
+// group's query rows (st_cuda_ctx's attn_rows: by default one, a block a query head, which
+// measured 0.4-1.2 us a layer faster than a block a group at depth 100:
+// bench/decode-attn-rows-h200.md); every block of a kv head forms the new key, the first
+// stores it. The keys below the bound are one round of RK = WK_WARPS * KPW keys: warp w
+// takes keys [w * KPW, (w + 1) * KPW), each lane holding DL = head_dim / 32 contiguous
+// dimensions [lane * DL, lane * DL + DL) of every one of those K and V rows in registers,
+// so that all the loads are in flight at once, issued before the position is read (rows
+// past the visible range are loaded and left out).
 //   scores   a lane's partial dot products (DL dimensions) of its warp's KPW keys x R rows,
 //            summed across the warp by a transposing butterfly (V = KPW * RB values, 31
 //            shuffles at V = 32); lane l ends with value l >> (5 - log2 V)
@@ -23,6 +27,7 @@
 #include <type_traits>
 
 #include "cuda/cuda_attention_decode.cuh"
+#include "cuda/cuda_backend.h"
 
 #define WK_WARPS 16
 #define WK_THREADS (WK_WARPS * ST_GPU_WARP_SIZE)
@@ -102,8 +107,8 @@ template <int V, int LOG2V> __device__ __forceinline__ float wk_warp_transpose_s
 // models (bench/decode-attn-stepped-h200.md). The same arithmetic in the same order as
 // dec_rope_row: the same bits.
 
-// dec_rope_row<D, true> with a norm (w), by one warp (D <= 128), every load issued first.
-template <int D>
+// dec_rope_row<D, true, L2> with a norm (w), by one warp (D <= 128), every load issued first.
+template <int D, bool L2>
 __device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restrict__ x, const float *__restrict__ w,
                                                   float *tmp, int lane, const dec_rope_args &ra) {
     constexpr int E = D / ST_GPU_WARP_SIZE;
@@ -113,7 +118,7 @@ __device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restr
 #pragma unroll
     for (int k = 0; k < E; k++) {
         const int i = lane + k * ST_GPU_WARP_SIZE;
-        xv[k] = x[i];
+        xv[k] = L2 ? __ldcg(x + i) : x[i];
         wv[k] = w[i];
         csv[k] = i < half ? ra.cs[i] : make_float2(0.0f, 0.0f);
     }
@@ -135,8 +140,12 @@ __device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restr
 
 // ROPE: the queries and the new key come unroped (dec_rope_row), and the block stores the
 // new key and value (as dec_rope_prepare does for a range of one split); TABLE: with their
-// rotations from rope_table (ra.cs), as the forward pass gives them.
-template <int D, int RB, bool ROPE, bool TABLE>
+// rotations from rope_table (ra.cs), as the forward pass gives them. EARLY: launched early
+// (st_cuda_ctx's early_launch), the block loads its K/V rows while the kernel ahead (q/k/v)
+// still runs, and waits for it before it reads anything that kernel writes; the cache rows
+// the step has not written yet are the ones the prologue replaces (the new position's) or
+// masks (later positions), as without the early launch.
+template <int D, int RB, bool ROPE, bool TABLE, bool EARLY>
 __global__ void __launch_bounds__(WK_THREADS, 1)
     attn_decode_warps_kernel(st_cuda_view q, st_cuda_view kc, st_cuda_view vc, const int32_t *__restrict__ positions,
                              int64_t n_kv, int32_t window, float scale, float softcap, const dec_rope_args ra,
@@ -144,13 +153,16 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     using cfg = wk_cfg<D, RB>;
     using piece = wk_piece<cfg::DL>;
     constexpr int DL = cfg::DL, KPW = cfg::KPW, V = cfg::V, S = cfg::S;
-    __shared__ __align__(16) float Qs[RB * D];                // the group's queries, f32 (rows >= R: zeros)
+    __shared__ __align__(16) float Qs[RB * D];                // the block's queries, f32 (rows >= nr: zeros)
     __shared__ __align__(16) float k_new[D];                  // the new key, normed and roped
     __shared__ __align__(16) float big[WK_WARPS * RB * D];    // the rope scratch, then the warps' acc
     __shared__ float Pw[WK_WARPS][V];                         // a warp's weights
     __shared__ float2 ml_s[WK_WARPS][RB];                     // the warps' (max, sum)
+    cuda_early_release(); // the output projection, launched early, may take the other SMs now
     const int group = (int)(q.ne1 / kc.ne1);
     const int kvh = blockIdx.x, tid = threadIdx.x;
+    const int r0 = blockIdx.y * RB, nr = min(RB, group - r0); // this block's query rows of the group
+    const int64_t h0 = (int64_t)kvh * group + r0;             // ... the first one's head
     const int warp = tid / ST_GPU_WARP_SIZE, lane = tid % ST_GPU_WARP_SIZE;
     const char *k_head = kc.data + (int64_t)kvh * kc.nb1, *v_head = vc.data + (int64_t)kvh * vc.nb1;
 
@@ -175,14 +187,18 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     };
     if (t0 + KPW <= rows) load_keys(std::false_type{});
     else load_keys(std::true_type{});
+    // launched early: q/k/v written and visible from here, read through L2 (the rows below);
+    // the position and the rotations keep the read-only path: written at the step's start,
+    // before any kernel of the step reads them, no SM holds a line of them from before
+    if (EARLY) cuda_early_wait();
     const bool early = ROPE && TABLE && ra.q_norm != NULL && ra.k_norm != NULL;
-    if (early) { // the group's queries and the new key, a warp each
-        for (int j = warp; j < group + 1; j += WK_WARPS) {
-            const bool q_row = j < group;
-            const float *x = q_row ? (const float *)(q.data + ((int64_t)kvh * group + j) * q.nb1)
+    if (early) { // the block's queries and the new key, a warp each
+        for (int j = warp; j < nr + 1; j += WK_WARPS) {
+            const bool q_row = j < nr;
+            const float *x = q_row ? (const float *)(q.data + (h0 + j) * q.nb1)
                                    : (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1);
-            wk_rope_row_early<D>(q_row ? Qs + j * D : k_new, x, q_row ? ra.q_norm : ra.k_norm, big + warp * D, lane,
-                                 ra);
+            wk_rope_row_early<D, EARLY>(q_row ? Qs + j * D : k_new, x, q_row ? ra.q_norm : ra.k_norm, big + warp * D,
+                                        lane, ra);
         }
     }
     const int p = positions[0];
@@ -194,25 +210,26 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     if (ROPE) { // as dec_rope_prepare, the rows a warp each (formed above when they were early)
         const int64_t n_ctx = kc.ne2;
         store = p >= 0 && p < n_ctx;
-        if (kvh == 0 && tid == 0 && !store) cuda_report_op_error(ra.op_err, ST_CUDA_OP_ERROR_KV_POSITION, p, 0, n_ctx);
+        if (kvh == 0 && blockIdx.y == 0 && tid == 0 && !store)
+            cuda_report_op_error(ra.op_err, ST_CUDA_OP_ERROR_KV_POSITION, p, 0, n_ctx);
         const double pos = (double)p * (double)ra.freq_scale;
-        const int n_rows = early ? 0 : group + (store ? 1 : 0);
+        const int n_rows = early ? 0 : nr + (store ? 1 : 0);
         for (int j = warp; j < n_rows; j += WK_WARPS) {
             float *tmp = big + warp * D;
-            if (j < group) {
-                const int64_t h = (int64_t)kvh * group + j;
-                dec_rope_row<D, TABLE>(Qs + j * D, (const float *)(q.data + h * q.nb1), ra.q_norm, tmp, NULL, warp * 32,
-                                ST_GPU_WARP_SIZE, ra, pos);
+            if (j < nr) {
+                const int64_t h = h0 + j;
+                dec_rope_row<D, TABLE, EARLY>(Qs + j * D, (const float *)(q.data + h * q.nb1), ra.q_norm, tmp, NULL,
+                                              warp * 32, ST_GPU_WARP_SIZE, ra, pos);
             } else {
-                dec_rope_row<D, TABLE>(k_new, (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1), ra.k_norm, tmp, NULL,
-                                warp * 32, ST_GPU_WARP_SIZE, ra, pos);
+                dec_rope_row<D, TABLE, EARLY>(k_new, (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1), ra.k_norm,
+                                              tmp, NULL, warp * 32, ST_GPU_WARP_SIZE, ra, pos);
             }
         }
-        for (int i = group * D + tid; i < RB * D; i += WK_THREADS) Qs[i] = 0.0f;
+        for (int i = nr * D + tid; i < RB * D; i += WK_THREADS) Qs[i] = 0.0f;
     } else {
         for (int i = tid; i < RB * D; i += WK_THREADS) {
             const int r = i / D, d = i % D;
-            Qs[i] = r < group ? ((const float *)(q.data + ((int64_t)kvh * group + r) * q.nb1))[d] : 0.0f;
+            Qs[i] = r < nr ? ((const float *)(q.data + (h0 + r) * q.nb1))[d] : 0.0f;
         }
     }
     __syncthreads(); // Qs and k_new complete
@@ -220,16 +237,19 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
         const float *vrow = (const float *)(ra.v.data + (int64_t)kvh * ra.v.nb1);
         char *ko = kc.data + (int64_t)kvh * kc.nb1 + (int64_t)p * kc.nb2;
         char *vo = vc.data + (int64_t)kvh * vc.nb1 + (int64_t)p * vc.nb2;
-        for (int d = tid; d < D; d += WK_THREADS) {
+        for (int d = tid; d < D && blockIdx.y == 0; d += WK_THREADS) { // (the group's first block)
             cuda_cache_store<ST_TYPE_F16>(ko, d, k_new[d]);
-            cuda_cache_store<ST_TYPE_F16>(vo, d, vrow[d]);
+            cuda_cache_store<ST_TYPE_F16>(vo, d, EARLY ? __ldcg(vrow + d) : vrow[d]);
         }
         if (p >= t0 && p < t0 + KPW) { // the key and value the cache now holds
+            float v_lane[DL]; // (launched early: through L2, as the rows above)
+#pragma unroll
+            for (int e = 0; e < DL; e++) v_lane[e] = EARLY ? __ldcg(vrow + lane * DL + e) : 0.0f;
 #pragma unroll
             for (int j = 0; j < KPW; j++)
                 if (t0 + j == p) {
                     kr[j] = wk_cache_piece<DL>(k_new + lane * DL);
-                    vr[j] = wk_cache_piece<DL>(vrow + lane * DL);
+                    vr[j] = wk_cache_piece<DL>(EARLY ? v_lane : vrow + lane * DL);
                 }
         }
     }
@@ -308,7 +328,7 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
             if (r == lane) ml_s[warp][r] = make_float2(m[r], l[r]);
     }
     __syncthreads();
-    for (int i = tid; i < group * D; i += WK_THREADS) {
+    for (int i = tid; i < nr * D; i += WK_THREADS) {
         const int r = i / D, d = i % D;
         float mm = -INFINITY;
         for (int w = 0; w < WK_WARPS; w++) mm = fmaxf(mm, ml_s[w][r].x);
@@ -320,8 +340,7 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
                 a = fmaf(f, big[(w * RB + r) * D + d], a);
                 lsum = fmaf(f, ml.y, lsum);
             }
-        const int64_t h = (int64_t)kvh * group + r;
-        ((float *)(dst.data + h * dst.nb1))[d] = lsum > 0.0f ? a / lsum : 0.0f; // a row that sees nothing: zeros
+        ((float *)(dst.data + (h0 + r) * dst.nb1))[d] = lsum > 0.0f ? a / lsum : 0.0f; // a row that sees nothing: zeros
     }
 }
 
@@ -330,11 +349,16 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
 // The rows a lane's scores take for a group of R query heads: R rounded up to a power of two.
 static int wk_rows_bucket(int R) { return R <= 1 ? 1 : R <= 2 ? 2 : R <= 4 ? 4 : R <= 8 ? 8 : 0; }
 
-int dec_warps_round_keys(const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache) {
+// The query rows of a group a block takes: the whole group, or c->attn_rows where fewer.
+static int wk_block_rows(const st_cuda_ctx *c, int group) {
+    return c->attn_rows > 0 && c->attn_rows < group ? c->attn_rows : group;
+}
+
+int dec_warps_round_keys(const st_cuda_ctx *c, const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache) {
     const int64_t D = q->ne[0], M = q->ne[2], group = q->ne[1] / k_cache->ne[1];
-    const int rb = wk_rows_bucket((int)group);
-    if (M != 1 || k_cache->type != ST_TYPE_F16 || v_cache->type != ST_TYPE_F16 || (D != 64 && D != 128) || rb == 0 ||
-        rb * D > WK_MAX_ROW_DIMS)
+    const int rb = wk_rows_bucket(wk_block_rows(c, (int)group));
+    if (M != 1 || k_cache->type != ST_TYPE_F16 || v_cache->type != ST_TYPE_F16 || (D != 64 && D != 128) ||
+        wk_rows_bucket((int)group) == 0 || rb * D > WK_MAX_ROW_DIMS)
         return 0;
     return WK_WARPS * (rb <= 4 ? 8 : 4);
 }
@@ -342,17 +366,22 @@ int dec_warps_round_keys(const st_tensor *q, const st_tensor *k_cache, const st_
 template <int D, int RB>
 static void wk_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                       const st_tensor *v_cache, const int32_t *pos, const st_attn_params *p, const dec_rope_args *ra) {
-    const unsigned int grid = (unsigned int)k_cache->ne[1];
-    if (ra && ra->cs)
-        attn_decode_warps_kernel<D, RB, true, true><<<grid, WK_THREADS, 0, c->stream>>>(
+    const int group = (int)(q->ne[1] / k_cache->ne[1]), rows = wk_block_rows(c, group);
+    const dim3 grid((unsigned int)k_cache->ne[1], (unsigned int)((group + rows - 1) / rows)); // (kv head, rows)
+    if (ra && ra->cs && (c->early_launch & CUDA_EARLY_ATTENTION))
+        (void)st_gpu_launch_early(attn_decode_warps_kernel<D, RB, true, true, true>, grid, WK_THREADS, 0, c->stream,
+                                  cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window,
+                                  p->scale, p->softcap, *ra, cuda_view(dst)); // (its error: ST_GPU_CHECK_LAUNCH)
+    else if (ra && ra->cs)
+        attn_decode_warps_kernel<D, RB, true, true, false><<<grid, WK_THREADS, 0, c->stream>>>(
             cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap, *ra,
             cuda_view(dst));
     else if (ra)
-        attn_decode_warps_kernel<D, RB, true, false><<<grid, WK_THREADS, 0, c->stream>>>(
+        attn_decode_warps_kernel<D, RB, true, false, false><<<grid, WK_THREADS, 0, c->stream>>>(
             cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap, *ra,
             cuda_view(dst));
     else
-        attn_decode_warps_kernel<D, RB, false, false><<<grid, WK_THREADS, 0, c->stream>>>(
+        attn_decode_warps_kernel<D, RB, false, false, false><<<grid, WK_THREADS, 0, c->stream>>>(
             cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
             dec_rope_args{}, cuda_view(dst));
 }
@@ -361,8 +390,8 @@ st_status dec_warps_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, c
                            const st_tensor *v_cache, const int32_t *pos, const st_attn_params *p,
                            const dec_rope_args *ra, st_error *err) {
     const int64_t D = q->ne[0];
-    const int rb = wk_rows_bucket((int)(q->ne[1] / k_cache->ne[1]));
-    const int rk = dec_warps_round_keys(q, k_cache, v_cache);
+    const int rb = wk_rows_bucket(wk_block_rows(c, (int)(q->ne[1] / k_cache->ne[1])));
+    const int rk = dec_warps_round_keys(c, q, k_cache, v_cache);
     ST_ASSERT(rk > 0 && p->n_kv <= rk);
 #define WK_CASE(d, r)                                                                                             \
     if (D == d && rb == r) wk_launch<d, r>(c, dst, q, k_cache, v_cache, pos, p, ra);

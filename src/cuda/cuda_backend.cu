@@ -464,10 +464,15 @@ static st_status cuda_env_override(const char *name, long lo, long hi, const cha
 // a mask of the same kinds (0: rows a batch in registers), by default those measured faster
 // (cuda_gemv_rowblock.cu's rowblock_staged); and whether one token's decode attention takes
 // the warps kernel where it can (cuda_attention_decode_warps.cu): STRIDE_CUDA_ATTN_WARPS, 1
-// by default, 0 the split kernel everywhere.
+// by default, 0 the split kernel everywhere, and how many of a group's query rows a block of
+// it takes: STRIDE_CUDA_ATTN_ROWS, 1 by default, 2, 4, or 0 the whole group; which decode
+// kernels are launched early, their weights' copies (cuda_gemv_rowblock.cu) or K/V rows
+// (cuda_attention_decode_warps.cu) issued before they wait for the kernel ahead:
+// STRIDE_CUDA_PDL, a mask of the same kinds of staged products and 8 for the warps
+// attention, by default 8 (sm_90 and later only; bench/decode-attn-rows-h200.md).
 static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
     long split = 2, apart = GEMV_NORM_APART_WAVES, prepared = 1, rowblock = CUDA_ROWBLOCK_DEFAULT,
-         staged = -1, attn_warps = 1;
+         staged = -1, attn_warps = 1, attn_rows = 1, pdl = CUDA_EARLY_ATTENTION;
     st_status s = cuda_env_override("STRIDE_CUDA_GEMV_SPLIT", 1, 2, "warps a row", &split, err);
     if (s == ST_OK)
         s = cuda_env_override("STRIDE_CUDA_GEMV_ROWBLOCK", 0, CUDA_ROWBLOCK_ALL, "a mask of 1, 2 and 4", &rowblock, err);
@@ -476,13 +481,19 @@ static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
     if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_NORM_APART_WAVES", 0, 1000000, "waves", &apart, err);
     if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_NORM_PREPARED", 0, 2, "0, 1 or 2", &prepared, err);
     if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_ATTN_WARPS", 0, 1, "0 or 1", &attn_warps, err);
+    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_ATTN_ROWS", 0, 4, "0, 1, 2 or 4", &attn_rows, err);
+    if (s == ST_OK && attn_rows == 3)
+        s = st_error_set(err, ST_ERROR_INVALID, "STRIDE_CUDA_ATTN_ROWS=3: expected 0, 1, 2 or 4");
+    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_PDL", 0, CUDA_EARLY_ALL, "a mask of 1, 2, 4 and 8", &pdl, err);
     if (s != ST_OK) return s;
     c->attn_warps = (int)attn_warps;
+    c->attn_rows = (int)attn_rows;
     c->gemv_max_split = (int)split;
     c->gemv_rowblock = (int)rowblock;
     int cc_major = 0; // cp.async: sm_80 and later
     if (st_gpu_device_get_attribute(&cc_major, st_gpu_dev_attr_cc_major, c->device) != st_gpu_success) cc_major = 0;
     c->gemv_rowblock_staged = cc_major >= 8 ? (int)staged : 0;
+    c->early_launch = cc_major >= 9 ? (int)pdl : 0; // (griddepcontrol: sm_90)
     c->norm_apart_waves = (int)apart;
     c->norm_prepared = (int)prepared;
     return ST_OK;

@@ -35,6 +35,9 @@ enum {
     CUDA_ROWBLOCK_ALL = 7,
     CUDA_ROWBLOCK_DEFAULT = CUDA_ROWBLOCK_STORE | CUDA_ROWBLOCK_ADD
 };
+/* Decode kernels launched early (st_cuda_ctx's early_launch, STRIDE_CUDA_PDL): the staged
+ * products of the CUDA_ROWBLOCK_* kinds above, and the one-token attention's warps kernel. */
+enum { CUDA_EARLY_ATTENTION = 8, CUDA_EARLY_ALL = CUDA_ROWBLOCK_ALL | CUDA_EARLY_ATTENTION };
 
 st_status st_backend_cuda_init(int index, st_backend **out, st_error *err);
 

@@ -70,9 +70,14 @@ typedef struct st_cuda_ctx {
                                             a mask of CUDA_ROWBLOCK_STORE, _ADD, _GLU */
     int gemv_rowblock_staged;            /* ... of which their rows staged in shared memory by cp.async (a mask;
                                             -1: where that measured faster, cuda_gemv_rowblock.cu) */
+    int early_launch;                    /* decode kernels launched early, their weights (or K/V rows) in flight
+                                            before they wait for the kernel ahead: a mask of CUDA_ROWBLOCK_*
+                                            kinds of staged products and CUDA_EARLY_ATTENTION (sm_90 and later) */
     int gemv_max_split;                  /* the most warps a decode GEMV row may take (cuda_gemv_decode.cu) */
     int attn_warps;                      /* one-token decode attention by the warps kernel where it takes the
                                             shapes (cuda_attention_decode_warps.cu): 1, or 0 never */
+    int attn_rows;                       /* ... the group's query rows a block of it takes: 1 (a block a
+                                            query head), 2 or 4, or 0 the whole group (a block a kv head) */
     int norm_prepared;                   /* normed products read a prepared x * norm_w: 0 never, 1 where
                                             it pays, 2 wherever they can (st_cuda_prepared_norm_pays) */
     float *norm_ss;                      /* the partial sums of x . x the last fused add wrote */
@@ -255,6 +260,44 @@ static inline dim3 cuda_rows_grid(int64_t ne0, int64_t rows) {
  * double as the CPU backend forms it (so that the f32 result rounds alike). */
 __device__ __forceinline__ float cuda_rms_scale(float ss, int64_t n, float eps) {
     return (float)(1.0 / sqrt((double)ss / (double)n + (double)eps));
+}
+
+/* Programmatic dependent launch (sm_90 and later; nothing before). A kernel launched early
+ * (st_gpu_launch_early) may run while the kernel ahead of it still runs: until
+ * cuda_early_wait returns it may read only what no kernel of the step writes (weights), and
+ * it writes nothing. cuda_early_wait returns once the kernel ahead has completed and its
+ * writes are visible; what it wrote must then be read through L2 (ld.global.cg), since the
+ * SM's read-only cache may hold lines from before. cuda_early_release lets a kernel launched
+ * early behind this one take the SM slots this one leaves free (without it: at this one's end). */
+__device__ __forceinline__ void cuda_early_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cuda_early_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+/* kernel<<<grid, block, smem, stream>>>(args), launched early: it may start once every block
+ * of the kernel ahead in the stream has started and released (cuda_early_release) or ended,
+ * and must call cuda_early_wait before it reads what that kernel writes. In a captured graph
+ * the edge between the two becomes a programmatic one. */
+template <typename... Params, typename... Args>
+static inline st_gpu_error_t st_gpu_launch_early(void (*kernel)(Params...), dim3 grid, unsigned int block,
+                                                 size_t smem, st_gpu_stream_t stream, const Args &...args) {
+    st_gpu_launch_attribute_t early[1];
+    early[0].id = st_gpu_launch_attr_early;
+    early[0].val.programmaticStreamSerializationAllowed = 1;
+    st_gpu_launch_config_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = early;
+    cfg.numAttrs = 1;
+    return st_gpu_launch_kernel_ex(&cfg, kernel, args...);
 }
 
 /* The sum over a warp, in every lane (a fixed xor tree). */

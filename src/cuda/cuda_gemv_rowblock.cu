@@ -80,22 +80,25 @@ __device__ __forceinline__ void rowblock_issue(const cuda_gemv_decode_args &a, i
     }
 }
 
-// Floats i..i+3 of this thread's piece j of a [K] F32 vector (x, norm_w): VEC a piece.
-template <int VEC>
+// Floats i..i+3 of this thread's piece j of a [K] F32 vector (x, norm_w): VEC a piece,
+// through the read-only cache, or through L2 (L2: what a kernel launched early reads after
+// cuda_early_wait, cuda_common.cuh).
+template <int VEC, bool L2 = false>
 __device__ __forceinline__ float4 rowblock_f32x4(const float *v, int j, int i) {
-    return __ldg((const float4 *)(v + ((int)threadIdx.x + j * ROWBLOCK_THREADS) * VEC + i));
+    const float4 *q = (const float4 *)(v + ((int)threadIdx.x + j * ROWBLOCK_THREADS) * VEC + i);
+    return L2 ? __ldcg(q) : __ldg(q);
 }
 
-// This thread's pieces of x [K] (floats i..i+3 of piece j at h[j][i..]) and, when NW, of
-// norm_w into nw, loaded together.
-template <int VEC, int P, bool NW>
+// This thread's pieces of x [K] (floats i..i+3 of piece j at h[j][i..]; through L2 when
+// EARLY) and, when NW, of norm_w into nw, loaded together.
+template <int VEC, int P, bool NW, bool EARLY = false>
 __device__ __forceinline__ void rowblock_load_x(const cuda_gemv_decode_args &a, float (&h)[P][VEC],
                                                 float (&nw)[NW ? P : 1][VEC]) {
 #pragma unroll
     for (int j = 0; j < P; j++)
 #pragma unroll
         for (int i = 0; i < VEC; i += 4) {
-            const float4 q = rowblock_f32x4<VEC>(a.x, j, i);
+            const float4 q = rowblock_f32x4<VEC, EARLY>(a.x, j, i);
             h[j][i] = q.x, h[j][i + 1] = q.y, h[j][i + 2] = q.z, h[j][i + 3] = q.w;
             if (NW) {
                 const float4 w = rowblock_f32x4<VEC>(a.norm_w, j, i);
@@ -159,6 +162,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     __shared__ float warp_sums[2][ROWBLOCK_WARPS][M * RB]; // two: a batch's writes never meet the last one's reads
     __shared__ float ss_sums[ROWBLOCK_WARPS];
     const int t = threadIdx.x, warp = t / ST_GPU_WARP_SIZE, lane = t % ST_GPU_WARP_SIZE, G = (int)gridDim.x;
+    cuda_early_release(); // a product launched early behind this one may take the SMs it leaves
     float h[P][VEC], no_nw[1][VEC];
     rowblock_load_x<VEC, P, false>(a, h, no_nw);
     uint4 wq[M][RB][P];
@@ -216,6 +220,12 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
 // run for all the block's rows at the end (thread i: row i). The sums are those of the
 // kernel above, in the same order (thread t's pieces in order, the xor tree, the warps in
 // order): the same bits.
+//
+// Launched early (EARLY: st_cuda_ctx's early_launch), a block issues the copies of its first S
+// rows before it waits for the kernel ahead (cuda_early_wait), since weights are written by
+// no kernel of the step, and reads x and the residual after the wait, through L2. Its rows
+// then stream while the kernel ahead still runs: the decode attention on a few SMs, the
+// tail of a product.
 #define ROWBLOCK_STAGE_UNITS 11 // 4 KiB units (a piece of every thread) of stage a block
 
 __host__ __device__ constexpr int rowblock_stages(int P, bool glu) {
@@ -252,7 +262,7 @@ template <int N> __device__ __forceinline__ void rowblock_cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-template <st_type T, int EPI, bool NORM, int P>
+template <st_type T, int EPI, bool NORM, int P, bool EARLY>
 __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     gemv_rowblock_staged_kernel(const cuda_gemv_decode_args a, int rows) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
@@ -264,11 +274,13 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     __shared__ float ss_sums[ROWBLOCK_WARPS];
     const int t = threadIdx.x, warp = t / ST_GPU_WARP_SIZE, lane = t % ST_GPU_WARP_SIZE, G = (int)gridDim.x;
     const int mine = (rows - (int)blockIdx.x + G - 1) / G; // rows blockIdx.x + i G, i < mine (<= 16)
+    cuda_early_release();
     // x (and at one piece a thread norm_w; at two it cost qwen3-8b's q/k/v 0.8 us, at four
-    // it spills) before any weight: behind S rows of copies, a load waits for them
+    // it spills) before any weight: behind S rows of copies, a load waits for them. Launched
+    // early, after the copies and the wait (by then the copies have had the kernel ahead's time).
     constexpr bool NW_EARLY = NORM && P == 1;
     float h[P][VEC], nw[NW_EARLY ? P : 1][VEC];
-    rowblock_load_x<VEC, P, NW_EARLY>(a, h, nw);
+    if (!EARLY) rowblock_load_x<VEC, P, NW_EARLY>(a, h, nw);
     const uint64_t policy = rowblock_evict_first_policy();
     // row i of the block into slot i % S as one group (an empty group past the last row, so
     // that row i's group is always the (S-1)th most recent when it is waited for)
@@ -289,12 +301,16 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     };
 #pragma unroll
     for (int i = 0; i < S; i++) issue(i);
+    if (EARLY) {
+        cuda_early_wait();
+        rowblock_load_x<VEC, P, NW_EARLY, true>(a, h, nw);
+    }
     float resid = 0.0f;
     if (EPI == ST_FUSED_EPILOGUE_ADD && t < mine) {
         int p;
         int64_t n;
         rowblock_row(a, (int)blockIdx.x + t * G, &p, &n);
-        resid = a.out[n];
+        resid = EARLY ? __ldcg(a.out + n) : a.out[n];
     }
     float scale = 1.0f;
     if (NORM) scale = rowblock_norm<VEC, P, NW_EARLY>(a, h, nw, ss_sums, warp, lane); // the first rows in flight
@@ -337,6 +353,21 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
 #endif
 }
 
+// SMs a product launched early leaves out of its grid: a tuning build's
+// -DROWBLOCK_EARLY_SPARE_SMS=8 keeps it off the SMs that the decode attention's 8 blocks
+// hold (no block of this kernel fits beside one of 512 threads at 103 registers), so that
+// every block starts while the attention runs.
+#ifndef ROWBLOCK_EARLY_SPARE_SMS
+#define ROWBLOCK_EARLY_SPARE_SMS 0
+#endif
+// The longest rows (pieces a thread, K / 2,048) a product launched early may have: a tuning
+// build's -DROWBLOCK_EARLY_MAX_P=2 launches early o (1-2 pieces on the issue-5 models) but
+// not down (3-4 on the 1-2B models; qwen3-8b's is not this kernel's), to measure them apart.
+// (llama-3.2-1b's o, which prepares gate/up's norm, is the warp-a-row kernel's either way.)
+#ifndef ROWBLOCK_EARLY_MAX_P
+#define ROWBLOCK_EARLY_MAX_P ROWBLOCK_PIECES_A_THREAD_MAX
+#endif
+
 // The grid: one wave at ROWBLOCK_MIN_BLOCKS an SM, or one block a row when there are fewer.
 static int64_t rowblock_grid(const st_cuda_ctx *c, int64_t rows) {
     const int64_t wave = (int64_t)c->sm_count * ROWBLOCK_MIN_BLOCKS;
@@ -361,10 +392,13 @@ bool cuda_gemv_rowblock_takes(const st_cuda_ctx *c, const cuda_gemv_decode_args 
 }
 
 template <st_type T, int EPI, bool NORM, int P>
-static void rowblock_launch_staged(st_cuda_ctx *c, const cuda_gemv_decode_args &a, unsigned int grid, int rows) {
+static void rowblock_launch_staged(st_cuda_ctx *c, const cuda_gemv_decode_args &a, unsigned int grid, int rows,
+                                   bool early) {
     constexpr bool GLU = EPI == ST_FUSED_EPILOGUE_SWIGLU;
     const size_t smem = (size_t)rowblock_stages(P, GLU) * (GLU ? 2 : 1) * P * ROWBLOCK_THREADS * sizeof(uint4);
-    gemv_rowblock_staged_kernel<T, EPI, NORM, P><<<grid, ROWBLOCK_THREADS, smem, c->stream>>>(a, rows);
+    if (early) (void)st_gpu_launch_early(gemv_rowblock_staged_kernel<T, EPI, NORM, P, true>, grid, ROWBLOCK_THREADS, smem,
+                                         c->stream, a, rows); // (its error: the caller's ST_GPU_CHECK_LAUNCH)
+    else gemv_rowblock_staged_kernel<T, EPI, NORM, P, false><<<grid, ROWBLOCK_THREADS, smem, c->stream>>>(a, rows);
 }
 
 // Whether a product's rows are staged: st_cuda_ctx's gemv_rowblock_staged, a mask of kinds,
@@ -382,12 +416,17 @@ static void rowblock_launch_p(st_cuda_ctx *c, const cuda_gemv_decode_args &a, in
     const int kind = EPI == ST_FUSED_EPILOGUE_STORE ? CUDA_ROWBLOCK_STORE
                      : EPI == ST_FUSED_EPILOGUE_ADD ? CUDA_ROWBLOCK_ADD
                                                     : CUDA_ROWBLOCK_GLU;
-    if (rowblock_staged(c, kind, P)) {
+    const bool early = (c->early_launch & kind) != 0 && P <= ROWBLOCK_EARLY_MAX_P; // (staged: its copies go early)
+    if (early && ROWBLOCK_EARLY_SPARE_SMS > 0) {
+        const int64_t spared = (int64_t)(c->sm_count - ROWBLOCK_EARLY_SPARE_SMS) * ROWBLOCK_MIN_BLOCKS;
+        if (spared > 0 && spared < grid && rows <= spared * ROWBLOCK_MAX_ROWS_A_BLOCK) grid = (unsigned int)spared;
+    }
+    if (early || rowblock_staged(c, kind, P)) {
         switch (P) {
-        case 1: rowblock_launch_staged<T, EPI, NORM, 1>(c, a, grid, rows); break;
-        case 2: rowblock_launch_staged<T, EPI, NORM, 2>(c, a, grid, rows); break;
-        case 3: rowblock_launch_staged<T, EPI, NORM, 3>(c, a, grid, rows); break;
-        default: rowblock_launch_staged<T, EPI, NORM, 4>(c, a, grid, rows); break;
+        case 1: rowblock_launch_staged<T, EPI, NORM, 1>(c, a, grid, rows, early); break;
+        case 2: rowblock_launch_staged<T, EPI, NORM, 2>(c, a, grid, rows, early); break;
+        case 3: rowblock_launch_staged<T, EPI, NORM, 3>(c, a, grid, rows, early); break;
+        default: rowblock_launch_staged<T, EPI, NORM, 4>(c, a, grid, rows, early); break;
         }
         return;
     }

@@ -57,6 +57,13 @@ typedef struct cudaDeviceProp st_gpu_device_prop_t;
 #define st_gpu_func_set_attribute cudaFuncSetAttribute
 #define st_gpu_func_attr_max_dynamic_smem cudaFuncAttributeMaxDynamicSharedMemorySize
 
+/* launches with attributes: programmatic stream serialization (a kernel that may start
+ * before the one ahead of it ends; cuda_common.cuh's st_gpu_launch_early) */
+typedef cudaLaunchConfig_t st_gpu_launch_config_t;
+typedef cudaLaunchAttribute st_gpu_launch_attribute_t;
+#define st_gpu_launch_attr_early cudaLaunchAttributeProgrammaticStreamSerialization
+#define st_gpu_launch_kernel_ex cudaLaunchKernelEx
+
 typedef cudaEvent_t st_gpu_event_t;
 #define st_gpu_event_create_with_flags cudaEventCreateWithFlags
 #define st_gpu_event_disable_timing cudaEventDisableTiming

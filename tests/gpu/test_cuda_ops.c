@@ -1360,35 +1360,48 @@ static void test_errors(void) {
 
 /* ---- the suite ---------------------------------------------------------------------- */
 
+/* The environment variable name's value (a copy; NULL when unset), and putting it back. */
+static char *env_save(const char *name) {
+    const char *old = getenv(name);
+    char *saved = old ? strdup(old) : NULL;
+    if (old && !saved) test_die("out of memory saving the environment", NULL);
+    return saved;
+}
+static void env_restore(const char *name, char *saved) {
+    if (saved) setenv(name, saved, 1);
+    else unsetenv(name);
+    free(saved);
+}
+
 /* Runs fn with the CUDA backend created again under the environment variable name=value
  * (the backend reads its decode tuning once, at init), then restores both. */
 static void with_cuda_env(const char *name, const char *value, void (*fn)(void)) {
     st_error err = {0};
-    const char *old = getenv(name);
-    char *saved = old ? strdup(old) : NULL;
-    if (old && !saved) test_die("out of memory saving the environment", NULL);
+    char *saved = env_save(name);
     st_backend_free(g_gpu);
     setenv(name, value, 1);
     if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu, &err) != ST_OK) test_die("CUDA backend", &err);
     printf("%s=%s\n", name, value);
     fn();
     st_backend_free(g_gpu);
-    if (saved) setenv(name, saved, 1);
-    else unsetenv(name);
-    free(saved);
+    env_restore(name, saved);
     if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu, &err) != ST_OK) test_die("CUDA backend", &err);
 }
 
 /* Every kind of one-column product by the block-a-row kernel with its rows staged in shared
- * memory (g_gpu), each also by the same kernel with its rows in registers (g_gpu_regs):
- * test_mul_mat_fused compares the two bitwise. Run under STRIDE_CUDA_GEMV_ROWBLOCK=7 and
- * STRIDE_CUDA_ROWBLOCK_STAGED=7. */
+ * memory (g_gpu; launched early too when the caller set STRIDE_CUDA_PDL), each also by the
+ * same kernel with its rows in registers, launched plainly (g_gpu_regs): test_mul_mat_fused
+ * compares the two bitwise. Run under STRIDE_CUDA_GEMV_ROWBLOCK=7 and
+ * STRIDE_CUDA_ROWBLOCK_STAGED=7 or STRIDE_CUDA_PDL=7. */
 static void run_fused_products(void);
 static void run_fused_products_staged_and_registers(void) {
     st_error err = {0};
+    char *staged = env_save("STRIDE_CUDA_ROWBLOCK_STAGED"), *early = env_save("STRIDE_CUDA_PDL");
     setenv("STRIDE_CUDA_ROWBLOCK_STAGED", "0", 1);
+    setenv("STRIDE_CUDA_PDL", "0", 1); /* (a product launched early is staged) */
     if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu_regs, &err) != ST_OK) test_die("CUDA backend (registers)", &err);
-    setenv("STRIDE_CUDA_ROWBLOCK_STAGED", "7", 1);
+    env_restore("STRIDE_CUDA_ROWBLOCK_STAGED", staged);
+    env_restore("STRIDE_CUDA_PDL", early);
     run_fused_products();
     st_backend_free(g_gpu_regs);
     g_gpu_regs = NULL;
@@ -1418,6 +1431,7 @@ static void run_rope_attention(bool short_f16) {
             rope_attention_case(short_f16, ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 333, 100, true); /* window */
             rope_attention_case(short_f16, ct, 256, 8, 4, 256, ST_ROPE_MODE_NEOX, norms, 517, 0, false);
             rope_attention_case(short_f16, ct, 96, 4, 2, 32, ST_ROPE_MODE_NEOX, norms, 40, 0, true);
+            rope_attention_case(short_f16, ct, 64, 12, 4, 64, ST_ROPE_MODE_NORM, norms, 90, 0, false); /* a group of 3 */
             /* the issue-5 models' shapes at tg128's depths (bounds up to 128 keys: the warps
              * kernel with an F16 cache), one with a window, and past them (the split kernel) */
             rope_attention_case(short_f16, ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 100, 0, false);
@@ -1429,12 +1443,26 @@ static void run_rope_attention(bool short_f16) {
     }
 }
 
-/* One token's attention over a short F16 cache by the split kernel, where the warps kernel
- * takes it by default (STRIDE_CUDA_ATTN_WARPS=0, a measurement setting): against the CPU as
- * by default. */
-static void run_one_token_attention_split_kernel(void) {
+/* One token's attention over a short F16 cache, against the CPU: run by the split kernel,
+ * where the warps kernel takes it by default (STRIDE_CUDA_ATTN_WARPS=0, a measurement
+ * setting), and by the warps kernel's other grids (STRIDE_CUDA_ATTN_ROWS, below). */
+static void run_one_token_attention(void) {
     run_rope_attention(true);
     test_attention_decode(true);
+}
+/* The same short F16 rope_attention cases with the warps kernel launched plainly
+ * (STRIDE_CUDA_PDL=0; by default it is launched early where it takes the rotations from a
+ * rope_table): the "table=formed" rows compare the two launches bitwise, the kernel
+ * launched early forming them from the table, the one launched plainly forming them itself. */
+static void run_one_token_attention_plain(void) { run_rope_attention(true); }
+/* ... and both, with a block of the warps kernel taking the whole group, 2 or 4 of its
+ * query rows instead of one (STRIDE_CUDA_ATTN_ROWS=0, 2, 4; the groups of 2-8 in one or
+ * several blocks a kv head, a group of 3 in blocks of 2 and 1, a group of 8 in blocks of 4
+ * up to 128 keys): against the CPU, and the fused rope_attention bitwise against
+ * rope_store then the attention. */
+static void run_one_token_attention_rows(void) {
+    run_one_token_attention();
+    with_cuda_env("STRIDE_CUDA_PDL", "0", run_one_token_attention_plain);
 }
 
 /* The weight types every op is tested in. */
@@ -1518,7 +1546,11 @@ static void run_all(void) {
     test_graph_outlives_growth(); /* before any other attention: see there */
 
     run_rope_attention(false);
-    with_cuda_env("STRIDE_CUDA_ATTN_WARPS", "0", run_one_token_attention_split_kernel);
+    with_cuda_env("STRIDE_CUDA_ATTN_WARPS", "0", run_one_token_attention);
+    with_cuda_env("STRIDE_CUDA_PDL", "0", run_one_token_attention_plain);
+    with_cuda_env("STRIDE_CUDA_ATTN_ROWS", "0", run_one_token_attention_rows);
+    with_cuda_env("STRIDE_CUDA_ATTN_ROWS", "2", run_one_token_attention_rows);
+    with_cuda_env("STRIDE_CUDA_ATTN_ROWS", "4", run_one_token_attention_rows);
 
     /* rope_store: per-head norms or none, NORM/NEOX, partial rotary, GQA, both caches */
     for (int ci = 0; ci < 2; ci++)
@@ -1533,6 +1565,8 @@ static void run_all(void) {
     /* the one-column products under each decode kernel: the block-a-row kernel wherever it
      * can take them (a mask of every kind of product), then the warp-a-row kernel alone */
     with_cuda_env("STRIDE_CUDA_ROWBLOCK_STAGED", "7", run_fused_products_every_kind);
+    /* ... staged and launched early (sm_90; plain launches before): the same bits */
+    with_cuda_env("STRIDE_CUDA_PDL", "7", run_fused_products_every_kind);
     with_cuda_env("STRIDE_CUDA_GEMV_ROWBLOCK", "0", run_fused_products);
     /* a residual add preparing the next product's norm, then that product: model shapes
      * (llama-3.2-1b's o then q/k/v or gate/up; qwen3-8b's down then q/k/v) and rows that
