@@ -354,9 +354,10 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
 }
 
 // SMs a product launched early leaves out of its grid: a tuning build's
-// -DROWBLOCK_EARLY_SPARE_SMS=8 keeps it off the SMs that the decode attention's 8 blocks
-// hold (no block of this kernel fits beside one of 512 threads at 103 registers), so that
-// every block starts while the attention runs.
+// -DROWBLOCK_EARLY_SPARE_SMS=8 keeps it off the SMs that the decode attention's blocks hold
+// when a block takes a kv head (8 on the issue-5 models; no block of this kernel fits beside
+// one of 512 threads at 103 registers), so that every block starts while the attention runs
+// (measured in call 25-4, before the attention's default became a block a query head).
 #ifndef ROWBLOCK_EARLY_SPARE_SMS
 #define ROWBLOCK_EARLY_SPARE_SMS 0
 #endif
