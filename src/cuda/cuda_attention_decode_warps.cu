@@ -363,11 +363,11 @@ int dec_warps_round_keys(const st_cuda_ctx *c, const st_tensor *q, const st_tens
     return WK_WARPS * (rb <= 4 ? 8 : 4);
 }
 
+// blocks: the blocks a kv head (its group's rows, RB a block).
 template <int D, int RB>
-static void wk_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+static void wk_launch(st_cuda_ctx *c, int blocks, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                       const st_tensor *v_cache, const int32_t *pos, const st_attn_params *p, const dec_rope_args *ra) {
-    const int group = (int)(q->ne[1] / k_cache->ne[1]), rows = wk_block_rows(c, group);
-    const dim3 grid((unsigned int)k_cache->ne[1], (unsigned int)((group + rows - 1) / rows)); // (kv head, rows)
+    const dim3 grid((unsigned int)k_cache->ne[1], (unsigned int)blocks); // (kv head, rows)
     if (ra && ra->cs && (c->early_launch & CUDA_EARLY_ATTENTION))
         (void)st_gpu_launch_early(attn_decode_warps_kernel<D, RB, true, true, true>, grid, WK_THREADS, 0, c->stream,
                                   cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window,
@@ -390,11 +390,13 @@ st_status dec_warps_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, c
                            const st_tensor *v_cache, const int32_t *pos, const st_attn_params *p,
                            const dec_rope_args *ra, st_error *err) {
     const int64_t D = q->ne[0];
-    const int rb = wk_rows_bucket(wk_block_rows(c, (int)(q->ne[1] / k_cache->ne[1])));
+    const int group = (int)(q->ne[1] / k_cache->ne[1]), rows = wk_block_rows(c, group), rb = wk_rows_bucket(rows);
     const int rk = dec_warps_round_keys(c, q, k_cache, v_cache);
     ST_ASSERT(rk > 0 && p->n_kv <= rk);
+    ST_ASSERT(rows == group || rows == rb); // a block's first row is blockIdx.y * RB
+    const int blocks = (group + rows - 1) / rows;
 #define WK_CASE(d, r)                                                                                             \
-    if (D == d && rb == r) wk_launch<d, r>(c, dst, q, k_cache, v_cache, pos, p, ra);
+    if (D == d && rb == r) wk_launch<d, r>(c, blocks, dst, q, k_cache, v_cache, pos, p, ra);
     WK_CASE(64, 1) WK_CASE(64, 2) WK_CASE(64, 4) WK_CASE(64, 8) WK_CASE(128, 1) WK_CASE(128, 2) WK_CASE(128, 4)
 #undef WK_CASE
     ST_GPU_CHECK_LAUNCH();
