@@ -468,11 +468,12 @@ static st_status cuda_env_override(const char *name, long lo, long hi, const cha
 // it takes: STRIDE_CUDA_ATTN_ROWS, 1 by default, 2, 4, or 0 the whole group; which decode
 // kernels are launched early, their weights' copies (cuda_gemv_rowblock.cu) or K/V rows
 // (cuda_attention_decode_warps.cu) issued before they wait for the kernel ahead:
-// STRIDE_CUDA_PDL, a mask of the same kinds of staged products and 8 for the warps
-// attention, by default 8 (sm_90 and later only; bench/decode-attn-rows-h200.md).
+// STRIDE_CUDA_PDL, a mask of the same kinds of staged products (2: residual adds of short
+// rows, o), 8 for the warps attention and 16 for residual adds of longer rows (down), by
+// default 10 (sm_90 and later only; cuda_backend.h).
 static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
     long split = 2, apart = GEMV_NORM_APART_WAVES, prepared = 1, rowblock = CUDA_ROWBLOCK_DEFAULT,
-         staged = -1, attn_warps = 1, attn_rows = 1, pdl = CUDA_EARLY_ATTENTION;
+         staged = -1, attn_warps = 1, attn_rows = 1, pdl = CUDA_EARLY_DEFAULT;
     st_status s = cuda_env_override("STRIDE_CUDA_GEMV_SPLIT", 1, 2, "warps a row", &split, err);
     if (s == ST_OK)
         s = cuda_env_override("STRIDE_CUDA_GEMV_ROWBLOCK", 0, CUDA_ROWBLOCK_ALL, "a mask of 1, 2 and 4", &rowblock, err);
@@ -484,7 +485,7 @@ static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
     if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_ATTN_ROWS", 0, 4, "0, 1, 2 or 4", &attn_rows, err);
     if (s == ST_OK && attn_rows == 3)
         s = st_error_set(err, ST_ERROR_INVALID, "STRIDE_CUDA_ATTN_ROWS=3: expected 0, 1, 2 or 4");
-    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_PDL", 0, CUDA_EARLY_ALL, "a mask of 1, 2, 4 and 8", &pdl, err);
+    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_PDL", 0, CUDA_EARLY_ALL, "a mask of 1, 2, 4, 8 and 16", &pdl, err);
     if (s != ST_OK) return s;
     c->attn_warps = (int)attn_warps;
     c->attn_rows = (int)attn_rows;

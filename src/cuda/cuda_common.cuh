@@ -72,7 +72,8 @@ typedef struct st_cuda_ctx {
                                             -1: where that measured faster, cuda_gemv_rowblock.cu) */
     int early_launch;                    /* decode kernels launched early, their weights (or K/V rows) in flight
                                             before they wait for the kernel ahead: a mask of CUDA_ROWBLOCK_*
-                                            kinds of staged products and CUDA_EARLY_ATTENTION (sm_90 and later) */
+                                            kinds of staged products, CUDA_EARLY_LONG_ADD and
+                                            CUDA_EARLY_ATTENTION (sm_90 and later) */
     int gemv_max_split;                  /* the most warps a decode GEMV row may take (cuda_gemv_decode.cu) */
     int attn_warps;                      /* one-token decode attention by the warps kernel where it takes the
                                             shapes (cuda_attention_decode_warps.cu): 1, or 0 never */

@@ -361,13 +361,18 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
 #ifndef ROWBLOCK_EARLY_SPARE_SMS
 #define ROWBLOCK_EARLY_SPARE_SMS 0
 #endif
-// The longest rows (pieces a thread, K / 2,048) a product launched early may have: a tuning
-// build's -DROWBLOCK_EARLY_MAX_P=2 launches early o (1-2 pieces on the issue-5 models) but
-// not down (3-4 on the 1-2B models; qwen3-8b's is not this kernel's), to measure them apart.
-// (llama-3.2-1b's o, which prepares gate/up's norm, is the warp-a-row kernel's either way.)
-#ifndef ROWBLOCK_EARLY_MAX_P
-#define ROWBLOCK_EARLY_MAX_P ROWBLOCK_PIECES_A_THREAD_MAX
-#endif
+// The longest rows (pieces a thread, K / 2,048) of a residual add that early_launch's
+// CUDA_ROWBLOCK_ADD launches early: o (1-2 pieces on the issue-5 models); longer ones, down
+// (3-4 on the 1-2B models; qwen3-8b's is not this kernel's), go early by
+// CUDA_EARLY_LONG_ADD (cuda_backend.h: o early gained, down early lost). llama-3.2-1b's o,
+// which prepares gate/up's norm, is the warp-a-row kernel's and never goes early.
+#define ROWBLOCK_EARLY_SHORT_P 2
+
+// Whether a product of this kind and P pieces a thread is launched early (then staged).
+static bool rowblock_early(const st_cuda_ctx *c, int kind, int P) {
+    const int bit = kind == CUDA_ROWBLOCK_ADD && P > ROWBLOCK_EARLY_SHORT_P ? CUDA_EARLY_LONG_ADD : kind;
+    return (c->early_launch & bit) != 0;
+}
 
 // The grid: one wave at ROWBLOCK_MIN_BLOCKS an SM, or one block a row when there are fewer.
 static int64_t rowblock_grid(const st_cuda_ctx *c, int64_t rows) {
@@ -417,7 +422,7 @@ static void rowblock_launch_p(st_cuda_ctx *c, const cuda_gemv_decode_args &a, in
     const int kind = EPI == ST_FUSED_EPILOGUE_STORE ? CUDA_ROWBLOCK_STORE
                      : EPI == ST_FUSED_EPILOGUE_ADD ? CUDA_ROWBLOCK_ADD
                                                     : CUDA_ROWBLOCK_GLU;
-    const bool early = (c->early_launch & kind) != 0 && P <= ROWBLOCK_EARLY_MAX_P; // (staged: its copies go early)
+    const bool early = rowblock_early(c, kind, P); // (staged: its copies go early)
     if (early && ROWBLOCK_EARLY_SPARE_SMS > 0) {
         const int64_t spared = (int64_t)(c->sm_count - ROWBLOCK_EARLY_SPARE_SMS) * ROWBLOCK_MIN_BLOCKS;
         if (spared > 0 && spared < grid && rows <= spared * ROWBLOCK_MAX_ROWS_A_BLOCK) grid = (unsigned int)spared;

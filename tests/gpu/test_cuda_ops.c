@@ -1392,7 +1392,8 @@ static void with_cuda_env(const char *name, const char *value, void (*fn)(void))
  * memory (g_gpu; launched early too when the caller set STRIDE_CUDA_PDL), each also by the
  * same kernel with its rows in registers, launched plainly (g_gpu_regs): test_mul_mat_fused
  * compares the two bitwise. Run under STRIDE_CUDA_GEMV_ROWBLOCK=7 and
- * STRIDE_CUDA_ROWBLOCK_STAGED=7 or STRIDE_CUDA_PDL=7. */
+ * STRIDE_CUDA_ROWBLOCK_STAGED=7 or STRIDE_CUDA_PDL=23 (every kind of product, residual adds
+ * of short rows and of long). */
 static void run_fused_products(void);
 static void run_fused_products_staged_and_registers(void) {
     st_error err = {0};
@@ -1497,11 +1498,13 @@ static void run_fused_products(void) {
                     }
     /* the block-a-row kernel's other widths (cuda_gemv_rowblock.cu: 3 and 4 pieces a thread,
      * the down products of qwen3-1.7b and llama-3.2-1b; 2 above at K = 4096), packed and
-     * padded, with a norm and without */
+     * padded, with a norm and without; residual adds of 3 and 4 pieces are the ones
+     * STRIDE_CUDA_PDL launches early by bit 16, not 2 */
     for (int ti = 0; ti < 3; ti++)
         for (size_t pad = 0; pad <= 64; pad += 64)
             for (int norm = 0; norm <= 1; norm++) {
                 test_mul_mat_fused(types[ti], 6144, 2048, 1, pad, 1, norm, ST_FUSED_EPILOGUE_ADD, 0);
+                test_mul_mat_fused(types[ti], 8192, 500, 1, pad, 1, norm, ST_FUSED_EPILOGUE_ADD, 0);
                 test_mul_mat_fused(types[ti], 8192, 700, 1, pad, 2, norm, ST_FUSED_EPILOGUE_SWIGLU, 0);
                 test_mul_mat_fused(types[ti], 8192, 300, 1, pad, 3, norm, ST_FUSED_EPILOGUE_STORE, 0);
             }
@@ -1566,7 +1569,7 @@ static void run_all(void) {
      * can take them (a mask of every kind of product), then the warp-a-row kernel alone */
     with_cuda_env("STRIDE_CUDA_ROWBLOCK_STAGED", "7", run_fused_products_every_kind);
     /* ... staged and launched early (sm_90; plain launches before): the same bits */
-    with_cuda_env("STRIDE_CUDA_PDL", "7", run_fused_products_every_kind);
+    with_cuda_env("STRIDE_CUDA_PDL", "23", run_fused_products_every_kind);
     with_cuda_env("STRIDE_CUDA_GEMV_ROWBLOCK", "0", run_fused_products);
     /* a residual add preparing the next product's norm, then that product: model shapes
      * (llama-3.2-1b's o then q/k/v or gate/up; qwen3-8b's down then q/k/v) and rows that
