@@ -39,9 +39,9 @@ enum {
  * products of the CUDA_ROWBLOCK_* kinds above, residual adds only over rows of up to
  * ROWBLOCK_EARLY_SHORT_P pieces a thread (o); those over longer rows (down) by their own
  * bit; and the one-token attention's warps kernel. By default o and the attention: tg128
- * on the H200 against the attention alone (bench/cuda-decode.md, call 27-2), llama-3.2-1b /
- * qwen3-1.7b / qwen3-8b: o +0.04 (its o is not this kernel's) / +0.61 / +0.25%; down too
- * lost 2-3% on the 1-2B models (call 26-1). */
+ * on the H200 against the attention alone (bench/decode-o-early-h200.md, call 27-3),
+ * llama-3.2-1b / qwen3-1.7b / qwen3-8b: +0.16 (its o is not this kernel's) / +1.25 /
+ * -0.08%; down too lost 2-3% on the 1-2B models (call 26-1). */
 enum {
     CUDA_EARLY_ATTENTION = 8,
     CUDA_EARLY_LONG_ADD = 16,
