@@ -353,14 +353,6 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
 #endif
 }
 
-// SMs a product launched early leaves out of its grid: a tuning build's
-// -DROWBLOCK_EARLY_SPARE_SMS=8 keeps it off the SMs that the decode attention's blocks hold
-// when a block takes a kv head (8 on the issue-5 models; no block of this kernel fits beside
-// one of 512 threads at 103 registers), so that every block starts while the attention runs
-// (measured in call 25-4, before the attention's default became a block a query head).
-#ifndef ROWBLOCK_EARLY_SPARE_SMS
-#define ROWBLOCK_EARLY_SPARE_SMS 0
-#endif
 // The longest rows (pieces a thread, K / 2,048) of a residual add that early_launch's
 // CUDA_ROWBLOCK_ADD launches early: o (1-2 pieces on the issue-5 models); longer ones, down
 // (3-4 on the 1-2B models; qwen3-8b's is not this kernel's), go early by
@@ -423,10 +415,6 @@ static void rowblock_launch_p(st_cuda_ctx *c, const cuda_gemv_decode_args &a, in
                      : EPI == ST_FUSED_EPILOGUE_ADD ? CUDA_ROWBLOCK_ADD
                                                     : CUDA_ROWBLOCK_GLU;
     const bool early = rowblock_early(c, kind, P); // (staged: its copies go early)
-    if (early && ROWBLOCK_EARLY_SPARE_SMS > 0) {
-        const int64_t spared = (int64_t)(c->sm_count - ROWBLOCK_EARLY_SPARE_SMS) * ROWBLOCK_MIN_BLOCKS;
-        if (spared > 0 && spared < grid && rows <= spared * ROWBLOCK_MAX_ROWS_A_BLOCK) grid = (unsigned int)spared;
-    }
     if (early || rowblock_staged(c, kind, P)) {
         switch (P) {
         case 1: rowblock_launch_staged<T, EPI, NORM, 1>(c, a, grid, rows, early); break;
