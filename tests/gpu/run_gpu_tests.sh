@@ -12,7 +12,7 @@
 #     prompt, then teacher-forced decode steps), and greedy tokens with --pad-weights on
 #     vs off on CUDA (STRIDE_ROW_ALIAS=128 STRIDE_ROW_PAD=64, so that the tiny rows pad);
 #     the fixtures' architectures quantized (tests/python/test_quant_model.py, needs the
-#     gguf package: pip, or a copy under .whl/ from scripts/device/carry-whl.sh) with
+#     gguf package: pip, or a copy of it under .whl/, which is put on PYTHONPATH) with
 #     weights kept quantized, CUDA vs CPU;
 #     QUANT_MODELS="a.gguf b.gguf" adds real quantized models (e.g. gemma-3-270m Q4_K_M);
 #  5. test_cuda_ops and test_cuda_quant again under compute-sanitizer memcheck (leak check on);
@@ -20,7 +20,7 @@
 # Logs and the table go to $OUT when set, else ./gpu-test-out. STAGES="build ops models"
 # runs a subset. Exit status: 0 when every stage asked for ran and passed; 1 when one
 # failed; 2 when one could not run (ctest without cmocka), and the table says INCOMPLETE.
-# cmocka carried as .cm (scripts/device/carry-cmocka.sh) is found by itself.
+# A cmocka installed under .cm/ (include/, lib/) is found by itself.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
