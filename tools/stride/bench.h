@@ -1,6 +1,7 @@
 /* stride bench: what one benchmark run measured, shared by the runner (bench_run.c), the
  * command line (cmd_bench.c) and the reports (bench_report.c: markdown, CSV, JSON;
- * bench_compare.c: the comparison tables; bench_chart.c: the SVG chart).
+ * bench_compare.c: the comparison tables; bench_chart.c: the SVG chart; bench_util.c: the
+ * names, statistics and value writers they share).
  *
  * A "setting" is one compared combination of the swept parameters: (--pad-weights value,
  * -b, -ub). Every setting of one model file runs in one process, interleaved. */
@@ -126,7 +127,7 @@ static inline int64_t *bench_order_at(const bench_results *r, int im, int is, in
 st_status bench_run_model(bench_results *r, int im, st_backend *b, const cli_model_setup *setup,
                           const st_layout_policy *policies, bool progress, st_error *err);
 
-/* ---- bench_report.c ---- */
+/* ---- bench_util.c: what every report shares; it calls no report ---- */
 
 /* "pp512", "tg128", "pp512 @ d4096", "ttft4096 @ d0" (a TTFT always names its depth) */
 void bench_test_name(const bench_test *t, char *buf, size_t size);
@@ -136,7 +137,6 @@ const char *bench_kind_name(bench_kind k); /* "pp", "tg", "ttft" */
  * label of a (test, -b, -ub) in the comparison tables. */
 void bench_row_name(const bench_results *r, int it, int ib, int iu, char *buf, size_t size);
 
-/* True when the reports show -b/-ub per row: more than one value, or not the defaults. */
 /* A CSV field, quoted, with its quotes doubled. */
 void bench_csv_field(FILE *out, const char *s);
 /* [x0 * scale, x1 * scale, ...] with fmt per number. */
@@ -151,14 +151,7 @@ void bench_rates(const bench_results *r, int im, int is, int it, double *rates);
 /* Index of a policy in the list, or -1. */
 int bench_policy_index(const bench_results *r, const char *policy);
 
-/* The commit the build was configured at, or NULL. */
-const char *bench_commit(void);
-
-void bench_report_md(FILE *out, const bench_results *r);
-void bench_report_csv(FILE *out, const bench_results *r);
-void bench_report_json(FILE *out, const bench_results *r);
-
-/* ---- bench_compare.c ---- */
+/* ---- bench_compare.c: the comparison tables (uses bench_util.c) ---- */
 
 /* One comparison: setting a against setting b (same model, test, -b, -ub), per paired
  * repetition (time_b / time_a - 1) * 100, which is (t/s a / t/s b - 1) for a rate and
@@ -186,7 +179,16 @@ void bench_compare_csv(FILE *out, const bench_results *r);
 /* The "compare" member of the JSON report: a list of cells with their repetitions. */
 void bench_compare_json(FILE *out, const bench_results *r);
 
-/* ---- bench_chart.c ---- */
+/* ---- bench_report.c: the reports (uses bench_compare.c and bench_util.c) ---- */
+
+/* The commit the build was configured at, or NULL. */
+const char *bench_commit(void);
+
+void bench_report_md(FILE *out, const bench_results *r);
+void bench_report_csv(FILE *out, const bench_results *r);
+void bench_report_json(FILE *out, const bench_results *r);
+
+/* ---- bench_chart.c: the SVG chart (uses bench_compare.c and bench_util.c) ---- */
 
 /* The on-vs-off table as an SVG bar chart: a group of bars per row, a colour per model,
  * a zero line, sd whiskers and the value on every bar. False when the file cannot be

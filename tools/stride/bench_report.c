@@ -3,7 +3,6 @@
  * parameters, every repetition, the comparisons). With --compare the markdown and CSV give
  * the comparison only, in the seed's form. */
 #include <inttypes.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,55 +17,9 @@ const char *bench_commit(void) { return STRIDE_GIT_COMMIT; }
 const char *bench_commit(void) { return NULL; }
 #endif
 
-const char *bench_kind_name(bench_kind k) {
-    switch (k) {
-    case BENCH_KIND_PP: return "pp";
-    case BENCH_KIND_TG: return "tg";
-    case BENCH_KIND_TTFT: return "ttft";
-    }
-    return "?";
-}
-
-void bench_test_name(const bench_test *t, char *buf, size_t size) {
-    const char *k = bench_kind_name(t->kind);
-    if (t->depth > 0 || t->kind == BENCH_KIND_TTFT)
-        snprintf(buf, size, "%s%lld @ d%lld", k, (long long)t->n, (long long)t->depth);
-    else
-        snprintf(buf, size, "%s%lld", k, (long long)t->n);
-}
-
-void bench_row_name(const bench_results *r, int it, int ib, int iu, char *buf, size_t size) {
-    char test[64];
-    bench_test_name(&r->tests[it], test, sizeof(test));
-    if (r->n_batches * r->n_ubatches > 1)
-        snprintf(buf, size, "%s b%lld ub%lld", test, (long long)r->batches[ib], (long long)r->ubatches[iu]);
-    else
-        snprintf(buf, size, "%s", test);
-}
-
 static bool bench_shows_batches(const bench_results *r) {
     return r->n_batches * r->n_ubatches > 1 || r->batches[0] != BENCH_DEFAULT_BATCH ||
            r->ubatches[0] != BENCH_DEFAULT_UBATCH;
-}
-
-void bench_stats(const double *x, int n, double *mean, double *sd) {
-    double s = 0.0;
-    for (int i = 0; i < n; i++) s += x[i];
-    *mean = n > 0 ? s / n : 0.0;
-    double q = 0.0;
-    for (int i = 0; i < n; i++) q += (x[i] - *mean) * (x[i] - *mean);
-    *sd = n > 1 ? sqrt(q / (n - 1)) : 0.0;
-}
-
-void bench_rates(const bench_results *r, int im, int is, int it, double *rates) {
-    const double *sec = bench_seconds_at(r, im, is, it);
-    for (int i = 0; i < r->reps; i++) rates[i] = sec[i] > 0 ? (double)r->tests[it].n / sec[i] : 0.0;
-}
-
-int bench_policy_index(const bench_results *r, const char *policy) {
-    for (int i = 0; i < r->n_policies; i++)
-        if (strcmp(r->policies[i], policy) == 0) return i;
-    return -1;
 }
 
 static void format_count(uint64_t n, char *buf, size_t size) {
@@ -209,15 +162,6 @@ void bench_report_md(FILE *out, const bench_results *r) {
     free(v);
 }
 
-void bench_csv_field(FILE *out, const char *s) {
-    fputc('"', out);
-    for (; *s; s++) {
-        if (*s == '"') fputc('"', out);
-        fputc(*s, out);
-    }
-    fputc('"', out);
-}
-
 /* One (model, setting, test) result as the report writers see it. */
 typedef struct bench_result_view {
     int im, is, it;
@@ -292,15 +236,6 @@ void bench_report_csv(FILE *out, const bench_results *r) {
 }
 
 static void json_str(FILE *out, const char *s) { cli_json_string(out, s, strlen(s)); }
-
-void bench_json_numbers(FILE *out, const double *x, int n, const char *fmt, double scale) {
-    fputc('[', out);
-    for (int i = 0; i < n; i++) {
-        if (i) fputs(", ", out);
-        fprintf(out, fmt, x[i] * scale);
-    }
-    fputc(']', out);
-}
 
 static void json_ints(FILE *out, const int64_t *x, int n) {
     fputc('[', out);
