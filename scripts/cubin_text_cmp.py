@@ -6,6 +6,11 @@ refactor, a comment), build both sides with the same flags and compare:
     nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Isrc -DSTRIDE_HAVE_CUDA=1 -cubin -o a.cubin FILE.cu
     scripts/cubin_text_cmp.py a.cubin b.cubin
 
+A side may be several cubins (a file split into several, or several files at once): list
+the old side's, `--`, then the new side's; each side's kernels are pooled by name:
+
+    scripts/cubin_text_cmp.py old.cubin -- new1.cubin new2.cubin new3.cubin
+
 Exits 0 when every kernel is byte-identical and both sides hold the same kernels."""
 import struct
 import sys
@@ -27,12 +32,32 @@ def kernels(path):
     return {name(h[0]): b[h[4]:h[4] + h[5]] for h in hdr if name(h[0]).startswith(".text.")}
 
 
+def pooled(paths):
+    """The kernels of several cubins by name; a name two of them hold with different bytes
+    is an error (the comparison would be ambiguous)."""
+    out = {}
+    for path in paths:
+        for k, text in kernels(path).items():
+            if k in out and out[k] != text:
+                sys.exit(f"{path}: {k[len('.text.'):]} differs from the same kernel in an earlier cubin of its side")
+            out[k] = text
+    return out
+
+
 def main():
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    if "--" in args:
+        i = args.index("--")
+        old, new = args[:i], args[i + 1:]
+    elif len(args) == 2:
+        old, new = args[:1], args[1:]
+    else:
         sys.exit(__doc__)
-    a, b = kernels(sys.argv[1]), kernels(sys.argv[2])
+    if not old or not new:
+        sys.exit(__doc__)
+    a, b = pooled(old), pooled(new)
     if not a:
-        sys.exit(f"{sys.argv[1]}: no kernels")
+        sys.exit(f"{' '.join(old)}: no kernels")
     differ = sorted(k for k in a.keys() & b.keys() if a[k] != b[k])
     only = sorted(a.keys() ^ b.keys())
     for k in differ:

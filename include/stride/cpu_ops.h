@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "stride/ops.h"
 #include "stride/status.h"
 #include "stride/tensor.h"
 
@@ -90,25 +91,6 @@ void st_cpu_rms_norm(st_tensor *dst, const st_tensor *x, const st_tensor *w, flo
 
 /* ---- rotary position embedding ------------------------------------------------------- */
 
-typedef enum st_rope_mode {
-    ST_ROPE_MODE_NORM = 0, /* rotate adjacent pairs (2i, 2i+1): llama's GGUF layout */
-    ST_ROPE_MODE_NEOX = 2, /* rotate pairs (i, i + n_rot/2): qwen3, gemma3, phi3, olmoe */
-} st_rope_mode;
-
-typedef struct st_rope_params {
-    st_rope_mode mode;
-    int32_t n_rot;              /* rotated dims, even, <= head_dim; the rest pass through */
-    float freq_base;            /* theta_i = pos * base^(-2i/n_rot) */
-    float freq_scale;           /* linear position scaling (pos * freq_scale); 1 = none */
-    const float *freq_factors;  /* [n_rot/2]: theta_i /= factor_i (llama3 rope_freqs,
-                                   phi3 long/short factors); NULL = none */
-    float attn_factor;          /* multiplies cos and sin (phi3 long-rope / YaRN mscale);
-                                   1 = none */
-} st_rope_params;
-
-/* Parameters with defaults: freq_scale 1, attn_factor 1, no factors. */
-st_rope_params st_rope_params_default(st_rope_mode mode, int32_t n_rot, float freq_base);
-
 /* dst, x F32 [head_dim, n_head, M] with strides; positions int32 [M].
  * Angles are computed in double (theta_i = pos * freq_scale * base^(-2i/n_rot) / f_i),
  * then cos/sin rounded to f32. dst may be x. */
@@ -146,16 +128,6 @@ void st_cpu_scale(st_tensor *dst, const st_tensor *x, float s);
 
 /* ---- attention ----------------------------------------------------------------------- */
 
-typedef struct st_attn_params {
-    int64_t n_kv;   /* valid cache entries: keys 0 .. n_kv-1 (cache index = position) */
-    int32_t window; /* 0: full causal; else sliding: key t visible iff pos - t < window,
-                       i.e. window keys counting the query's own (llama.cpp's
-                       LLAMA_SWA_TYPE_STANDARD `p1 - p0 >= n_swa` masks; transformers'
-                       sliding_window_overlay keeps `kv_idx > q_idx - sliding_window`) */
-    float scale;    /* scores = scale * q.k (usually 1/sqrt(head_dim)) */
-    float softcap;  /* 0: none; else scores = softcap * tanh(scores / softcap) */
-} st_attn_params;
-
 /* Causal attention with GQA over a KV cache:
  *   dst F32 [head_dim, n_head, M]; q F32 [head_dim, n_head, M] (strided views welcome);
  *   k_cache, v_cache F16 or F32 [head_dim, n_head_kv, n_ctx] with strides;
@@ -167,9 +139,19 @@ st_status st_cpu_attention(st_tensor *dst, const st_tensor *q, const st_tensor *
                            const st_tensor *v_cache, const int32_t *positions,
                            const st_attn_params *p, st_error *err);
 
+/* The same over a paged cache (ops.h): query m belongs to the sequence whose block table
+ * row is seq[m]; table int32 [n_seq][max_blocks] (row-major); key t of query m lives at
+ * st_kv_slot(table + seq[m] * max_blocks, t). n_kv bounds the positions (<= max_blocks *
+ * ST_KV_BLOCK_TOKENS). table NULL: st_cpu_attention (seq and max_blocks unused). */
+st_status st_cpu_attention_paged(st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                                 const st_tensor *v_cache, const int32_t *positions,
+                                 const int32_t *seq, const int32_t *table, int32_t max_blocks,
+                                 const st_attn_params *p, st_error *err);
+
 /* cache[:, :, positions[m]] = convert(x[:, :, m]): x F32 [head_dim, n_head_kv, M],
- * cache F16 or F32 [head_dim, n_head_kv, n_ctx] (F16: round to nearest even).
- * ST_ERROR_INVALID when a position is outside [0, n_ctx) (the context is full). */
+ * cache F16 or F32 [head_dim, n_head_kv, n_slots] (F16: round to nearest even);
+ * positions are cache slots (a token's position in a contiguous cache, its paged slot
+ * otherwise). ST_ERROR_INVALID when a slot is outside [0, n_slots) (the context is full). */
 st_status st_cpu_kv_store(st_tensor *cache, const st_tensor *x, const int32_t *positions,
                           st_error *err);
 
@@ -186,6 +168,15 @@ st_status st_cpu_kv_store(st_tensor *cache, const st_tensor *x, const int32_t *p
  * to the lower expert index; out_weights F32 [k, M] with strides. */
 void st_cpu_topk_route(int32_t *out_ids, st_tensor *out_weights, const st_tensor *logits,
                        int32_t k, bool softmax_first, bool normalize);
+
+/* ---- sampling support ------------------------------------------------------------------ */
+
+/* The k largest logits of each row, for a sampler that needs no more of the row:
+ *   logits F32 [V, n]; ids int32 [k, n] packed; vals F32 [k + 1, n]: the k logits in
+ *   decreasing order (ties to the lower id, the sampler's candidate order), then the row's
+ *   log-sum-exp (log sum_t exp(logit_t), summed in double: a token's log-probability is
+ *   its logit minus it). 1 <= k <= V. */
+void st_cpu_top_k_logits(int32_t *ids, st_tensor *vals, const st_tensor *logits, int32_t k);
 
 /* Combines the chosen experts' outputs: dst[:, m] = sum_j weights[j, m] * src[:, j, m],
  * summed in slot order j = 0, 1, ... (a fixed order: results do not depend on threads).

@@ -10,12 +10,25 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "stride/layout.h"
 #include "stride/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The kind of device that will hold the weights: the key of the
+ * built-in `auto` padding table (layout.h). */
+typedef enum st_device_kind {
+    ST_DEVICE_KIND_CPU = 0,
+    ST_DEVICE_KIND_NVIDIA_HOPPER,  /* sm_90 */
+    ST_DEVICE_KIND_NVIDIA_OTHER,
+    ST_DEVICE_KIND_AMD_RDNA35,     /* gfx1150/gfx1151 */
+    ST_DEVICE_KIND_AMD_OTHER,
+    ST_DEVICE_KIND_COUNT,
+} st_device_kind;
+
+const char *st_device_kind_name(st_device_kind kind); /* "cpu", "nvidia-hopper", ... */
+bool st_device_kind_from_name(const char *s, st_device_kind *out);
 
 typedef enum st_backend_kind {
     ST_BACKEND_CPU = 0,

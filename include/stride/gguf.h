@@ -155,6 +155,12 @@ double st_gguf_array_get_f64(const st_gguf_array *a, uint64_t i);
 /* True when s equals the NUL-terminated c. */
 bool st_gguf_string_eq(st_gguf_string s, const char *c);
 
+/* Writes data[0..len) into buf (capacity cap >= 8), NUL-terminated, for a message or a
+ * terminal: printable ASCII kept, every other byte (control characters, escape sequences,
+ * NUL, non-ASCII) as \xNN, cut with "..." when it does not fit. Every string that came
+ * from a file goes through this before it is printed. Returns buf. */
+const char *st_gguf_format_string(char *buf, size_t cap, const char *data, uint64_t len);
+
 /* ---- writer ---- */
 
 typedef struct st_gguf_writer st_gguf_writer;

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "stride/arch.h"
+#include "stride/device.h"
 #include "stride/gguf.h"
 #include "stride/status.h"
 #include "stride/tensor.h"
@@ -53,19 +54,6 @@ const char *st_pad_mode_name(st_pad_mode mode); /* "auto", "on", "off" */
 /* Parses "on", "off", "auto" (exact, lower case). ST_ERROR_INVALID naming `what` (the flag
  * or variable) and the accepted values otherwise. */
 st_status st_pad_mode_parse(const char *s, const char *what, st_pad_mode *out, st_error *err);
-
-/* The kind of device that will hold the weights: the key of the built-in `auto` table. */
-typedef enum st_device_kind {
-    ST_DEVICE_KIND_CPU = 0,
-    ST_DEVICE_KIND_NVIDIA_HOPPER,  /* sm_90 */
-    ST_DEVICE_KIND_NVIDIA_OTHER,
-    ST_DEVICE_KIND_AMD_RDNA35,     /* gfx1150/gfx1151 */
-    ST_DEVICE_KIND_AMD_OTHER,
-    ST_DEVICE_KIND_COUNT,
-} st_device_kind;
-
-const char *st_device_kind_name(st_device_kind kind); /* "cpu", "nvidia-hopper", ... */
-bool st_device_kind_from_name(const char *s, st_device_kind *out);
 
 typedef const char *(*st_getenv_fn)(const char *name, void *ctx);
 /* The st_getenv_fn of the process environment (getenv; ctx unused). */
@@ -176,6 +164,15 @@ st_tensor_role st_layout_role_for_rank(st_tensor_role role, uint32_t n_dims);
 void st_layout_decide(st_tensor_role role, st_type type, const int64_t ne[ST_MAX_DIMS],
                       bool pad_enabled, st_pad_reason disabled_reason, size_t alias, size_t pad,
                       st_layout_entry *out);
+
+/* Decides one tensor under a policy for a device, as the planners below decide each of a
+ * file's: the rule with padding as the policy resolves for the device (kill switch, on,
+ * off, or `auto`: per shape from source, NULL for the built-in table). For a tensor that
+ * is not a file's, such as one shard of a weight (tp.h), which is planned by its own
+ * shape. The caller sets name. */
+void st_layout_decide_policy(const st_layout_policy *policy, st_device_kind device,
+                             const st_layout_auto_source *source, st_tensor_role role, st_type type,
+                             const int64_t ne[ST_MAX_DIMS], st_layout_entry *out);
 
 /* Plans every tensor of an open GGUF file for a device. The plan's names point into f,
  * which must outlive it. ST_ERROR_UNSUPPORTED for an architecture stride has no table for

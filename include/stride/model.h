@@ -16,12 +16,28 @@
 #include "stride/backend.h"
 #include "stride/gguf.h"
 #include "stride/layout.h"
+#include "stride/ops.h"
 #include "stride/status.h"
 #include "stride/tensor.h"
+#include "stride/tp.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Limits on what a model file may ask for, checked at load (st_model_validate) before
+ * anything is allocated. Generous for real models (the widest today is under 2^17), tight
+ * enough that every size the model, a session and the ops form from them fits 64-bit
+ * arithmetic with room to spare. */
+#define ST_MODEL_MAX_DIM ((int64_t)1 << 24)    /* any activation width: n_embd, q/k/v, n_ff, ... */
+#define ST_MODEL_MAX_VOCAB ((int64_t)INT32_MAX) /* token ids are int32 */
+#define ST_MODEL_MAX_CTX ((int64_t)INT32_MAX)   /* positions are int32 */
+#define ST_MODEL_MAX_LAYERS ((int64_t)1 << 16)
+#define ST_MODEL_MAX_HEADS ((int64_t)1 << 16)
+#define ST_MODEL_MAX_EXPERTS ((int64_t)4096)
+/* The head size, and so the rotary dimensions: the rope ops rotate at most
+ * ST_ROPE_MAX_ROT dimensions a head. */
+#define ST_MODEL_MAX_HEAD_DIM ((int64_t)ST_ROPE_MAX_ROT)
 
 typedef enum st_ffn_act {
     ST_FFN_ACT_SILU = 0, /* SwiGLU: llama, qwen3, phi3, olmoe */
@@ -57,9 +73,21 @@ typedef struct st_hparams {
     int32_t bos_id, eos_id;  /* -1 when absent */
 } st_hparams;
 
-/* Reads and checks the hyperparameters of a GGUF model. ST_ERROR_UNSUPPORTED for an
- * architecture stride does not run; ST_ERROR_FORMAT for missing or inconsistent keys. */
+/* Reads and checks the hyperparameters of a GGUF model: every key's type and range
+ * (ST_MODEL_MAX_*), floats finite and positive, derived widths in checked arithmetic.
+ * ST_ERROR_UNSUPPORTED for an architecture stride does not run; ST_ERROR_FORMAT naming the
+ * key, the value and the expected range otherwise. */
 st_status st_hparams_from_gguf(const st_gguf_file *f, st_hparams *out, st_error *err);
+
+/* The model validator: the hyperparameters (st_hparams_from_gguf), then every tensor
+ * against the architecture's descriptor (arch.h): each one known and read by the forward
+ * pass, in its layer range, of an allowed type, of the shape the hyperparameters give;
+ * every required tensor present (fused or separate forms whole); rope factors finite and
+ * positive; the vocabulary (tokenizer.ggml.tokens, vocab_size, special token ids)
+ * consistent with token_embd's rows. One error naming the tensor or key, the value found
+ * and the value expected. A model that passes reaches no assert in the ops: st_model_load
+ * runs this before it allocates or computes anything. */
+st_status st_model_validate(const st_gguf_file *f, st_hparams *out, st_error *err);
 
 /* Whether layer il uses the sliding window. */
 bool st_hparams_layer_is_swa(const st_hparams *hp, int64_t il);
@@ -84,19 +112,36 @@ typedef struct st_layer_weights {
     st_tensor *down_exps;      /* [F, D, E] */
 } st_layer_weights;
 
+/* One shard's weights under tensor parallelism (tp.h). An unsplit model has one shard,
+ * which is the model itself (its layers and output). */
+typedef struct st_model_shard {
+    st_layer_weights *layers; /* [n_layer] the shard's own tensors where split (q/k/v/qkv, o,
+                                 gate/up/gate_up, down, experts), the model's where
+                                 replicated (norms, router) */
+    st_tensor *output;        /* [D, V_s] its vocabulary rows: its own tensor, or when tied
+                                 output_view */
+    st_tensor output_view;    /* tied: rows [v0, v0 + V_s) of the replicated token_embd */
+} st_model_shard;
+
 typedef struct st_model {
     st_hparams hp;
     st_backend *backend;      /* not owned */
     st_layout_plan plan;      /* the layout every weight was placed in */
-    st_tensor *tensors;       /* every tensor of the file, in file order, in backend memory */
+    st_tensor *tensors;       /* every tensor of the file, in file order, in backend memory;
+                                 split into shards (tp), a whole weight holds no data (NULL):
+                                 its shards do */
     uint64_t n_tensors;
-    void *weights_buffer;     /* one backend allocation holding every tensor */
+    void *weights_buffer;     /* one backend allocation holding every tensor (and shard) */
     size_t weights_bytes;
     st_tensor *token_embd;    /* [D, V] row lookup */
     st_tensor *output_norm;   /* [D] */
     st_tensor *output;        /* [D, V]; == token_embd when tied */
     st_tensor *rope_factors;  /* [n_rot/2] llama3 rope_freqs or phi3 short/long; may be NULL */
     st_layer_weights *layers; /* [n_layer] */
+    st_tp_plan tp;            /* how the weights are split (tp.n_shards 1: unsplit) */
+    st_tp_layout tp_layout;   /* the split weights' shards as planned (empty when unsplit) */
+    st_tensor *shard_tensors; /* [tp_layout.n_entries] those shards in backend memory */
+    st_model_shard *shards;   /* [tp.n_shards]: what the forward pass reads */
     st_gguf_file *file;       /* kept open: names in plan point into it */
 } st_model;
 
@@ -115,6 +160,11 @@ typedef struct st_model_load_options {
                                  ST_TYPE_COUNT: keep every tensor as stored (quantized weights then run
                                  unpadded, on the CPU and CUDA backends). Anything else is
                                  ST_ERROR_INVALID. */
+    int n_shards;             /* tensor parallelism (tp.h): 0 or 1 unsplit; N > 1 splits the weights
+                                 into N shards, which the forward pass computes one after another and
+                                 sums where NCCL would all-reduce (a simulation of N GPUs, for the
+                                 CPU backend: another backend is ST_ERROR_UNSUPPORTED). A model that
+                                 does not split into N is ST_ERROR_INVALID naming why. */
 } st_model_load_options;
 
 /* Opens path, plans the layout for the backend's device, allocates one buffer and uploads
@@ -123,6 +173,10 @@ typedef struct st_model_load_options {
  * and for quantized weights kept as stored on a backend other than the CPU. */
 st_status st_model_load(const char *path, st_backend *backend, const st_model_load_options *opt,
                         st_model **out, st_error *err);
+/* The same from a file already open (e.g. from memory, st_gguf_open_memory); the model
+ * takes f over (it is closed on failure too). `name` names it in messages. */
+st_status st_model_load_gguf(st_gguf_file *f, const char *name, st_backend *backend,
+                             const st_model_load_options *opt, st_model **out, st_error *err);
 void st_model_free(st_model *m);
 
 /* ---- sessions ---- */
@@ -142,6 +196,7 @@ void st_session_free(st_session *s);
 
 /* Tokens evaluated so far (the next position). */
 int64_t st_session_n_past(const st_session *s);
+const st_model *st_session_model(const st_session *s);
 
 /* Evaluates n tokens at positions n_past.. (in micro-batches). Logits (host, F32,
  * n_vocab per row) are written for every token when all_logits, else for the last only;

@@ -109,6 +109,16 @@ void st_sampler_accept(st_sampler *s, int32_t id);
  * logits hold a NaN or no finite value. Does not accept the token. */
 st_status st_sampler_sample(st_sampler *s, const float *logits, int32_t *out, st_error *err);
 
+/* Whether the chain needs no more of the logits than their k largest (sorted): no
+ * repetition penalty, and greedy or a top-k of at most k. */
+bool st_sampler_fits_candidates(const st_sampler *s, int32_t k);
+
+/* st_sampler_sample from a row's k largest logits (ids, vals: decreasing, ties to the
+ * lower id; lse the row's log-sum-exp, whose NaN stands for a NaN anywhere in the row), for
+ * a chain that st_sampler_fits_candidates allows: the token the whole row would give. */
+st_status st_sampler_sample_candidates(st_sampler *s, const int32_t *ids, const float *vals, int32_t k, float lse,
+                                       int32_t *out, st_error *err);
+
 #ifdef __cplusplus
 }
 #endif

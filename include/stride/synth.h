@@ -10,6 +10,7 @@
 #ifndef STRIDE_SYNTH_H
 #define STRIDE_SYNTH_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -66,9 +67,16 @@ typedef struct st_synth_options {
     /* Called now and then while writing, for progress display; may be NULL. */
     void (*progress)(void *ctx, uint64_t bytes_done, uint64_t bytes_total);
     void *progress_ctx;
+    /* May be NULL. Checked between chunks (every few MiB): once non-zero the write stops,
+     * nothing is left at the path (ST_ERROR_IO, "cancelled"). A program's SIGINT handler
+     * sets it; the library installs no handlers. */
+    const volatile sig_atomic_t *cancel;
 } st_synth_options;
 
-/* Writes preset p to path, streaming (memory use is independent of model size). */
+/* Writes preset p to path, streaming (memory use is independent of model size). The file
+ * appears only when complete (file_io.h): a failure or cancel leaves nothing at path and an
+ * existing file there unchanged; a path that is not a regular file (directory, FIFO,
+ * device) is refused. */
 st_status st_synth_write(const st_synth_preset *p, const st_synth_options *opt, const char *path,
                          st_error *err);
 

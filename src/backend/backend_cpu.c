@@ -1,20 +1,30 @@
-/* The CPU backend: host memory and the reference ops (src/cpu/). Index tensors are I32
- * tensors in host memory, handed to the ops as plain arrays. */
+/* The CPU backend: host memory and the CPU ops of one path (stride/cpu_path.h): the fast
+ * path's variant for this CPU by default, or the reference ops (src/cpu/). Index tensors
+ * are I32 tensors in host memory, handed to the ops as plain arrays. */
 #include "backend/backend_cpu.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cpu_fast/cpu_fast.h"
 #include "stride/clock.h"
 #include "stride/cpu_ops.h"
+#include "stride/cpu_path.h"
 
 #define CPU_ALIGNMENT 256
 
 typedef struct cpu_ctx {
-    double timer_t0_ms; /* < 0: no timer running */
+    double timer_t0_ms;        /* < 0: no timer running */
+    const st_cpu_op_table *ops; /* the path's ops */
+    st_cpu_ws ws;               /* their scratch, kept between calls */
 } cpu_ctx;
+
+#define CPU_OPS(b) (((cpu_ctx *)(b)->ctx)->ops)
+#define CPU_WS(b) (&((cpu_ctx *)(b)->ctx)->ws)
 
 static void cpu_free(st_backend *b) {
     if (!b) return;
+    if (b->ctx) st_cpu_ws_free(CPU_WS(b));
     free(b->ctx);
     free(b);
 }
@@ -66,73 +76,63 @@ static const int32_t *ids_of(const st_tensor *t) {
 
 static st_status cpu_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *ids,
                               st_error *err) {
-    (void)b;
-    return st_cpu_get_rows(dst, src, ids_of(ids), err);
+    return CPU_OPS(b)->get_rows(dst, src, ids_of(ids), err);
 }
 
 static st_status cpu_mul_mat(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err) {
-    (void)b;
-    return st_cpu_mul_mat(dst, w, x, err);
+    return CPU_OPS(b)->mul_mat(CPU_WS(b), dst, w, x, err);
 }
 
 static st_status cpu_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
                                 const st_tensor *ids, st_error *err) {
-    (void)b;
-    return st_cpu_mul_mat_id(dst, w, x, ids_of(ids), err);
+    return CPU_OPS(b)->mul_mat_id(CPU_WS(b), dst, w, x, ids_of(ids), err);
 }
 
 static void cpu_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, const st_tensor *w, float eps) {
-    (void)b;
-    st_cpu_rms_norm(dst, x, w, eps, false);
+    CPU_OPS(b)->rms_norm(dst, x, w, eps, false);
 }
 
 static void cpu_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const st_tensor *positions,
                      const st_rope_params *p) {
-    (void)b;
-    st_cpu_rope(dst, x, ids_of(positions), p);
+    CPU_OPS(b)->rope(dst, x, ids_of(positions), p);
 }
 
 static void cpu_swiglu(st_backend *b, st_tensor *dst, const st_tensor *gate, const st_tensor *up) {
-    (void)b;
-    st_cpu_swiglu(dst, gate, up);
+    CPU_OPS(b)->swiglu(dst, gate, up);
 }
 
 static void cpu_geglu(st_backend *b, st_tensor *dst, const st_tensor *gate, const st_tensor *up) {
-    (void)b;
-    st_cpu_geglu(dst, gate, up);
+    CPU_OPS(b)->geglu(dst, gate, up);
 }
 
 static void cpu_swiglu_fused(st_backend *b, st_tensor *dst, const st_tensor *gate_up) {
-    (void)b;
-    st_cpu_swiglu_fused(dst, gate_up);
+    CPU_OPS(b)->swiglu_fused(dst, gate_up);
 }
 
 static void cpu_add(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x) {
-    (void)b;
-    st_cpu_add(dst, a, x);
+    CPU_OPS(b)->add(dst, a, x);
 }
 
 static void cpu_mul(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x) {
-    (void)b;
-    st_cpu_mul(dst, a, x);
+    CPU_OPS(b)->mul(dst, a, x);
 }
 
 static void cpu_scale(st_backend *b, st_tensor *dst, const st_tensor *x, float s) {
-    (void)b;
-    st_cpu_scale(dst, x, s);
+    CPU_OPS(b)->scale(dst, x, s);
 }
 
 static st_status cpu_kv_store(st_backend *b, st_tensor *cache, const st_tensor *x, const st_tensor *positions,
                               st_error *err) {
-    (void)b;
-    return st_cpu_kv_store(cache, x, ids_of(positions), err);
+    return CPU_OPS(b)->kv_store(cache, x, ids_of(positions), err);
 }
 
 static st_status cpu_attention(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                               const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
-                               st_error *err) {
-    (void)b;
-    return st_cpu_attention(dst, q, k_cache, v_cache, ids_of(positions), p, err);
+                               const st_tensor *v_cache, const st_tensor *positions, const st_kv_pages *pages,
+                               const st_attn_params *p, st_error *err) {
+    if (!pages) return CPU_OPS(b)->attention(CPU_WS(b), dst, q, k_cache, v_cache, ids_of(positions), NULL, NULL, 0, p, err);
+    ST_ASSERT(pages->table->ne[0] <= INT32_MAX);
+    return CPU_OPS(b)->attention(CPU_WS(b), dst, q, k_cache, v_cache, ids_of(positions), ids_of(pages->seq),
+                                 ids_of(pages->table), (int32_t)pages->table->ne[0], p, err);
 }
 
 static void cpu_topk_route(st_backend *b, st_tensor *ids, st_tensor *weights, const st_tensor *logits, int32_t k,
@@ -145,6 +145,12 @@ static void cpu_topk_route(st_backend *b, st_tensor *ids, st_tensor *weights, co
 static void cpu_moe_combine(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *weights) {
     (void)b;
     st_cpu_moe_combine(dst, src, weights);
+}
+
+static void cpu_top_k(st_backend *b, st_tensor *ids, st_tensor *vals, const st_tensor *logits, int32_t k) {
+    (void)b;
+    ST_ASSERT(ids->type == ST_TYPE_I32 && ids->ne[0] == k && ids->nb[1] == (size_t)k * sizeof(int32_t));
+    st_cpu_top_k_logits(ids->data, vals, logits, k);
 }
 
 static st_status cpu_synchronize(st_backend *b, st_error *err) {
@@ -176,6 +182,7 @@ static const st_backend_iface cpu_iface = {
     .dealloc = cpu_dealloc,
     .write = cpu_copy,
     .read = cpu_copy,
+    .copy = cpu_copy,
     .upload_weight = cpu_upload_weight,
     .get_rows = cpu_get_rows,
     .mul_mat = cpu_mul_mat,
@@ -192,12 +199,13 @@ static const st_backend_iface cpu_iface = {
     .attention = cpu_attention,
     .topk_route = cpu_topk_route,
     .moe_combine = cpu_moe_combine,
+    .top_k = cpu_top_k,
     .synchronize = cpu_synchronize,
     .timer_start = cpu_timer_start,
     .timer_stop = cpu_timer_stop,
 };
 
-st_status st_backend_cpu_init(st_backend **out, st_error *err) {
+st_status st_backend_cpu_init_path(st_cpu_path path, st_backend **out, st_error *err) {
     st_backend *b = calloc(1, sizeof(*b));
     cpu_ctx *c = calloc(1, sizeof(*c));
     if (!b || !c) {
@@ -206,6 +214,13 @@ st_status st_backend_cpu_init(st_backend **out, st_error *err) {
         return st_error_set(err, ST_ERROR_NOMEM, "out of host memory creating the CPU backend");
     }
     c->timer_t0_ms = -1.0;
+    c->ops = path == ST_CPU_PATH_EXACT ? st_cpu_ops_exact() : st_cpu_ops_fast(st_cpu_fast_best_isa());
+    if (!c->ops) {
+        free(c);
+        free(b);
+        return st_error_set(err, ST_ERROR_UNSUPPORTED,
+                            "the CPU fast path has no variant for this CPU in this build (run with --exact)");
+    }
     b->iface = &cpu_iface;
     b->ctx = c;
     st_status s = st_device_query(ST_BACKEND_CPU, 0, &b->device, err);
@@ -216,4 +231,12 @@ st_status st_backend_cpu_init(st_backend **out, st_error *err) {
     }
     *out = b;
     return ST_OK;
+}
+
+st_status st_backend_cpu_init(st_backend **out, st_error *err) {
+    return st_backend_cpu_init_path(ST_CPU_PATH_FAST, out, err);
+}
+
+const char *st_backend_cpu_path_name(const st_backend *b) {
+    return b && b->iface == &cpu_iface ? CPU_OPS(b)->name : NULL;
 }

@@ -1,9 +1,7 @@
-/* Fused ops (st_fused_mul_mat, st_fused_rope_store, st_fused_rope_attention): their
- * meaning as sequences of plain backend ops, and the dispatch to a backend's fused
- * version. */
-#include "stride/backend.h"
+/* Fused ops (backend/fused.h): their meaning as sequences of plain backend ops. */
+#include "backend/fused.h"
 
-st_status st_backend_mul_mat_fused_composite(st_backend *b, const st_fused_mul_mat *op, st_error *err) {
+st_status st_fused_mul_mat_composite(st_backend *b, const st_fused_mul_mat *op, st_error *err) {
     const st_backend_iface *be = b->iface;
     ST_ASSERT(op->n_w >= 1 && op->n_w <= 3);
     ST_ASSERT(op->epilogue == ST_FUSED_EPILOGUE_STORE || op->out != NULL);
@@ -32,12 +30,7 @@ st_status st_backend_mul_mat_fused_composite(st_backend *b, const st_fused_mul_m
     return ST_OK;
 }
 
-st_status st_backend_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err) {
-    if (b->iface->mul_mat_fused) return b->iface->mul_mat_fused(b, op, err);
-    return st_backend_mul_mat_fused_composite(b, op, err);
-}
-
-st_status st_backend_rope_store_composite(st_backend *b, const st_fused_rope_store *op, st_error *err) {
+st_status st_fused_rope_store_composite(st_backend *b, const st_fused_rope_store *op, st_error *err) {
     const st_backend_iface *be = b->iface;
     ST_ASSERT((op->q_norm == NULL) == (op->k_norm == NULL));
     if (op->q_norm) {
@@ -46,25 +39,14 @@ st_status st_backend_rope_store_composite(st_backend *b, const st_fused_rope_sto
     }
     be->rope(b, op->q, op->q, op->positions, op->rope);
     be->rope(b, op->k, op->k, op->positions, op->rope);
-    st_status s = be->kv_store(b, op->k_cache, op->k, op->positions, err);
+    st_status s = be->kv_store(b, op->k_cache, op->k, op->slots, err);
     if (s != ST_OK) return s;
-    return be->kv_store(b, op->v_cache, op->v, op->positions, err);
+    return be->kv_store(b, op->v_cache, op->v, op->slots, err);
 }
 
-st_status st_backend_rope_store(st_backend *b, const st_fused_rope_store *op, st_error *err) {
-    if (b->iface->rope_store) return b->iface->rope_store(b, op, err);
-    return st_backend_rope_store_composite(b, op, err);
-}
-
-st_status st_backend_rope_attention_composite(st_backend *b, const st_fused_rope_attention *op, st_error *err) {
+st_status st_fused_rope_attention_composite(st_backend *b, const st_fused_rope_attention *op, st_error *err) {
     const st_fused_rope_store *rs = &op->rs;
-    st_status s = st_backend_rope_store(b, rs, err);
+    st_status s = st_fused_rope_store_composite(b, rs, err);
     if (s != ST_OK) return s;
-    return b->iface->attention(b, op->out, rs->q, rs->k_cache, rs->v_cache, rs->positions, op->attn, err);
+    return b->iface->attention(b, op->out, rs->q, rs->k_cache, rs->v_cache, rs->positions, op->pages, op->attn, err);
 }
-
-st_status st_backend_rope_attention(st_backend *b, const st_fused_rope_attention *op, st_error *err) {
-    if (b->iface->rope_attention) return b->iface->rope_attention(b, op, err);
-    return st_backend_rope_attention_composite(b, op, err);
-}
-

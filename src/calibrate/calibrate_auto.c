@@ -131,7 +131,8 @@ static void load_cache(const st_calib_key *key, st_calib_table *table, char *pat
         *table = loaded;
         return;
     }
-    if (state != ST_CALIB_CACHE_MISSING) snprintf(problem, problem_size, "%s: %s", path, err.message);
+    /* the reason first: a long path must not push it out of a bounded notice */
+    if (state != ST_CALIB_CACHE_MISSING) snprintf(problem, problem_size, "%s; file %s", err.message, path);
 }
 
 st_status st_calibrate_for_load(st_backend *b, const st_gguf_file *f, const st_layout_policy *policy,
@@ -154,7 +155,7 @@ st_status st_calibrate_for_load(st_backend *b, const st_gguf_file *f, const st_l
         st_calibrate_shapes_free(&shapes); /* nothing the rule could pad: nothing to decide */
         return ST_OK;
     }
-    char path[1100], problem[700];
+    char path[1100], problem[1700];
     bool have_path;
     load_cache(&key, table, path, sizeof(path), &have_path, problem, sizeof(problem));
 
@@ -166,7 +167,7 @@ st_status st_calibrate_for_load(st_backend *b, const st_gguf_file *f, const st_l
     st_calibrate_shapes_free(&shapes);
     const char *builtin_why = NULL;
     bool builtin_on = st_layout_auto_builtin(b->device.kind, &builtin_why);
-    char redone[760] = "";
+    char redone[1800] = "";
     if (problem[0]) snprintf(redone, sizeof(redone), " (cache %s)", problem);
 
     if (todo.n == 0) {
@@ -199,7 +200,7 @@ st_status st_calibrate_for_load(st_backend *b, const st_gguf_file *f, const st_l
         n_pad += res[i].verdict.pad;
         if (st_calibrate_table_put(table, &res[i], &err) != ST_OK) break;
     }
-    char saved[1200];
+    char saved[1800];
     if (!have_path) snprintf(saved, sizeof(saved), "not saved: %s", problem);
     else if (st_calibrate_cache_save(path, table, &err) != ST_OK) snprintf(saved, sizeof(saved), "not saved: %s", err.message);
     else snprintf(saved, sizeof(saved), "saved to %s", path);
@@ -216,7 +217,7 @@ void st_calibrate_for_inspect(const st_device_info *dev, const st_layout_policy 
     notice[0] = '\0';
     st_calib_key key;
     st_calibrate_key_init(&key, dev, policy->alias, policy->pad);
-    char path[1100], problem[700];
+    char path[1100], problem[1700];
     bool have_path;
     load_cache(&key, table, path, sizeof(path), &have_path, problem, sizeof(problem));
     if (table->n > 0) return;

@@ -4,6 +4,7 @@
  * length and checksum first, then every line, then the key.
  */
 #include "stride/calibrate.h"
+#include "stride/file_io.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -141,7 +142,8 @@ st_status st_calibrate_cache_path(const st_calib_key *key, st_getenv_fn getenv_f
     int n = snprintf(buf, size, "%s/calibration-%s-%s-a%zu-p%zu.txt", dir, key->backend, j ? slug : "device",
                      key->alias, key->pad);
     if (n < 0 || (size_t)n >= size)
-        return st_error_set(err, ST_ERROR_INVALID, "calibration cache path under %s is too long", dir);
+        return st_error_set(err, ST_ERROR_INVALID, "the calibration cache path is too long (over %zu bytes) under %s",
+                            size - 1, dir);
     return ST_OK;
 }
 
@@ -429,11 +431,20 @@ fail:
 st_status st_calibrate_cache_load(const char *path, const st_calib_key *expect, st_calib_table *out,
                                   st_calib_cache_state *state, st_error *err) {
     st_calibrate_table_init(out, NULL);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int e = errno;
-        *state = e == ENOENT ? ST_CALIB_CACHE_MISSING : ST_CALIB_CACHE_CORRUPT;
-        return st_error_set(err, ST_ERROR_IO, "%s: %s", e == ENOENT ? "missing" : "unreadable", strerror(e));
+    struct stat st;
+    if (lstat(path, &st) != 0 && errno == ENOENT) {
+        *state = ST_CALIB_CACHE_MISSING;
+        return st_error_set(err, ST_ERROR_IO, "missing");
+    }
+    /* a regular file only: a FIFO placed there must not block the load */
+    FILE *f = NULL;
+    st_error open_err = {0};
+    if (st_file_fopen_read(path, "calibration cache", &f, NULL, &open_err) != ST_OK) {
+        *state = ST_CALIB_CACHE_CORRUPT;
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+            return st_error_set(err, ST_ERROR_IO, "unusable: it is %s, not a regular file",
+                                st_file_kind_name((unsigned)st.st_mode));
+        return st_error_set(err, ST_ERROR_IO, "unreadable: %s", strerror(errno ? errno : EIO));
     }
     char *buf = malloc(MAX_FILE_BYTES + 1);
     if (!buf) {
@@ -441,13 +452,15 @@ st_status st_calibrate_cache_load(const char *path, const st_calib_key *expect, 
         *state = ST_CALIB_CACHE_MISSING;
         return st_error_set(err, ST_ERROR_NOMEM, "out of memory reading the calibration cache");
     }
+    errno = 0;
     size_t n = fread(buf, 1, MAX_FILE_BYTES + 1, f);
     bool read_error = ferror(f);
+    int read_errno = errno ? errno : EIO;
     fclose(f);
     st_status s;
     if (read_error) {
         *state = ST_CALIB_CACHE_CORRUPT;
-        s = st_error_set(err, ST_ERROR_IO, "unreadable (read error)");
+        s = st_error_set(err, ST_ERROR_IO, "unreadable: %s", strerror(read_errno));
     } else if (n > MAX_FILE_BYTES) {
         *state = ST_CALIB_CACHE_CORRUPT;
         s = st_error_set(err, ST_ERROR_FORMAT, "corrupt (larger than %zu bytes)", MAX_FILE_BYTES);
@@ -483,23 +496,18 @@ st_status st_calibrate_cache_save(const char *path, const st_calib_table *t, st_
     char *text = NULL;
     size_t len = 0;
     if ((s = st_calibrate_cache_format(t, &text, &len, err)) != ST_OK) return s;
-    char tmp[1100];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        s = st_error_set(err, ST_ERROR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    /* temporary file + rename (file_io.h): readers never see a partial cache */
+    st_atomic_file *af = NULL;
+    if ((s = st_atomic_file_open(path, &af, err)) != ST_OK) {
         free(text);
         return s;
     }
-    bool ok = fwrite(text, 1, len, f) == len;
-    ok = fflush(f) == 0 && ok;
-    ok = fsync(fileno(f)) == 0 && ok; /* the rename must not publish a file whose data is not on disk */
-    ok = fclose(f) == 0 && ok;
+    bool ok = fwrite(text, 1, len, st_atomic_file_stream(af)) == len;
+    int e = errno ? errno : EIO;
     free(text);
-    if (!ok || rename(tmp, path) != 0) {
-        s = st_error_set(err, ST_ERROR_IO, "cannot write %s: %s", path, strerror(errno));
-        unlink(tmp);
-        return s;
+    if (!ok) {
+        st_atomic_file_abort(af);
+        return st_error_set(err, ST_ERROR_IO, "cannot write %s: %s", path, strerror(e));
     }
-    return ST_OK;
+    return st_atomic_file_commit(af, err);
 }

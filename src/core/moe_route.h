@@ -9,7 +9,10 @@
  *     otherwise:     the softmax over the k chosen logits;
  *     normalize:     the k weights are then divided by their sum.
  * Exponentials are taken relative to the largest logit in f32, their sums kept in double.
- * Returns false only when a logit is NaN (no expert could be chosen).
+ * A NaN logit ranks below every number (NaNs among themselves by index), so the order is
+ * total and k experts are always chosen: a NaN logit is chosen only when fewer than k
+ * are numbers, and a NaN in the softmax's sum makes every weight NaN, so a broken router
+ * gives a NaN output (as a dense layer's NaN weights would) instead of stopping the run.
  */
 #ifndef STRIDE_CORE_MOE_ROUTE_H
 #define STRIDE_CORE_MOE_ROUTE_H
@@ -18,18 +21,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(__HIP__)
 #define ST_HOST_DEVICE __host__ __device__
 #else
 #define ST_HOST_DEVICE
 #endif
 
-/* (a, ia) ranks before (b, ib): larger value first, the lower index on ties. */
+/* (a, ia) ranks before (b, ib): larger value first, the lower index on ties, NaN last. */
 static inline ST_HOST_DEVICE bool st_moe_route_before(float a, int64_t ia, float b, int64_t ib) {
+    if (isnan(a) || isnan(b)) return isnan(b) && (!isnan(a) || ia < ib);
     return a > b || (a == b && ia < ib);
 }
 
-static inline ST_HOST_DEVICE bool st_moe_route_token(const float *l, int64_t n_expert, int32_t k,
+static inline ST_HOST_DEVICE void st_moe_route_token(const float *l, int64_t n_expert, int32_t k,
                                                      bool softmax_first, bool normalize, int32_t *id,
                                                      float *wt) {
     /* The j-th pick is the best expert ranked after the (j-1)-th: no scratch needed. */
@@ -39,8 +43,7 @@ static inline ST_HOST_DEVICE bool st_moe_route_token(const float *l, int64_t n_e
             if (j > 0 && !st_moe_route_before(l[id[j - 1]], id[j - 1], l[e], e)) continue;
             if (best < 0 || st_moe_route_before(l[e], e, l[best], best)) best = e;
         }
-        if (best < 0) return false;
-        id[j] = (int32_t)best;
+        id[j] = (int32_t)best; /* found: the order is total and k <= n_expert */
     }
     const float top = l[id[0]];
     double denom = 0.0;
@@ -57,7 +60,6 @@ static inline ST_HOST_DEVICE bool st_moe_route_token(const float *l, int64_t n_e
     if (normalize) {
         for (int32_t j = 0; j < k; j++) wt[j] = (float)((double)wt[j] / sum);
     }
-    return true;
 }
 
 #endif /* STRIDE_CORE_MOE_ROUTE_H */

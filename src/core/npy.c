@@ -1,12 +1,16 @@
 #include "stride/npy.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "stride/file_io.h"
+
 /* .npy v1.0: magic, version, u16 header length, a Python dict literal padded with spaces
- * and a newline so that the data starts at a multiple of 64 bytes. */
+ * and a newline so that the data starts at a multiple of 64 bytes. Written atomically
+ * (file_io.h): a failed write leaves nothing at path and an existing file unchanged. */
 st_status st_npy_write_f32(const char *path, const float *data, int64_t rows, int64_t cols, st_error *err) {
     char dict[128];
     int n = snprintf(dict, sizeof(dict), "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld), }",
@@ -21,14 +25,19 @@ st_status st_npy_write_f32(const char *path, const float *data, int64_t rows, in
     memcpy(header + prefix, dict, len);
     memset(header + prefix + len, ' ', hlen - len - 1);
     header[total - 1] = '\n';
-    FILE *f = fopen(path, "wb");
-    if (!f) return st_error_set(err, ST_ERROR_IO, "cannot create %s: %s", path, strerror(errno));
+    if (rows < 0 || cols < 0 || (cols > 0 && (uint64_t)rows > SIZE_MAX / sizeof(float) / (uint64_t)cols))
+        return st_error_set(err, ST_ERROR_INVALID, "%s: a (%lld, %lld) float32 array does not fit in memory", path,
+                            (long long)rows, (long long)cols);
+    st_atomic_file *af = NULL;
+    st_status s = st_atomic_file_open(path, &af, err);
+    if (s != ST_OK) return s;
+    FILE *f = st_atomic_file_stream(af);
     size_t count = (size_t)rows * (size_t)cols;
-    bool ok = fwrite(header, 1, total, f) == total && fwrite(data, sizeof(float), count, f) == count;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok) {
-        remove(path);
-        return st_error_set(err, ST_ERROR_IO, "writing %s failed: %s", path, strerror(errno));
+    if (fwrite(header, 1, total, f) != total || fwrite(data, sizeof(float), count, f) != count) {
+        int e = errno ? errno : EIO;
+        st_atomic_file_abort(af);
+        return st_error_set(err, ST_ERROR_IO, "cannot write %s: %s (%s is unchanged)", path, strerror(e),
+                            path);
     }
-    return ST_OK;
+    return st_atomic_file_commit(af, err);
 }

@@ -2,8 +2,9 @@
  * Causal attention over a KV cache (GQA, sliding window, optional logit soft-capping)
  * and the store of new keys/values into the cache.
  *
- * Cache layout: [head_dim, n_head_kv, n_ctx] with strides, F16 or F32, cache index =
- * token position. Query m at position p sees entries t with
+ * Cache layout: [head_dim, n_head_kv, n_slots] with strides, F16 or F32. Key t (a
+ * position) of query m is at cache slot t (one sequence, contiguous), or, paged, at the slot
+ * its sequence's block table gives (ops.h, st_kv_slot). Query m at position p sees keys
  *     t <= p,  t < n_kv,  and (window > 0) p - t < window
  * (a window of W keys counting the query's own: llama.cpp masks p1 - p0 >= n_swa,
  * transformers keeps kv_idx > q_idx - sliding_window; the same boundary).
@@ -19,22 +20,19 @@
 #include "stride/cpu_ops.h"
 #include "stride/types.h"
 
-static bool is_cache_type(st_type t) { return t == ST_TYPE_F16 || t == ST_TYPE_F32; }
-
 st_status st_cpu_attention(st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                            const st_tensor *v_cache, const int32_t *positions,
                            const st_attn_params *p, st_error *err) {
-    /* q, dst F32 [head_dim, n_head, M]; k_cache, v_cache [head_dim, n_head_kv, n_ctx] */
-    ST_ASSERT(cpu_is_f32_rows(q) && cpu_is_f32_rows(dst) && cpu_same_shape(dst, q));
-    ST_ASSERT(q->ne[3] == 1 && p != NULL);
-    ST_ASSERT(is_cache_type(k_cache->type) && is_cache_type(v_cache->type));
-    ST_ASSERT(cpu_is_float_weight(k_cache) && cpu_is_float_weight(v_cache));
-    ST_ASSERT(cpu_same_shape(k_cache, v_cache) && k_cache->ne[3] == 1);
+    return st_cpu_attention_paged(dst, q, k_cache, v_cache, positions, NULL, NULL, 0, p, err);
+}
+
+st_status st_cpu_attention_paged(st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                                 const st_tensor *v_cache, const int32_t *positions,
+                                 const int32_t *seq, const int32_t *table, int32_t max_blocks,
+                                 const st_attn_params *p, st_error *err) {
+    cpu_attention_check(dst, q, k_cache, v_cache, positions, seq, table, max_blocks, p);
     const int64_t head_dim = q->ne[0], n_head = q->ne[1], m_count = q->ne[2];
     const int64_t n_head_kv = k_cache->ne[1];
-    ST_ASSERT(k_cache->ne[0] == head_dim && n_head_kv > 0 && n_head % n_head_kv == 0);
-    ST_ASSERT(p->n_kv >= 0 && p->n_kv <= k_cache->ne[2] && p->window >= 0);
-    ST_ASSERT(m_count == 0 || positions != NULL);
     const int64_t group = n_head / n_head_kv; /* query heads per kv head */
     const int64_t n_tasks = n_head * m_count;
     bool nomem = false;
@@ -59,6 +57,7 @@ st_status st_cpu_attention(st_tensor *dst, const st_tensor *q, const st_tensor *
             float *out = (float *)((char *)dst->data + (size_t)h * dst->nb[1] +
                                    (size_t)m * dst->nb[2]);
             const int64_t pos = positions[m];
+            const int32_t *blocks = table ? table + (size_t)seq[m] * (size_t)max_blocks : NULL;
             int64_t t_hi = pos < p->n_kv - 1 ? pos : p->n_kv - 1;
             int64_t t_lo = p->window > 0 ? pos - p->window + 1 : 0;
             if (t_lo < 0) t_lo = 0;
@@ -70,7 +69,7 @@ st_status st_cpu_attention(st_tensor *dst, const st_tensor *q, const st_tensor *
             float max = -INFINITY;
             for (int64_t t = t_lo; t <= t_hi; t++) {
                 const char *kr = (const char *)k_cache->data + (size_t)kvh * k_cache->nb[1] +
-                                 (size_t)t * k_cache->nb[2];
+                                 (size_t)st_kv_slot(blocks, t) * k_cache->nb[2];
                 cpu_row_to_f32(k_cache->type, kr, row, head_dim);
                 float s = p->scale * cpu_dot_f32(qr, row, head_dim);
                 if (p->softcap > 0.0f) s = p->softcap * tanhf(s / p->softcap);
@@ -83,7 +82,7 @@ st_status st_cpu_attention(st_tensor *dst, const st_tensor *q, const st_tensor *
                 const float w = expf(scores[t] - max); /* <= 1 */
                 sum += (double)w;
                 const char *vr = (const char *)v_cache->data + (size_t)kvh * v_cache->nb[1] +
-                                 (size_t)t * v_cache->nb[2];
+                                 (size_t)st_kv_slot(blocks, t) * v_cache->nb[2];
                 cpu_row_to_f32(v_cache->type, vr, row, head_dim);
                 for (int64_t d = 0; d < head_dim; d++) acc[d] += w * row[d];
             }
@@ -99,9 +98,10 @@ st_status st_cpu_attention(st_tensor *dst, const st_tensor *q, const st_tensor *
 
 st_status st_cpu_kv_store(st_tensor *cache, const st_tensor *x, const int32_t *positions,
                           st_error *err) {
-    /* x F32 [head_dim, n_head_kv, M]; cache F16/F32 [head_dim, n_head_kv, n_ctx] */
+    /* x F32 [head_dim, n_head_kv, M]; cache F16/F32 [head_dim, n_head_kv, n_slots];
+     * positions: the cache slot of each token */
     ST_ASSERT(cpu_is_f32_rows(x) && x->ne[3] == 1);
-    ST_ASSERT(is_cache_type(cache->type) && cpu_is_float_weight(cache) && cache->ne[3] == 1);
+    ST_ASSERT(cpu_is_kv_cache(cache->type) && cpu_is_float_weight(cache) && cache->ne[3] == 1);
     ST_ASSERT(cache->ne[0] == x->ne[0] && cache->ne[1] == x->ne[1]);
     const int64_t head_dim = x->ne[0], n_head_kv = x->ne[1], m_count = x->ne[2];
     const int64_t n_ctx = cache->ne[2];

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "stride/cpu_ops.h"
 #include "stride/quant.h"
 #include "stride/status.h"
 #include "stride/tensor.h"
@@ -147,6 +148,27 @@ typedef struct st_cpu_mm_cols {
 /* Rows of a weight converted to f32 at once: enough to fill about 32 KiB (the L1 data
  * cache of current cores), a multiple of 4 rows. */
 int64_t st_cpu_mm_block_rows(int64_t k);
+
+/* A KV cache element type: F16 or F32. */
+static inline bool cpu_is_kv_cache(st_type t) { return t == ST_TYPE_F16 || t == ST_TYPE_F32; }
+
+/* The arguments of st_cpu_attention_paged, as every CPU path's attention checks them:
+ * q, dst F32 [head_dim, n_head, M]; k_cache, v_cache F16/F32 [head_dim, n_head_kv, n_slots]
+ * with n_head a multiple of n_head_kv; table int32 [n_seq][max_blocks] or NULL. */
+static inline void cpu_attention_check(const st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                                       const st_tensor *v_cache, const int32_t *positions, const int32_t *seq,
+                                       const int32_t *table, int32_t max_blocks, const st_attn_params *p) {
+    ST_ASSERT(cpu_is_f32_rows(q) && cpu_is_f32_rows(dst) && cpu_same_shape(dst, q));
+    ST_ASSERT(q->ne[3] == 1 && p != NULL);
+    ST_ASSERT(cpu_is_kv_cache(k_cache->type) && cpu_is_kv_cache(v_cache->type));
+    ST_ASSERT(cpu_is_float_weight(k_cache) && cpu_is_float_weight(v_cache));
+    ST_ASSERT(cpu_same_shape(k_cache, v_cache) && k_cache->ne[3] == 1);
+    ST_ASSERT(k_cache->ne[0] == q->ne[0] && k_cache->ne[1] > 0 && q->ne[1] % k_cache->ne[1] == 0);
+    ST_ASSERT(p->n_kv >= 0 && p->window >= 0);
+    ST_ASSERT(table ? seq != NULL && p->n_kv <= (int64_t)max_blocks * ST_KV_BLOCK_TOKENS
+                    : p->n_kv <= k_cache->ne[2]);
+    ST_ASSERT(q->ne[2] == 0 || positions != NULL);
+}
 
 /* y[c][n0 + r] = dot(W row n0 + r, x[c]) for r < rows, c < cols->n.
  * w_rows points at row n0 of a weight (type, row stride nb1, K elements per row);

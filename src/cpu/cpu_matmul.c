@@ -10,8 +10,8 @@
  *     once, and a decode (M = 1) streams the weight exactly once;
  *   - each output is cpu_dot_f32 of a row and a column (8 f32 lanes, a loop the
  *     compiler vectorises); the column stays in L1 while the block's rows pass over it.
- *     (A 4-row micro-kernel sharing the loads of x was tried: GCC vectorised its outer
- *     loop with shuffles and spills and it ran 2-5x slower than this plain dot.)
+ *     (Not a 4-row micro-kernel sharing the loads of x: GCC vectorises its outer loop
+ *     with shuffles and spills, far slower than this plain dot.)
  * Every output is one full-row dot product in the order of cpu_dot_f32, so neither the
  * row stride nor the thread count nor the block size changes a bit of the result.
  */

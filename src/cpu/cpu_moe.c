@@ -131,7 +131,6 @@ void st_cpu_topk_route(int32_t *out_ids, st_tensor *out_weights, const st_tensor
         int32_t *id = out_ids + m * k;                        /* [k] */
         float *wt = (float *)cpu_row(out_weights, m);         /* [k] */
 
-        bool chosen = st_moe_route_token(l, n_expert, k, softmax_first, normalize, id, wt);
-        ST_ASSERT(chosen); /* fails only on NaN logits */
+        st_moe_route_token(l, n_expert, k, softmax_first, normalize, id, wt);
     }
 }

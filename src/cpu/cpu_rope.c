@@ -15,20 +15,6 @@
 #include "cpu/cpu_internal.h"
 #include "stride/cpu_ops.h"
 
-#define ROPE_MAX_ROT 1024
-
-st_rope_params st_rope_params_default(st_rope_mode mode, int32_t n_rot, float freq_base) {
-    st_rope_params p = {
-        .mode = mode,
-        .n_rot = n_rot,
-        .freq_base = freq_base,
-        .freq_scale = 1.0f,
-        .freq_factors = NULL,
-        .attn_factor = 1.0f,
-    };
-    return p;
-}
-
 void st_cpu_rope(st_tensor *dst, const st_tensor *x, const int32_t *positions,
                  const st_rope_params *p) {
     /* x, dst F32 [head_dim, n_head, M]; positions [M] */
@@ -38,10 +24,10 @@ void st_cpu_rope(st_tensor *dst, const st_tensor *x, const int32_t *positions,
     const int64_t head_dim = x->ne[0], n_head = x->ne[1], m_count = x->ne[2];
     const int64_t half = p->n_rot / 2;
     ST_ASSERT(p->n_rot >= 0 && p->n_rot % 2 == 0 && p->n_rot <= head_dim);
-    ST_ASSERT(p->n_rot <= ROPE_MAX_ROT && p->freq_base > 0.0f);
+    ST_ASSERT(p->n_rot <= ST_ROPE_MAX_ROT && p->freq_base > 0.0f);
     ST_ASSERT(m_count == 0 || positions != NULL);
 
-    double inv_freq[ROPE_MAX_ROT / 2]; /* [n_rot/2]: base^(-2i/n_rot) / factor_i */
+    double inv_freq[ST_ROPE_MAX_ROT / 2]; /* [n_rot/2]: base^(-2i/n_rot) / factor_i */
     for (int64_t i = 0; i < half; i++) {
         inv_freq[i] = pow((double)p->freq_base, -2.0 * (double)i / (double)p->n_rot);
         if (p->freq_factors) inv_freq[i] /= (double)p->freq_factors[i];
@@ -52,7 +38,7 @@ void st_cpu_rope(st_tensor *dst, const st_tensor *x, const int32_t *positions,
 
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < m_count; m++) {
-        float c[ROPE_MAX_ROT / 2], s[ROPE_MAX_ROT / 2]; /* [n_rot/2] */
+        float c[ST_ROPE_MAX_ROT / 2], s[ST_ROPE_MAX_ROT / 2]; /* [n_rot/2] */
         const double pos = (double)positions[m] * (double)p->freq_scale;
         for (int64_t i = 0; i < half; i++) {
             double theta = pos * inv_freq[i];

@@ -83,10 +83,10 @@ st_status st_cuda_kv_store(st_backend *b, st_tensor *cache, const st_tensor *x, 
 
 // ---- attention --------------------------------------------------------------------------------
 
-template <st_type T>
+template <st_type T, bool PAGED>
 __device__ void attention_impl(st_cuda_view dst, st_cuda_view q, st_cuda_view kc, st_cuda_view vc,
                                const int32_t *__restrict__ positions, int64_t n_kv, int32_t window, float scale,
-                               float softcap) {
+                               float softcap, const attn_pages &pg) {
     __shared__ float q_s[ATTN_MAX_HEAD_DIM]; // [head_dim] the query
     __shared__ float p_s[ATTN_TILE];         // [tile] scores, then their exponentials
     const int64_t head_dim = q.ne0, n_head = q.ne1, M = q.ne2;
@@ -116,11 +116,13 @@ __device__ void attention_impl(st_cuda_view dst, st_cuda_view q, st_cuda_view kc
         float run_max = -INFINITY, run_sum = 0.0f;
         const char *k_head = kc.data + kvh * kc.nb1;
         const char *v_head = vc.data + kvh * vc.nb1;
+        const int32_t *blocks = PAGED ? attn_blocks(pg, m) : NULL;
 
         for (int64_t t0 = t_lo; t0 <= t_hi; t0 += ATTN_TILE) {
             const int nt = (int)(t_hi - t0 + 1 < ATTN_TILE ? t_hi - t0 + 1 : ATTN_TILE);
             for (int j = warp; j < nt; j += n_warps) {
-                const char *krow = k_head + (t0 + j) * kc.nb2;
+                const int64_t t = t0 + j;
+                const char *krow = k_head + (PAGED ? attn_slot(blocks, t) : t) * kc.nb2;
                 float s = 0.0f;
                 for (int64_t d = lane; d < head_dim; d += ST_GPU_WARP_SIZE) s = fmaf(q_s[d], cuda_load_f32<T>(krow, d), s);
                 s = cuda_warp_sum(s);
@@ -144,7 +146,10 @@ __device__ void attention_impl(st_cuda_view dst, st_cuda_view q, st_cuda_view kc
                 const int64_t d = threadIdx.x + (int64_t)i * blockDim.x;
                 if (d >= head_dim) break;
                 float a = acc[i] * factor;
-                for (int j = 0; j < nt; j++) a = fmaf(p_s[j], cuda_load_f32<T>(v_head + (t0 + j) * vc.nb2, d), a);
+                for (int j = 0; j < nt; j++) {
+                    const int64_t t = t0 + j;
+                    a = fmaf(p_s[j], cuda_load_f32<T>(v_head + (PAGED ? attn_slot(blocks, t) : t) * vc.nb2, d), a);
+                }
                 acc[i] = a;
             }
             run_max = new_max;
@@ -159,15 +164,17 @@ __device__ void attention_impl(st_cuda_view dst, st_cuda_view q, st_cuda_view kc
     }
 }
 
+template <bool PAGED>
 __global__ void __launch_bounds__(ATTN_THREADS)
     attention_f32(st_cuda_view dst, st_cuda_view q, st_cuda_view kc, st_cuda_view vc, const int32_t *positions,
-                  int64_t n_kv, int32_t window, float scale, float softcap) {
-    attention_impl<ST_TYPE_F32>(dst, q, kc, vc, positions, n_kv, window, scale, softcap);
+                  int64_t n_kv, int32_t window, float scale, float softcap, const attn_pages pg) {
+    attention_impl<ST_TYPE_F32, PAGED>(dst, q, kc, vc, positions, n_kv, window, scale, softcap, pg);
 }
+template <bool PAGED>
 __global__ void __launch_bounds__(ATTN_THREADS)
     attention_f16(st_cuda_view dst, st_cuda_view q, st_cuda_view kc, st_cuda_view vc, const int32_t *positions,
-                  int64_t n_kv, int32_t window, float scale, float softcap) {
-    attention_impl<ST_TYPE_F16>(dst, q, kc, vc, positions, n_kv, window, scale, softcap);
+                  int64_t n_kv, int32_t window, float scale, float softcap, const attn_pages pg) {
+    attention_impl<ST_TYPE_F16, PAGED>(dst, q, kc, vc, positions, n_kv, window, scale, softcap, pg);
 }
 
 // ---- the dispatcher ---------------------------------------------------------------------------
@@ -193,29 +200,88 @@ extern "C" st_cuda_attn_path st_cuda_attention_choose(st_backend *b, const st_te
 }
 
 static st_status attention_exact(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                                 const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
-                                 st_error *err) {
+                                 const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
+                                 const st_attn_params *p, st_error *err) {
     st_cuda_ctx *c = cuda_ctx(b);
     const int64_t rows = q->ne[1] * q->ne[2];
     const unsigned int grid = (unsigned int)(rows < (1 << 30) ? rows : (1 << 30));
     const int32_t *pos = (const int32_t *)positions->data;
-    if (k_cache->type == ST_TYPE_F16)
-        attention_f16<<<grid, ATTN_THREADS, 0, c->stream>>>(cuda_view(dst), cuda_view(q), cuda_view(k_cache),
-                                                             cuda_view(v_cache), pos, p->n_kv, p->window, p->scale,
-                                                             p->softcap);
+    const attn_pages none = {};
+    const bool f16 = k_cache->type == ST_TYPE_F16;
+    const st_cuda_view vd = cuda_view(dst), vq = cuda_view(q), vk = cuda_view(k_cache), vv = cuda_view(v_cache);
+    if (pg && f16)
+        attention_f16<true><<<grid, ATTN_THREADS, 0, c->stream>>>(vd, vq, vk, vv, pos, p->n_kv, p->window, p->scale,
+                                                                   p->softcap, *pg);
+    else if (pg)
+        attention_f32<true><<<grid, ATTN_THREADS, 0, c->stream>>>(vd, vq, vk, vv, pos, p->n_kv, p->window, p->scale,
+                                                                   p->softcap, *pg);
+    else if (f16)
+        attention_f16<false><<<grid, ATTN_THREADS, 0, c->stream>>>(vd, vq, vk, vv, pos, p->n_kv, p->window, p->scale,
+                                                                    p->softcap, none);
     else
-        attention_f32<<<grid, ATTN_THREADS, 0, c->stream>>>(cuda_view(dst), cuda_view(q), cuda_view(k_cache),
-                                                             cuda_view(v_cache), pos, p->n_kv, p->window, p->scale,
-                                                             p->softcap);
+        attention_f32<false><<<grid, ATTN_THREADS, 0, c->stream>>>(vd, vq, vk, vv, pos, p->n_kv, p->window, p->scale,
+                                                                    p->softcap, none);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }
 
+// Queries m0 .. m0 + n - 1 of a [head_dim, n_head, M] view.
+static st_tensor attn_queries(const st_tensor *t, int64_t m0, int64_t n) {
+    st_tensor v = *t;
+    v.data = (char *)t->data + (size_t)m0 * t->nb[2];
+    v.ne[2] = n;
+    v.nb[3] = v.nb[2] * (size_t)n;
+    return v;
+}
+
+// Entries m0 .. m0 + n - 1 of an I32 [M] index.
+static st_tensor attn_indices(const st_tensor *t, int64_t m0, int64_t n) {
+    st_tensor v = *t;
+    v.data = (char *)t->data + (size_t)m0 * t->nb[0];
+    v.ne[0] = n;
+    return v;
+}
+
+// One launch's worth of a path for the queries of q (all of one kind: contiguous, paged
+// singles, or a paged run).
+static st_status attention_launch(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                                  const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
+                                  const st_attn_params *p, st_cuda_attn_path path, st_error *err) {
+    const int64_t head_dim = q->ne[0];
+    st_tensor q1 = *q; // paged singles: the split-KV kernel takes them a block each
+    if (pg && pg->seq) q1.ne[2] = 1;
+    const bool decode_ok = (!pg || pg->seq) && st_cuda_attn_decode_supported(b, &q1, k_cache, v_cache);
+    if (path == ST_CUDA_ATTN_PATH_AUTO) {
+        if (pg && pg->seq) path = decode_ok ? ST_CUDA_ATTN_PATH_DECODE : ST_CUDA_ATTN_PATH_EXACT;
+        else if (pg) // a run of one sequence: the tensor-core prefill, or the exact kernel
+            path = st_cuda_attn_flash_supported(b, q, k_cache, v_cache) ? ST_CUDA_ATTN_PATH_FLASH
+                                                                        : ST_CUDA_ATTN_PATH_EXACT;
+        else path = st_cuda_attention_choose(b, q, k_cache, v_cache, p);
+    }
+    switch (path) {
+    case ST_CUDA_ATTN_PATH_DECODE:
+        if (!decode_ok) break;
+        return st_cuda_attn_decode(b, dst, q, k_cache, v_cache, positions, pg, p, err);
+    case ST_CUDA_ATTN_PATH_FLASH:
+        if (!st_cuda_attn_flash_supported(b, q, k_cache, v_cache) || (pg && pg->seq)) break;
+        return st_cuda_attn_flash(b, dst, q, k_cache, v_cache, positions, pg, p, err);
+    case ST_CUDA_ATTN_PATH_EXACT:
+        if (head_dim > ATTN_MAX_HEAD_DIM) break;
+        return attention_exact(b, dst, q, k_cache, v_cache, positions, pg, p, err);
+    case ST_CUDA_ATTN_PATH_AUTO: break;
+    }
+    return st_error_set(err, ST_ERROR_UNSUPPORTED,
+                        "attention: the %s path does not take head_dim %lld, %lld/%lld heads, M %lld, %s cache%s",
+                        st_cuda_attn_path_name(path), (long long)head_dim, (long long)q->ne[1],
+                        (long long)k_cache->ne[1], (long long)q->ne[2], st_type_name(k_cache->type),
+                        pg ? (pg->seq ? ", paged singles" : ", a paged run") : "");
+}
+
 extern "C" st_status st_cuda_attention_path(st_backend *b, st_tensor *dst, const st_tensor *q,
                                             const st_tensor *k_cache, const st_tensor *v_cache,
-                                            const st_tensor *positions, const st_attn_params *p,
-                                            st_cuda_attn_path path, st_error *err) {
-    // q, dst F32 [head_dim, n_head, M]; k_cache, v_cache [head_dim, n_head_kv, n_ctx] (one type)
+                                            const st_tensor *positions, const st_kv_pages *pages,
+                                            const st_attn_params *p, st_cuda_attn_path path, st_error *err) {
+    // q, dst F32 [head_dim, n_head, M]; k_cache, v_cache [head_dim, n_head_kv, n_slots] (one type)
     ST_ASSERT(cuda_is_f32_rows(q) && cuda_is_f32_rows(dst) && cuda_same_shape(dst, q));
     ST_ASSERT(q->ne[3] == 1 && p != NULL);
     ST_ASSERT(is_cache_type(k_cache->type) && k_cache->type == v_cache->type);
@@ -223,36 +289,47 @@ extern "C" st_status st_cuda_attention_path(st_backend *b, st_tensor *dst, const
     ST_ASSERT(cuda_same_shape(k_cache, v_cache) && k_cache->ne[3] == 1);
     const int64_t head_dim = q->ne[0], n_head = q->ne[1], M = q->ne[2], n_head_kv = k_cache->ne[1];
     ST_ASSERT(k_cache->ne[0] == head_dim && n_head_kv > 0 && n_head % n_head_kv == 0);
-    ST_ASSERT(p->n_kv >= 0 && p->n_kv <= k_cache->ne[2] && p->window >= 0);
+    ST_ASSERT(p->n_kv >= 0 && p->window >= 0 && (pages || p->n_kv <= k_cache->ne[2]));
     ST_ASSERT(k_cache->ne[2] < INT_MAX && n_head * M < INT_MAX); // positions and rows fit an int on the device
     ST_ASSERT(cuda_is_i32_index(positions) && positions->ne[0] >= M);
     if (n_head * M == 0 || head_dim == 0) return ST_OK;
-    if (path == ST_CUDA_ATTN_PATH_AUTO) path = st_cuda_attention_choose(b, q, k_cache, v_cache, p);
-    switch (path) {
-    case ST_CUDA_ATTN_PATH_DECODE:
-        if (!st_cuda_attn_decode_supported(b, q, k_cache, v_cache)) break;
-        return st_cuda_attn_decode(b, dst, q, k_cache, v_cache, positions, p, err);
-    case ST_CUDA_ATTN_PATH_FLASH:
-        if (!st_cuda_attn_flash_supported(b, q, k_cache, v_cache)) break;
-        return st_cuda_attn_flash(b, dst, q, k_cache, v_cache, positions, p, err);
-    case ST_CUDA_ATTN_PATH_EXACT:
-        if (head_dim > ATTN_MAX_HEAD_DIM) break;
-        return attention_exact(b, dst, q, k_cache, v_cache, positions, p, err);
-    case ST_CUDA_ATTN_PATH_AUTO: break;
+    if (!pages) return attention_launch(b, dst, q, k_cache, v_cache, positions, NULL, p, path, err);
+
+    ST_ASSERT(cuda_is_i32_index(pages->table) && cuda_is_i32_index(pages->seq) && pages->seq->ne[0] >= M);
+    ST_ASSERT(p->n_kv <= pages->table->ne[0] * ST_KV_BLOCK_TOKENS && pages->table->ne[0] < INT_MAX);
+    attn_pages pg = {};
+    pg.table = (const int32_t *)pages->table->data;
+    pg.max_blocks = pages->table->ne[0];
+    if (pages->n_single > 0) { // decode tokens, each its own sequence: one launch
+        pg.seq = (const int32_t *)pages->seq->data;
+        st_tensor qs = attn_queries(q, 0, pages->n_single), ds = attn_queries(dst, 0, pages->n_single);
+        st_tensor ps = attn_indices(positions, 0, pages->n_single);
+        const st_status s = attention_launch(b, &ds, &qs, k_cache, v_cache, &ps, &pg, p, path, err);
+        if (s != ST_OK) return s;
     }
-    return st_error_set(err, ST_ERROR_UNSUPPORTED,
-                        "attention: the %s path does not take head_dim %lld, %lld/%lld heads, M %lld, %s cache",
-                        st_cuda_attn_path_name(path), (long long)head_dim, (long long)n_head, (long long)n_head_kv,
-                        (long long)M, st_type_name(k_cache->type));
+    for (int32_t i = 0; i < pages->n_runs; i++) { // prompt chunks: a launch each
+        const st_attn_run *r = &pages->runs[i];
+        ST_ASSERT(r->m0 >= pages->n_single && r->n >= 1 && r->m0 + r->n <= M);
+        pg.seq = NULL;
+        pg.row = r->seq;
+        st_tensor qs = attn_queries(q, r->m0, r->n), ds = attn_queries(dst, r->m0, r->n);
+        st_tensor ps = attn_indices(positions, r->m0, r->n);
+        const st_status s = attention_launch(b, &ds, &qs, k_cache, v_cache, &ps, &pg, p, path, err);
+        if (s != ST_OK) return s;
+    }
+    return ST_OK;
 }
 
 st_status st_cuda_rope_attention(st_backend *b, const st_fused_rope_attention *op, st_error *err) {
     if (st_cuda_attn_decode_rope_supported(b, op)) return st_cuda_attn_decode_rope(b, op, err);
-    return st_backend_rope_attention_composite(b, op, err);
+    const st_fused_rope_store *rs = &op->rs;
+    const st_status s = st_cuda_rope_store(b, rs, err);
+    if (s != ST_OK) return s;
+    return st_cuda_attention(b, op->out, rs->q, rs->k_cache, rs->v_cache, rs->positions, op->pages, op->attn, err);
 }
 
 st_status st_cuda_attention(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                            const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
-                            st_error *err) {
-    return st_cuda_attention_path(b, dst, q, k_cache, v_cache, positions, p, ST_CUDA_ATTN_PATH_AUTO, err);
+                            const st_tensor *v_cache, const st_tensor *positions, const st_kv_pages *pages,
+                            const st_attn_params *p, st_error *err) {
+    return st_cuda_attention_path(b, dst, q, k_cache, v_cache, positions, pages, p, ST_CUDA_ATTN_PATH_AUTO, err);
 }

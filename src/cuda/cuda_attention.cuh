@@ -36,6 +36,27 @@ __device__ __forceinline__ void attn_visible_range(int32_t pos, int64_t n_kv, in
     *hi = (int)(h < -1 ? -1 : h);
 }
 
+// Where a launch's queries find their keys in a paged cache (ops.h, st_kv_pages): the
+// block table, and per query its row (seq), or one row for the whole launch (a run of one
+// sequence's queries: seq NULL). Kernels take it with a PAGED template flag; without it
+// key t is at cache slot t (one sequence, contiguous).
+typedef struct attn_pages {
+    const int32_t *table; // [n_seq][max_blocks]
+    const int32_t *seq;   // [M] per query, or NULL: `row` for every query
+    int64_t max_blocks;
+    int32_t row;
+} attn_pages;
+
+// The block table row of query m.
+__device__ __forceinline__ const int32_t *attn_blocks(const attn_pages &pg, int64_t m) {
+    return pg.table + (int64_t)(pg.seq ? pg.seq[m] : pg.row) * pg.max_blocks;
+}
+
+// The cache slot of key t (a position) of a sequence with block table row `blocks`.
+__device__ __forceinline__ int64_t attn_slot(const int32_t *blocks, int64_t t) {
+    return (int64_t)blocks[t / ST_KV_BLOCK_TOKENS] * ST_KV_BLOCK_TOKENS + t % ST_KV_BLOCK_TOKENS;
+}
+
 // A score in the base-2 domain: log2(e) * (softcap > 0 ? softcap * tanh(s / softcap) : s),
 // s = scale * dot (the CPU reference's formula, then one multiplication).
 __device__ __forceinline__ float attn_score_log2(float dot, float scale, float softcap) {
@@ -59,9 +80,10 @@ static inline bool attn_fast_head_dim(int64_t head_dim) {
 // aligned rows, an sm_80+ device, built with ST_ATTN_HAVE_MMA).
 bool st_cuda_attn_flash_supported(st_backend *b, const st_tensor *q, const st_tensor *k_cache,
                                   const st_tensor *v_cache);
+// pg: NULL for a contiguous cache, else one run of a sequence (pg->seq NULL, pg->row set).
 st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                             const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
-                             st_error *err);
+                             const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
+                             const st_attn_params *p, st_error *err);
 
 // ---- cuda_attention_decode.cu -------------------------------------------------------------
 
@@ -69,13 +91,16 @@ st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, 
 // M * group query rows within its shared-memory budget). Independent of n_kv.
 bool st_cuda_attn_decode_supported(st_backend *b, const st_tensor *q, const st_tensor *k_cache,
                                    const st_tensor *v_cache);
+// pg: NULL for a contiguous cache (the M queries of one sequence in each block), else
+// every query its own sequence (pg->seq set): a block a query, the grid's z over them.
 st_status st_cuda_attn_decode(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                              const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
-                              st_error *err);
+                              const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
+                              const st_attn_params *p, st_error *err);
 // st_fused_rope_attention for one token in the split-KV kernel: the queries and the new key
 // normed and roped in it, the new key and value stored by the block that needs them (the
 // same bits as st_cuda_rope_store then st_cuda_attn_decode); q and k are left as they came.
-// Takes what st_cuda_attn_decode_rope_supported (cuda_attention.h) accepts.
+// Takes what st_cuda_attn_decode_rope_supported (cuda_attention.h) accepts: one token over
+// a contiguous cache, or paged decode tokens, each its own sequence.
 st_status st_cuda_attn_decode_rope(st_backend *b, const st_fused_rope_attention *op, st_error *err);
 
 #endif /* STRIDE_CUDA_ATTENTION_CUH */

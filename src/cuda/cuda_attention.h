@@ -1,6 +1,6 @@
 /*
- * The CUDA attention paths by name, for the GPU op test and the kernel benchmark, which
- * check and time each path on the same shapes. The backend table calls st_cuda_attention
+ * The CUDA attention paths by name, for the GPU op test, which checks each path on the
+ * same shapes. The backend table calls st_cuda_attention
  * (cuda_common.cuh), which is st_cuda_attention_path(..., ST_CUDA_ATTN_PATH_AUTO, ...).
  *
  *   EXACT   one block per (query head, token), f32 math, any head_dim <= 512, F16 or F32
@@ -16,7 +16,7 @@
 #ifndef STRIDE_CUDA_ATTENTION_H
 #define STRIDE_CUDA_ATTENTION_H
 
-#include "stride/backend.h"
+#include "backend/fused.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,10 +40,12 @@ st_cuda_attn_path st_cuda_attention_choose(st_backend *b, const st_tensor *q, co
  * takes, the rope_store preconditions); otherwise the backend runs its composite. */
 bool st_cuda_attn_decode_rope_supported(st_backend *b, const st_fused_rope_attention *op);
 
-/* st_cuda_attention on a chosen path. */
+/* st_cuda_attention on a chosen path. With pages (a paged cache), the decode tokens take
+ * it in one launch and each prompt run in one of its own (the DECODE path takes only the
+ * decode tokens, FLASH only the runs; AUTO picks per launch). */
 st_status st_cuda_attention_path(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                                 const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
-                                 st_cuda_attn_path path, st_error *err);
+                                 const st_tensor *v_cache, const st_tensor *positions, const st_kv_pages *pages,
+                                 const st_attn_params *p, st_cuda_attn_path path, st_error *err);
 
 #ifdef __cplusplus
 }

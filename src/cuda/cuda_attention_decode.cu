@@ -37,24 +37,20 @@
 #define DEC_MAX_SPLITS 128
 #define DEC_MIN_SPLIT_KEYS 64
 /* One split takes a range of up to this many chunks alone (DEC_MIN_SPLIT_KEYS keys where
- * that is more): one block walking a second 64-key chunk beat two splits and the combine
- * kernel by 0.5-1.1 us a layer at depths 64-127 for head_dim 64 and 128 (F16), and was
- * within 0.25 us where a chunk has twice the rows (bench/decode-one-split-h200.md). */
+ * that is more): at depths 64-127 one block walking a second 64-key chunk is faster than
+ * two splits and the combine kernel for head_dim 64 and 128 (F16), and about as fast
+ * where a chunk has twice the rows. */
 #define DEC_ONE_SPLIT_CHUNKS 2
 /* Splits are chosen to put about this many blocks on every SM, and no more than n_kv keys
- * can fill. The grid is sized for the longest range under n_kv (a recorded step cannot
- * depend on the position; the session records one step per depth bucket), so below the
- * bound most of its blocks leave after the plan; 4 an SM was 0.6-2.1 us a layer slower than
- * 2 at depths 64 to 4,000, and 1 slower from about 4,000 keys (bench/decode-branches-h200.md);
- * capping the splits at n_kv = 256 for depth 64 took attention 0.6-0.8 us a layer
- * (bench/decode-buckets-h200.md). A define for tuning builds. */
-#ifndef DEC_BLOCKS_PER_SM
+ * can fill (so a short bucket's grid stays small). The grid is sized for the longest range
+ * under n_kv (a recorded step cannot depend on the position; the session records one step
+ * per depth bucket), so below the bound most of its blocks leave after the plan. On the
+ * H200, 2 an SM is faster than 4 at depths 64 to 4,000 and than 1 from about 4,000 keys. */
 #define DEC_BLOCKS_PER_SM 2
-#endif
-#define DEC_SMEM_MAX (48 * 1024)
-/* K bytes a chunk (and as many of V). 16 KiB against 8: head_dim 128 (F16) 0.5-1.3 us a
- * layer faster at depths 64 to 4,000, head_dim 64 unchanged (64 keys either way);
- * bench/cuda-decode.md, seventh session. */
+#define DEC_SMEM_MAX ST_GPU_SMEM_BYTES
+/* K bytes a chunk (and as many of V). 16 KiB rather than 8: head_dim 128 (F16) walks 64
+ * keys a chunk instead of 32, faster at depths 64 to 4,000; head_dim 64 holds 64 keys
+ * either way. */
 #define DEC_CHUNK_BYTES 16384
 #define DEC_MAX_NR 16 // rows per thread in P.V (the largest template bucket)
 #define DEC_COMBINE_THREADS 128
@@ -157,7 +153,8 @@ template <> __device__ __forceinline__ float2 dec_load2<ST_TYPE_F32>(const unsig
 // The block's queries (kv head kvh's group, token 0) normed and roped into Qs [group][QLD];
 // and, by the one block of the kv head that holds the position (split 0 when none does),
 // the new key normed, roped and stored with the new value into the cache at the position
-// (reported, not stored, when it is outside the cache, as st_cuda_rope_store does).
+// (its cache slot: the position, or where the block table puts it; reported, not stored,
+// when it is outside the cache, as st_cuda_rope_store does).
 // scratch: the K/V chunk area, free until the first chunk (>= (DEC_WARPS + 1) * D floats);
 // the new key stays at dec_rope_new_key(scratch) until then. Returns whether this block
 // stored the new key and value.
@@ -165,13 +162,13 @@ template <int D> __device__ __forceinline__ float *dec_rope_new_key(float *scrat
 
 template <st_type T, int D>
 __device__ bool dec_rope_prepare(const dec_rope_args &ra, st_cuda_view q, st_cuda_view kc, st_cuda_view vc,
-                                 int32_t p, const dec_plan &pl, int kvh, int s, int group, float *Qs, int qld,
-                                 float *scratch) {
+                                 int32_t p, int64_t slot, const dec_plan &pl, int kvh, int s, int group, float *Qs,
+                                 int qld, float *scratch) {
     __shared__ float red[DEC_WARPS];
     const int64_t n_ctx = kc.ne2;
-    const bool store_ok = p >= 0 && p < n_ctx;
+    const bool store_ok = p >= 0 && slot >= 0 && slot < n_ctx;
     if (s == 0 && kvh == 0 && threadIdx.x == 0 && !store_ok)
-        cuda_report_op_error(ra.op_err, ST_CUDA_OP_ERROR_KV_POSITION, p, 0, n_ctx);
+        cuda_report_op_error(ra.op_err, ST_CUDA_OP_ERROR_KV_POSITION, (int)slot, 0, n_ctx);
     const int holder = p >= pl.lo && p <= pl.hi ? (p - pl.lo) / pl.cl : 0;
     const bool store = store_ok && s == holder;
     const double pos = (double)p * (double)ra.freq_scale;
@@ -195,8 +192,8 @@ __device__ bool dec_rope_prepare(const dec_rope_args &ra, st_cuda_view q, st_cud
     __syncthreads(); // Qs and k_new complete
     if (store) {
         const float *vr = (const float *)(ra.v.data + (int64_t)kvh * ra.v.nb1);
-        char *ko = kc.data + (int64_t)kvh * kc.nb1 + (int64_t)p * kc.nb2;
-        char *vo = vc.data + (int64_t)kvh * vc.nb1 + (int64_t)p * vc.nb2;
+        char *ko = kc.data + (int64_t)kvh * kc.nb1 + slot * kc.nb2;
+        char *vo = vc.data + (int64_t)kvh * vc.nb1 + slot * vc.nb2;
         for (int d = threadIdx.x; d < D; d += DEC_THREADS) {
             cuda_cache_store<T>(ko, d, k_new[d]);
             cuda_cache_store<T>(vo, d, vr[d]);
@@ -217,16 +214,27 @@ template <st_type T> __device__ __forceinline__ uint4 dec_cache_piece(const floa
 }
 
 // Partials: acc [n_head, M, n_split][D] f32, then (max, sum) [n_head, M, n_split] float2.
-// ROPE (one token): the queries and the new key come unroped (dec_rope_prepare).
-template <st_type T, int D, int NR, bool ROPE>
+// ROPE (one token a block): the queries and the new key come unroped (dec_rope_prepare).
+// PAGED: every query its own sequence of a paged cache (attn_pages), a block a query
+// (grid z); the block's views start at its query, so that the rest reads as M = 1.
+template <st_type T, int D, int NR, bool ROPE, bool PAGED>
 __global__ void __launch_bounds__(DEC_THREADS)
     attn_decode_split_kernel(st_cuda_view q, st_cuda_view kc, st_cuda_view vc, const int32_t *__restrict__ positions,
                              int64_t n_kv, int32_t window, float scale, float softcap, int n_split,
-                             float *__restrict__ part_acc, float2 *__restrict__ part_ml, const dec_rope_args ra,
-                             st_cuda_view dst) {
+                             float *__restrict__ part_acc, float2 *__restrict__ part_ml, dec_rope_args ra,
+                             st_cuda_view dst, const attn_pages pg) {
     using cfg = dec_cfg<T, D>;
     constexpr int C = cfg::C, ROWB = cfg::ROWB, QLD = cfg::QLD;
     extern __shared__ __align__(16) unsigned char dec_smem[];
+    const int M_all = (int)q.ne2, m0 = PAGED ? (int)blockIdx.z : 0;
+    const int32_t *blocks = PAGED ? attn_blocks(pg, m0) : NULL;
+    if (PAGED) {
+        q.data += (int64_t)m0 * q.nb2, q.ne2 = 1;
+        dst.data += (int64_t)m0 * dst.nb2, dst.ne2 = 1;
+        ra.k.data += (int64_t)m0 * ra.k.nb2;
+        ra.v.data += (int64_t)m0 * ra.v.nb2;
+        positions += m0;
+    }
     const int M = (int)q.ne2, group = (int)(q.ne1 / kc.ne1), R = M * group;
     const int kvh = blockIdx.y, s = blockIdx.x, tid = threadIdx.x;
     const int warp = tid / ST_GPU_WARP_SIZE, lane = tid % ST_GPU_WARP_SIZE;
@@ -249,8 +257,9 @@ __global__ void __launch_bounds__(DEC_THREADS)
         for (int u = 0; u < cfg::UPT; u++) {
             const int i = tid + u * DEC_THREADS, key = i / cfg::PIECES, piece = i % cfg::PIECES;
             if (key < nk) {
-                kr[u] = *(const uint4 *)(k_head + (int64_t)(c0 + key) * kc.nb2 + piece * 16);
-                vr[u] = *(const uint4 *)(v_head + (int64_t)(c0 + key) * vc.nb2 + piece * 16);
+                const int64_t row = PAGED ? attn_slot(blocks, c0 + key) : c0 + key;
+                kr[u] = *(const uint4 *)(k_head + row * kc.nb2 + piece * 16);
+                vr[u] = *(const uint4 *)(v_head + row * vc.nb2 + piece * 16);
             }
         }
     };
@@ -261,7 +270,8 @@ __global__ void __launch_bounds__(DEC_THREADS)
     if (ROPE) {
         static_assert(2 * C * ROWB >= (DEC_WARPS + 1) * D * 4, "the rope scratch fits the K/V chunk area");
         const int p = positions[0];
-        const bool stored = dec_rope_prepare<T, D>(ra, q, kc, vc, p, pl, kvh, s, group, Qs, QLD, (float *)Ks);
+        const int64_t slot = PAGED ? (p >= 0 ? attn_slot(blocks, p) : -1) : p;
+        const bool stored = dec_rope_prepare<T, D>(ra, q, kc, vc, p, slot, pl, kvh, s, group, Qs, QLD, (float *)Ks);
         if (stored && p >= s_lo && p < min(s_lo + C, s_end)) { // the bits the cache now holds
             const float *k_new = dec_rope_new_key<D>((float *)Ks);
             const float *v_new = (const float *)(ra.v.data + (int64_t)kvh * ra.v.nb1);
@@ -399,18 +409,20 @@ __global__ void __launch_bounds__(DEC_THREADS)
     for (int i = 0; i < NR; i++) {
         const int r = rg + i * cfg::NRG;
         if (r < R) {
-            const int64_t m = r / group, h = (int64_t)kvh * group + r % group;
-            const int64_t slot = (h * M + m) * n_split + s;
+            const int64_t m = m0 + r / group, h = (int64_t)kvh * group + r % group;
+            const int64_t slot = (h * M_all + m) * n_split + s;
             *(float2 *)(part_acc + slot * D + 2 * dp) = acc[i];
         }
     }
     for (int r = tid; r < R; r += DEC_THREADS) {
-        const int64_t m = r / group, h = (int64_t)kvh * group + r % group;
-        part_ml[(h * M + m) * n_split + s] = make_float2(m_s[r], l_s[r]);
+        const int64_t m = m0 + r / group, h = (int64_t)kvh * group + r % group;
+        part_ml[(h * M_all + m) * n_split + s] = make_float2(m_s[r], l_s[r]);
     }
 }
 
 // One block per output row (head h, token m): the splits' partials, weighted by 2^(m_s - max).
+// PAGED: each token its own plan, as its block of the split kernel made it.
+template <bool PAGED>
 __global__ void __launch_bounds__(DEC_COMBINE_THREADS)
     attn_decode_combine_kernel(st_cuda_view dst, const int32_t *__restrict__ positions, int64_t n_kv, int32_t window,
                                int n_split, int C, const float *__restrict__ part_acc,
@@ -419,7 +431,8 @@ __global__ void __launch_bounds__(DEC_COMBINE_THREADS)
     __shared__ float l_sum;
     const int D = (int)dst.ne0, n_head = (int)dst.ne1, M = (int)dst.ne2;
     const int h = blockIdx.x % n_head, m = blockIdx.x / n_head;
-    const dec_plan pl = dec_make_plan(positions, M, n_kv, window, n_split, C);
+    const dec_plan pl = PAGED ? dec_make_plan(positions + m, 1, n_kv, window, n_split, C)
+                              : dec_make_plan(positions, M, n_kv, window, n_split, C);
     if (pl.n_eff == 1) return; // the split kernel wrote the output
     const int64_t base = ((int64_t)h * M + m) * n_split;
     if (threadIdx.x < ST_GPU_WARP_SIZE) {
@@ -478,27 +491,44 @@ static st_status dec_partials(st_cuda_ctx *c, size_t bytes, void **out, st_error
     return s;
 }
 
+template <st_type T, int D, int NR, bool PAGED>
+static void dec_launch_split(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, const st_tensor *q,
+                             const st_tensor *k_cache, const st_tensor *v_cache, const int32_t *pos,
+                             const st_attn_params *p, float *part_acc, float2 *part_ml, const dec_rope_args *ra,
+                             const attn_pages &pg) {
+    using cfg = dec_cfg<T, D>;
+    const dim3 grid((unsigned int)n_split, (unsigned int)k_cache->ne[1], PAGED ? (unsigned int)q->ne[2] : 1u);
+    if (ra)
+        attn_decode_split_kernel<T, D, NR, true, PAGED><<<grid, DEC_THREADS, cfg::smem(R), c->stream>>>(
+            cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
+            n_split, part_acc, part_ml, *ra, cuda_view(dst), pg);
+    else
+        attn_decode_split_kernel<T, D, NR, false, PAGED><<<grid, DEC_THREADS, cfg::smem(R), c->stream>>>(
+            cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
+            n_split, part_acc, part_ml, dec_rope_args{}, cuda_view(dst), pg);
+}
+
+// R: the query rows a block takes (a block a query with pages: the group).
 template <st_type T, int D, int NR>
 static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, const st_tensor *q,
                             const st_tensor *k_cache, const st_tensor *v_cache, const int32_t *pos,
-                            const st_attn_params *p, float *part_acc, float2 *part_ml, const dec_rope_args *ra,
-                            st_error *err) {
+                            const attn_pages *pg, const st_attn_params *p, float *part_acc, float2 *part_ml,
+                            const dec_rope_args *ra, st_error *err) {
     using cfg = dec_cfg<T, D>;
     ST_ASSERT((R + cfg::NRG - 1) / cfg::NRG <= NR && cfg::smem(R) <= DEC_SMEM_MAX);
-    const dim3 grid((unsigned int)n_split, (unsigned int)k_cache->ne[1]);
-    if (ra)
-        attn_decode_split_kernel<T, D, NR, true><<<grid, DEC_THREADS, cfg::smem(R), c->stream>>>(
-            cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
-            n_split, part_acc, part_ml, *ra, cuda_view(dst));
-    else
-        attn_decode_split_kernel<T, D, NR, false><<<grid, DEC_THREADS, cfg::smem(R), c->stream>>>(
-            cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
-            n_split, part_acc, part_ml, dec_rope_args{}, cuda_view(dst));
+    ST_ASSERT(!pg || (pg->seq && q->ne[2] <= 65535)); // (grid z)
+    const attn_pages none = {};
+    if (pg) dec_launch_split<T, D, NR, true>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, ra, *pg);
+    else dec_launch_split<T, D, NR, false>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, ra, none);
     ST_GPU_CHECK_LAUNCH();
     if (n_split == 1) return ST_OK; // the only split wrote the output (n_eff = 1)
     const unsigned int rows = (unsigned int)(q->ne[1] * q->ne[2]);
-    attn_decode_combine_kernel<<<rows, DEC_COMBINE_THREADS, 0, c->stream>>>(cuda_view(dst), pos, p->n_kv, p->window,
-                                                                           n_split, cfg::C, part_acc, part_ml);
+    if (pg)
+        attn_decode_combine_kernel<true><<<rows, DEC_COMBINE_THREADS, 0, c->stream>>>(
+            cuda_view(dst), pos, p->n_kv, p->window, n_split, cfg::C, part_acc, part_ml);
+    else
+        attn_decode_combine_kernel<false><<<rows, DEC_COMBINE_THREADS, 0, c->stream>>>(
+            cuda_view(dst), pos, p->n_kv, p->window, n_split, cfg::C, part_acc, part_ml);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }
@@ -508,29 +538,30 @@ static st_status dec_launch(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, 
 template <st_type T, int D>
 static st_status dec_launch_rows(st_cuda_ctx *c, int n_split, int R, st_tensor *dst, const st_tensor *q,
                                  const st_tensor *k_cache, const st_tensor *v_cache, const int32_t *pos,
-                                 const st_attn_params *p, float *part_acc, float2 *part_ml, const dec_rope_args *ra,
-                                 st_error *err) {
+                                 const attn_pages *pg, const st_attn_params *p, float *part_acc, float2 *part_ml,
+                                 const dec_rope_args *ra, st_error *err) {
     const int nr = (R + dec_cfg<T, D>::NRG - 1) / dec_cfg<T, D>::NRG;
     if (nr <= 2)
-        return dec_launch<T, D, 2>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, ra, err);
+        return dec_launch<T, D, 2>(c, n_split, R, dst, q, k_cache, v_cache, pos, pg, p, part_acc, part_ml, ra, err);
     if (nr <= 4)
-        return dec_launch<T, D, 4>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, ra, err);
-    return dec_launch<T, D, DEC_MAX_NR>(c, n_split, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, ra, err);
+        return dec_launch<T, D, 4>(c, n_split, R, dst, q, k_cache, v_cache, pos, pg, p, part_acc, part_ml, ra, err);
+    return dec_launch<T, D, DEC_MAX_NR>(c, n_split, R, dst, q, k_cache, v_cache, pos, pg, p, part_acc, part_ml, ra,
+                                        err);
 }
 
-// The split-KV attention; with ra, its queries and new key roped in the kernel (one token).
+// The split-KV attention; with ra, its queries and new key roped in the kernel (one token a
+// block); with pg, every query its own paged sequence.
 static st_status dec_run(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                         const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
-                         const dec_rope_args *ra, st_error *err) {
+                         const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
+                         const st_attn_params *p, const dec_rope_args *ra, st_error *err) {
     st_cuda_ctx *c = cuda_ctx(b);
     // One token over a short F16 cache (a bound of up to 128 keys: tg128's depth buckets):
-    // the warps kernel (cuda_attention_decode_warps.cu), 2.4-3.6 us a layer faster at depth
-    // 100; past it this kernel, which the warps kernel lost to by 0.4-5 us a layer at depths
-    // 1,000 and 4,000 (bench/decode-attn-warps-h200.md).
-    if (c->attn_warps && p->n_kv <= dec_warps_round_keys(c, q, k_cache, v_cache))
-        return dec_warps_launch(c, dst, q, k_cache, v_cache, (const int32_t *)positions->data, p, ra, err);
+    // the warps kernel (cuda_attention_decode_warps.cu), the faster there; past it this
+    // kernel, which is the faster at depths of 1,000 and more.
+    if (p->n_kv <= dec_warps_round_keys(c, q, k_cache, v_cache, pg != NULL))
+        return dec_warps_launch(c, dst, q, k_cache, v_cache, (const int32_t *)positions->data, pg, p, ra, err);
     const int64_t D = q->ne[0], n_head = q->ne[1], M = q->ne[2], n_head_kv = k_cache->ne[1];
-    const int R = (int)(M * (n_head / n_head_kv));
+    const int R = (int)((pg ? 1 : M) * (n_head / n_head_kv));
     int64_t n_split = ((int64_t)DEC_BLOCKS_PER_SM * c->sm_count + n_head_kv - 1) / n_head_kv;
     if (n_split > DEC_MAX_SPLITS) n_split = DEC_MAX_SPLITS;
     // A split past ceil(n_kv / DEC_MIN_SPLIT_KEYS) never works (dec_make_plan: its count is
@@ -552,10 +583,10 @@ static st_status dec_run(st_backend *b, st_tensor *dst, const st_tensor *q, cons
     const bool f16 = k_cache->type == ST_TYPE_F16;
 #define DEC_CASE(d)                                                                                                \
     case d:                                                                                                        \
-        return f16 ? dec_launch_rows<ST_TYPE_F16, d>(c, ns, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, \
-                                                     ra, err)                                                      \
-                   : dec_launch_rows<ST_TYPE_F32, d>(c, ns, R, dst, q, k_cache, v_cache, pos, p, part_acc, part_ml, \
-                                                     ra, err);
+        return f16 ? dec_launch_rows<ST_TYPE_F16, d>(c, ns, R, dst, q, k_cache, v_cache, pos, pg, p, part_acc,       \
+                                                     part_ml, ra, err)                                             \
+                   : dec_launch_rows<ST_TYPE_F32, d>(c, ns, R, dst, q, k_cache, v_cache, pos, pg, p, part_acc,       \
+                                                     part_ml, ra, err);
     switch (D) {
         DEC_CASE(64)
         DEC_CASE(128)
@@ -567,23 +598,27 @@ static st_status dec_run(st_backend *b, st_tensor *dst, const st_tensor *q, cons
 }
 
 st_status st_cuda_attn_decode(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                              const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
-                              st_error *err) {
-    return dec_run(b, dst, q, k_cache, v_cache, positions, p, NULL, err);
+                              const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
+                              const st_attn_params *p, st_error *err) {
+    return dec_run(b, dst, q, k_cache, v_cache, positions, pg, p, NULL, err);
 }
 
 bool st_cuda_attn_decode_rope_supported(st_backend *b, const st_fused_rope_attention *op) {
     const st_fused_rope_store *rs = &op->rs;
     const st_rope_params *r = rs->rope;
-    const int64_t hd = rs->q->ne[0];
-    return rs->q->ne[2] == 1 && st_cuda_attn_decode_supported(b, rs->q, rs->k_cache, rs->v_cache) &&
+    const int64_t hd = rs->q->ne[0], M = rs->q->ne[2];
+    // one token, or decode tokens of a paged cache, each its own sequence: a block a token
+    const bool one_each = op->pages ? op->pages->n_single == M && op->pages->n_runs == 0 : M == 1;
+    st_tensor q1 = *rs->q;
+    q1.ne[2] = 1;
+    return one_each && M <= 65535 && st_cuda_attn_decode_supported(b, &q1, rs->k_cache, rs->v_cache) &&
            cuda_is_f32_rows(rs->q) && cuda_is_f32_rows(rs->k) && cuda_is_f32_rows(rs->v) && cuda_same_shape(rs->k, rs->v) &&
-           rs->k->ne[0] == hd && rs->k->ne[1] == rs->k_cache->ne[1] && rs->k->ne[2] == 1 &&
+           rs->k->ne[0] == hd && rs->k->ne[1] == rs->k_cache->ne[1] && rs->k->ne[2] == M &&
            (r->mode == ST_ROPE_MODE_NORM || r->mode == ST_ROPE_MODE_NEOX) && r->n_rot >= 0 && r->n_rot % 2 == 0 &&
            r->n_rot <= hd && r->freq_base > 0.0f && (rs->q_norm == NULL) == (rs->k_norm == NULL) &&
            (!rs->q_norm || (rs->q_norm->ne[0] == hd && rs->k_norm->ne[0] == hd)) &&
-           cuda_is_i32_index(rs->positions) && rs->positions->ne[0] >= 1 && cuda_same_shape(rs->k_cache, rs->v_cache) &&
-           rs->k_cache->ne[0] == hd;
+           cuda_is_i32_index(rs->positions) && rs->positions->ne[0] >= M && cuda_same_shape(rs->k_cache, rs->v_cache) &&
+           rs->k_cache->ne[0] == hd && (!rs->rope_cs || M == 1);
 }
 
 st_status st_cuda_attn_decode_rope(st_backend *b, const st_fused_rope_attention *op, st_error *err) {
@@ -608,6 +643,13 @@ st_status st_cuda_attn_decode_rope(st_backend *b, const st_fused_rope_attention 
         ra.cs = (const float2 *)rs->rope_cs->data;
     }
     ra.op_err = cuda_ctx(b)->d_op_error;
-    return dec_run(b, op->out, rs->q, rs->k_cache, rs->v_cache, rs->positions, op->attn, &ra, err);
+    attn_pages pg = {};
+    if (op->pages) {
+        ST_ASSERT(cuda_is_i32_index(op->pages->table) && cuda_is_i32_index(op->pages->seq));
+        pg.table = (const int32_t *)op->pages->table->data;
+        pg.seq = (const int32_t *)op->pages->seq->data;
+        pg.max_blocks = op->pages->table->ne[0];
+    }
+    return dec_run(b, op->out, rs->q, rs->k_cache, rs->v_cache, rs->positions, op->pages ? &pg : NULL, op->attn, &ra,
+                   err);
 }
-

@@ -23,7 +23,7 @@ typedef struct dec_rope_args {
 } dec_rope_args;
 
 // One head row as rope_store forms it: y = rope(w ? rmsnorm(x) * w : x) at position pos,
-// by `n_thr` threads starting at thread `t0` (32 for D <= 128, one warp; 128 above: the
+// by `n_thr` threads starting at thread `t0` (one warp for D <= 128; 128 above: the
 // thread count st_cuda_rope_store's norm uses, so the same partial sums and tree give the
 // same bits). tmp [D] is shared memory; `red` one float per warp of the group. TABLE: the
 // caller guarantees ra.cs (the rotations from rope_table), so that the angles' double
@@ -36,14 +36,14 @@ __device__ void dec_rope_row(float *y, const float *__restrict__ x, const float 
     const int t = threadIdx.x - t0;
     const float *src = x;
     if (L2 && !w) {
-        for (int i = t; i < D; i += n_thr) tmp[i] = __ldcg(x + i);
-        if (n_thr == ST_GPU_WARP_SIZE) __syncwarp(); else __syncthreads();
+        for (int i = t; i < D; i += n_thr) tmp[i] = st_gpu_load_l2(x + i);
+        if (n_thr == ST_GPU_WARP_SIZE) st_gpu_syncwarp(); else __syncthreads();
         src = tmp;
     }
     if (w) {
         float ss = 0.0f;
         for (int i = t; i < D; i += n_thr) {
-            const float xi = L2 ? __ldcg(x + i) : x[i];
+            const float xi = L2 ? st_gpu_load_l2(x + i) : x[i];
             ss = fmaf(xi, xi, ss);
         }
         ss = cuda_warp_sum(ss);
@@ -57,8 +57,8 @@ __device__ void dec_rope_row(float *y, const float *__restrict__ x, const float 
             for (int i = 0; i < n_thr / ST_GPU_WARP_SIZE; i++) total += red[i];
         }
         const float sc = cuda_rms_scale(total, D, ra.eps);
-        for (int i = t; i < D; i += n_thr) tmp[i] = ((L2 ? __ldcg(x + i) : x[i]) * sc) * w[i];
-        if (n_thr == ST_GPU_WARP_SIZE) __syncwarp(); else __syncthreads();
+        for (int i = t; i < D; i += n_thr) tmp[i] = ((L2 ? st_gpu_load_l2(x + i) : x[i]) * sc) * w[i];
+        if (n_thr == ST_GPU_WARP_SIZE) st_gpu_syncwarp(); else __syncthreads();
         src = tmp;
     }
     const int n_work = ra.n_rot / 2 + (D - ra.n_rot);
@@ -66,18 +66,21 @@ __device__ void dec_rope_row(float *y, const float *__restrict__ x, const float 
         if (TABLE || ra.cs) rope_rotate(y, src, i, ra.mode_neox, ra.n_rot, i < ra.n_rot / 2 ? ra.cs[i] : make_float2(0.0f, 0.0f));
         else rope_work(y, src, i, ra.mode_neox, ra.n_rot, pos, ra.freq_base, ra.freq_factors, ra.attn_factor);
     }
-    if (n_thr == ST_GPU_WARP_SIZE) __syncwarp(); else __syncthreads(); // tmp and red are free again
+    if (n_thr == ST_GPU_WARP_SIZE) st_gpu_syncwarp(); else __syncthreads(); // tmp and red are free again
 }
 
 // ---- cuda_attention_decode_warps.cu ---------------------------------------------------------
 
 // The most keys (a bound n_kv) the warps kernel takes for these operands (one token, F16
-// cache, head_dim 64 or 128, a group of at most 8 query heads, a block's rows of it (c's
-// attn_rows) * head_dim <= 512): 128, or 64 for blocks of 5-8 rows; 0 where it does not take them.
-int dec_warps_round_keys(const st_cuda_ctx *c, const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache);
-// Launches it (p->n_kv <= dec_warps_round_keys); ra: the rope folded in, as the split kernel's.
+// cache, head_dim 64 or 128, a group of at most 8 query heads): 128; 0 where it does not
+// take them.
+// paged: the tokens of q are each their own sequence of a paged cache (a block each).
+int dec_warps_round_keys(const st_cuda_ctx *c, const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache,
+                         bool paged);
+// Launches it (p->n_kv <= dec_warps_round_keys); ra: the rope folded in, as the split kernel's;
+// pg: paged (every token its own sequence), or NULL.
 st_status dec_warps_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                           const st_tensor *v_cache, const int32_t *pos, const st_attn_params *p,
+                           const st_tensor *v_cache, const int32_t *pos, const attn_pages *pg, const st_attn_params *p,
                            const dec_rope_args *ra, st_error *err);
 
 #endif /* STRIDE_CUDA_ATTENTION_DECODE_CUH */

@@ -2,10 +2,9 @@
 // head_dim 64 or 128, a GQA group of at most 8 query heads (a block's RB of them, RB *
 // head_dim <= 512), a bound n_kv of at most RK keys (plain CUDA C, f32 math).
 //
-// Grid (n_head_kv, group / rows a block), block WK_WARPS warps: a block takes RB of the
-// group's query rows (st_cuda_ctx's attn_rows: by default one, a block a query head, which
-// measured 0.4-1.2 us a layer faster than a block a group at depth 100:
-// bench/decode-attn-rows-h200.md); every block of a kv head forms the new key, the first
+// Grid (n_head_kv, group), block WK_WARPS warps: a block takes one of the group's query
+// rows (RB = 1, a block a query head, the faster at short depths; the kernel is written for
+// RB rows a block); every block of a kv head forms the new key, the first
 // stores it. The keys below the bound are one round of RK = WK_WARPS * KPW keys: warp w
 // takes keys [w * KPW, (w + 1) * KPW), each lane holding DL = head_dim / 32 contiguous
 // dimensions [lane * DL, lane * DL + DL) of every one of those K and V rows in registers,
@@ -34,6 +33,8 @@
 #define WK_MAX_ROW_DIMS 512 // RB * head_dim: the warps' accumulators in shared memory (32 KiB)
 
 template <int D, int RB> struct wk_cfg {
+    // the transposing butterfly and the shuffles below are written for 32 lanes
+    static_assert(ST_GPU_WARP_SIZE == 32, "the warps kernel needs 32-lane warps (wave32)");
     static constexpr int DL = D / ST_GPU_WARP_SIZE;   // dims a lane
     static constexpr int KPW = RB <= 4 ? 8 : 4;       // keys a warp a round
     static constexpr int RK = WK_WARPS * KPW;          // keys a round
@@ -82,7 +83,7 @@ template <int V, int C> __device__ __forceinline__ void wk_transpose_stage(float
 #pragma unroll
         for (int i = 0; i < half; i++) {
             const float keep = up ? v[i + half] : v[i], send = up ? v[i] : v[i + half];
-            v[i] = keep + __shfl_xor_sync(ST_GPU_WARP_MASK, send, off);
+            v[i] = keep + st_gpu_shfl_xor(send, off);
         }
         wk_transpose_stage<V, half>(v, lane);
     }
@@ -92,7 +93,7 @@ template <int V, int LOG2V> __device__ __forceinline__ float wk_warp_transpose_s
     wk_transpose_stage<V, V>(v, lane);
     float x = v[0];
 #pragma unroll
-    for (int off = 16 >> LOG2V; off > 0; off >>= 1) x += __shfl_xor_sync(ST_GPU_WARP_MASK, x, off);
+    for (int off = 16 >> LOG2V; off > 0; off >>= 1) x += st_gpu_shfl_xor(x, off);
     return x;
 }
 
@@ -100,12 +101,9 @@ template <int V, int LOG2V> __device__ __forceinline__ float wk_warp_transpose_s
 // rotations come from rope_table: each row's x, norm weights and rotations are issued
 // together and before the position is read, and the new key is formed whether or not the
 // block will store it, so that nothing of the prologue waits for the position (three
-// dependent L2 round trips become one). Measured (bench/cuda-decode.md): call 23-3, the
-// rope + attention op -0.6 us on the qwen3 models, -0.12 on llama-3.2-1b, whose rows have no
-// norm and whose layer did not gain, so there the rows keep dec_rope_row; call 25-1, with
-// the stepped K/V addresses below, the op -0.9 to -1.0 us and the layer -1.0 us on the qwen3
-// models (bench/decode-attn-stepped-h200.md). The same arithmetic in the same order as
-// dec_rope_row: the same bits.
+// dependent L2 round trips become one). Rows without a qk-norm (llama-3.2-1b's) keep
+// dec_rope_row: there the early loads save little and the layer is no faster. The same
+// arithmetic in the same order as dec_rope_row: the same bits.
 
 // dec_rope_row<D, true, L2> with a norm (w), by one warp (D <= 128), every load issued first.
 template <int D, bool L2>
@@ -118,7 +116,7 @@ __device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restr
 #pragma unroll
     for (int k = 0; k < E; k++) {
         const int i = lane + k * ST_GPU_WARP_SIZE;
-        xv[k] = L2 ? __ldcg(x + i) : x[i];
+        xv[k] = L2 ? st_gpu_load_l2(x + i) : x[i];
         wv[k] = w[i];
         csv[k] = i < half ? ra.cs[i] : make_float2(0.0f, 0.0f);
     }
@@ -129,13 +127,13 @@ __device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restr
     const float sc = cuda_rms_scale(total, D, ra.eps);
 #pragma unroll
     for (int k = 0; k < E; k++) tmp[lane + k * ST_GPU_WARP_SIZE] = (xv[k] * sc) * wv[k];
-    __syncwarp();
+    st_gpu_syncwarp();
 #pragma unroll
     for (int k = 0; k < E; k++) {
         const int i = lane + k * ST_GPU_WARP_SIZE;
         if (i < n_work) rope_rotate(y, tmp, i, ra.mode_neox, ra.n_rot, csv[k]);
     }
-    __syncwarp(); // tmp is free again
+    st_gpu_syncwarp(); // tmp is free again
 }
 
 // ROPE: the queries and the new key come unroped (dec_rope_row), and the block stores the
@@ -145,11 +143,16 @@ __device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restr
 // still runs, and waits for it before it reads anything that kernel writes; the cache rows
 // the step has not written yet are the ones the prologue replaces (the new position's) or
 // masks (later positions), as without the early launch.
-template <int D, int RB, bool ROPE, bool TABLE, bool EARLY>
+// PAGED: every token its own sequence of a paged cache (attn_pages), a token a z of the
+// grid; the block's views start at its token. A warp's KPW keys (t0 a multiple of KPW,
+// which divides ST_KV_BLOCK_TOKENS) lie in one block of the cache, so only the first
+// key's slot comes from the table.
+template <int D, int RB, bool ROPE, bool TABLE, bool EARLY, bool PAGED>
 __global__ void __launch_bounds__(WK_THREADS, 1)
     attn_decode_warps_kernel(st_cuda_view q, st_cuda_view kc, st_cuda_view vc, const int32_t *__restrict__ positions,
-                             int64_t n_kv, int32_t window, float scale, float softcap, const dec_rope_args ra,
-                             st_cuda_view dst) {
+                             int64_t n_kv, int32_t window, float scale, float softcap, dec_rope_args ra,
+                             st_cuda_view dst, const attn_pages pg) {
+    static_assert(ST_KV_BLOCK_TOKENS % wk_cfg<D, RB>::KPW == 0, "a warp's keys in one block of a paged cache");
     using cfg = wk_cfg<D, RB>;
     using piece = wk_piece<cfg::DL>;
     constexpr int DL = cfg::DL, KPW = cfg::KPW, V = cfg::V, S = cfg::S;
@@ -159,6 +162,15 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     __shared__ float Pw[WK_WARPS][V];                         // a warp's weights
     __shared__ float2 ml_s[WK_WARPS][RB];                     // the warps' (max, sum)
     cuda_early_release(); // the output projection, launched early, may take the other SMs now
+    const int m0 = PAGED ? (int)blockIdx.z : 0;
+    const int32_t *blocks = PAGED ? attn_blocks(pg, m0) : NULL;
+    if (PAGED) {
+        q.data += (int64_t)m0 * q.nb2;
+        dst.data += (int64_t)m0 * dst.nb2;
+        ra.k.data += (int64_t)m0 * ra.k.nb2;
+        ra.v.data += (int64_t)m0 * ra.v.nb2;
+        positions += m0;
+    }
     const int group = (int)(q.ne1 / kc.ne1);
     const int kvh = blockIdx.x, tid = threadIdx.x;
     const int r0 = blockIdx.y * RB, nr = min(RB, group - r0); // this block's query rows of the group
@@ -169,12 +181,12 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     // this warp's keys [t0, t0 + KPW), those below the bound loaded before the position is read,
     // by row pointers stepped a position at a time: where all of the warp's keys are below the
     // bound (every warp, when the bound is a round: the recorded decode step's), no branch and
-    // no 64-bit multiply a key (171 instructions a warp before the last load left, 913 in all:
-    // bench/decode-attn-ncu-h200.md)
+    // no 64-bit multiply a key
     const int t0 = warp * KPW;
-    const int rows = (int)(n_kv < kc.ne2 ? n_kv : kc.ne2);
+    const int rows = (int)(PAGED || n_kv < kc.ne2 ? n_kv : kc.ne2);
     const int64_t k_step = kc.nb2, v_step = vc.nb2;
-    const char *kp = k_head + (int64_t)t0 * k_step + lane * DL * 2, *vp = v_head + (int64_t)t0 * v_step + lane * DL * 2;
+    const int64_t slot0 = PAGED ? attn_slot(blocks, t0) : t0;
+    const char *kp = k_head + slot0 * k_step + lane * DL * 2, *vp = v_head + slot0 * v_step + lane * DL * 2;
     typename piece::type kr[KPW], vr[KPW];
     auto load_keys = [&](auto checked) {
 #pragma unroll
@@ -207,11 +219,12 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     if (hi >= rows) hi = rows - 1;
 
     bool store = false;
+    const int64_t slot = PAGED ? (p >= 0 ? attn_slot(blocks, p) : -1) : p; // where the new key goes
     if (ROPE) { // as dec_rope_prepare, the rows a warp each (formed above when they were early)
         const int64_t n_ctx = kc.ne2;
-        store = p >= 0 && p < n_ctx;
+        store = p >= 0 && slot >= 0 && slot < n_ctx;
         if (kvh == 0 && blockIdx.y == 0 && tid == 0 && !store)
-            cuda_report_op_error(ra.op_err, ST_CUDA_OP_ERROR_KV_POSITION, p, 0, n_ctx);
+            cuda_report_op_error(ra.op_err, ST_CUDA_OP_ERROR_KV_POSITION, (int)slot, 0, n_ctx);
         const double pos = (double)p * (double)ra.freq_scale;
         const int n_rows = early ? 0 : nr + (store ? 1 : 0);
         for (int j = warp; j < n_rows; j += WK_WARPS) {
@@ -219,10 +232,10 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
             if (j < nr) {
                 const int64_t h = h0 + j;
                 dec_rope_row<D, TABLE, EARLY>(Qs + j * D, (const float *)(q.data + h * q.nb1), ra.q_norm, tmp, NULL,
-                                              warp * 32, ST_GPU_WARP_SIZE, ra, pos);
+                                              warp * ST_GPU_WARP_SIZE, ST_GPU_WARP_SIZE, ra, pos);
             } else {
                 dec_rope_row<D, TABLE, EARLY>(k_new, (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1), ra.k_norm,
-                                              tmp, NULL, warp * 32, ST_GPU_WARP_SIZE, ra, pos);
+                                              tmp, NULL, warp * ST_GPU_WARP_SIZE, ST_GPU_WARP_SIZE, ra, pos);
             }
         }
         for (int i = nr * D + tid; i < RB * D; i += WK_THREADS) Qs[i] = 0.0f;
@@ -235,16 +248,16 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     __syncthreads(); // Qs and k_new complete
     if (ROPE && store) {
         const float *vrow = (const float *)(ra.v.data + (int64_t)kvh * ra.v.nb1);
-        char *ko = kc.data + (int64_t)kvh * kc.nb1 + (int64_t)p * kc.nb2;
-        char *vo = vc.data + (int64_t)kvh * vc.nb1 + (int64_t)p * vc.nb2;
+        char *ko = kc.data + (int64_t)kvh * kc.nb1 + slot * kc.nb2;
+        char *vo = vc.data + (int64_t)kvh * vc.nb1 + slot * vc.nb2;
         for (int d = tid; d < D && blockIdx.y == 0; d += WK_THREADS) { // (the group's first block)
             cuda_cache_store<ST_TYPE_F16>(ko, d, k_new[d]);
-            cuda_cache_store<ST_TYPE_F16>(vo, d, EARLY ? __ldcg(vrow + d) : vrow[d]);
+            cuda_cache_store<ST_TYPE_F16>(vo, d, EARLY ? st_gpu_load_l2(vrow + d) : vrow[d]);
         }
         if (p >= t0 && p < t0 + KPW) { // the key and value the cache now holds
             float v_lane[DL]; // (launched early: through L2, as the rows above)
 #pragma unroll
-            for (int e = 0; e < DL; e++) v_lane[e] = EARLY ? __ldcg(vrow + lane * DL + e) : 0.0f;
+            for (int e = 0; e < DL; e++) v_lane[e] = EARLY ? st_gpu_load_l2(vrow + lane * DL + e) : 0.0f;
 #pragma unroll
             for (int j = 0; j < KPW; j++)
                 if (t0 + j == p) {
@@ -283,16 +296,16 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     float mx = x;
 #pragma unroll
     for (int off = 16; off >= (1 << (S + cfg::LOG2RB)); off >>= 1)
-        mx = fmaxf(mx, __shfl_xor_sync(ST_GPU_WARP_MASK, mx, off));
+        mx = fmaxf(mx, st_gpu_shfl_xor(mx, off));
     float m[RB], m_own = 0.0f;
 #pragma unroll
     for (int r = 0; r < RB; r++) {
-        m[r] = __shfl_sync(ST_GPU_WARP_MASK, mx, r << S);
+        m[r] = st_gpu_shfl(mx, r << S);
         const float m_use = m[r] == -INFINITY ? 0.0f : m[r]; // nothing seen: exp2(-inf) = 0
         if (r == ro) m_own = m_use;
     }
     if ((lane & ((1 << S) - 1)) == 0) Pw[warp][idx] = exp2f(x - m_own);
-    __syncwarp();
+    st_gpu_syncwarp();
     float l[RB], acc[RB][DL];
 #pragma unroll
     for (int r = 0; r < RB; r++) {
@@ -349,55 +362,59 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
 // The rows a lane's scores take for a group of R query heads: R rounded up to a power of two.
 static int wk_rows_bucket(int R) { return R <= 1 ? 1 : R <= 2 ? 2 : R <= 4 ? 4 : R <= 8 ? 8 : 0; }
 
-// The query rows of a group a block takes: the whole group, or c->attn_rows where fewer.
-static int wk_block_rows(const st_cuda_ctx *c, int group) {
-    return c->attn_rows > 0 && c->attn_rows < group ? c->attn_rows : group;
-}
+// The query rows of a group a block takes: one (a block a query head).
+#define WK_BLOCK_ROWS 1
 
-int dec_warps_round_keys(const st_cuda_ctx *c, const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache) {
+int dec_warps_round_keys(const st_cuda_ctx *c, const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache,
+                         bool paged) {
     const int64_t D = q->ne[0], M = q->ne[2], group = q->ne[1] / k_cache->ne[1];
-    const int rb = wk_rows_bucket(wk_block_rows(c, (int)group));
-    if (M != 1 || k_cache->type != ST_TYPE_F16 || v_cache->type != ST_TYPE_F16 || (D != 64 && D != 128) ||
+    const int rb = WK_BLOCK_ROWS;
+    if ((M != 1 && !(paged && M <= 65535)) || k_cache->type != ST_TYPE_F16 || v_cache->type != ST_TYPE_F16 || (D != 64 && D != 128) ||
         wk_rows_bucket((int)group) == 0 || rb * D > WK_MAX_ROW_DIMS)
         return 0;
     return WK_WARPS * (rb <= 4 ? 8 : 4);
 }
 
 // blocks: the blocks a kv head (its group's rows, RB a block).
-template <int D, int RB>
+template <int D, int RB, bool PAGED>
 static void wk_launch(st_cuda_ctx *c, int blocks, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                      const st_tensor *v_cache, const int32_t *pos, const st_attn_params *p, const dec_rope_args *ra) {
-    const dim3 grid((unsigned int)k_cache->ne[1], (unsigned int)blocks); // (kv head, rows)
-    if (ra && ra->cs && (c->early_launch & CUDA_EARLY_ATTENTION))
-        (void)st_gpu_launch_early(attn_decode_warps_kernel<D, RB, true, true, true>, grid, WK_THREADS, 0, c->stream,
-                                  cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window,
-                                  p->scale, p->softcap, *ra, cuda_view(dst)); // (its error: ST_GPU_CHECK_LAUNCH)
+                      const st_tensor *v_cache, const int32_t *pos, const attn_pages &pg, const st_attn_params *p,
+                      const dec_rope_args *ra) {
+    const dim3 grid((unsigned int)k_cache->ne[1], (unsigned int)blocks,
+                    PAGED ? (unsigned int)q->ne[2] : 1u); // (kv head, rows, token)
+    const st_cuda_view vq = cuda_view(q), vk = cuda_view(k_cache), vv = cuda_view(v_cache), vd = cuda_view(dst);
+    if (ra && ra->cs && (c->tune.early_launch & CUDA_EARLY_ATTENTION))
+        (void)st_gpu_launch_early(attn_decode_warps_kernel<D, RB, true, true, true, PAGED>, grid, WK_THREADS, 0,
+                                  c->stream, vq, vk, vv, pos, p->n_kv, p->window, p->scale, p->softcap, *ra, vd,
+                                  pg); // (its error: ST_GPU_CHECK_LAUNCH)
     else if (ra && ra->cs)
-        attn_decode_warps_kernel<D, RB, true, true, false><<<grid, WK_THREADS, 0, c->stream>>>(
-            cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap, *ra,
-            cuda_view(dst));
+        attn_decode_warps_kernel<D, RB, true, true, false, PAGED><<<grid, WK_THREADS, 0, c->stream>>>(
+            vq, vk, vv, pos, p->n_kv, p->window, p->scale, p->softcap, *ra, vd, pg);
     else if (ra)
-        attn_decode_warps_kernel<D, RB, true, false, false><<<grid, WK_THREADS, 0, c->stream>>>(
-            cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap, *ra,
-            cuda_view(dst));
+        attn_decode_warps_kernel<D, RB, true, false, false, PAGED><<<grid, WK_THREADS, 0, c->stream>>>(
+            vq, vk, vv, pos, p->n_kv, p->window, p->scale, p->softcap, *ra, vd, pg);
     else
-        attn_decode_warps_kernel<D, RB, false, false, false><<<grid, WK_THREADS, 0, c->stream>>>(
-            cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale, p->softcap,
-            dec_rope_args{}, cuda_view(dst));
+        attn_decode_warps_kernel<D, RB, false, false, false, PAGED><<<grid, WK_THREADS, 0, c->stream>>>(
+            vq, vk, vv, pos, p->n_kv, p->window, p->scale, p->softcap, dec_rope_args{}, vd, pg);
 }
 
 st_status dec_warps_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                           const st_tensor *v_cache, const int32_t *pos, const st_attn_params *p,
+                           const st_tensor *v_cache, const int32_t *pos, const attn_pages *pg, const st_attn_params *p,
                            const dec_rope_args *ra, st_error *err) {
     const int64_t D = q->ne[0];
-    const int group = (int)(q->ne[1] / k_cache->ne[1]), rows = wk_block_rows(c, group), rb = wk_rows_bucket(rows);
-    const int rk = dec_warps_round_keys(c, q, k_cache, v_cache);
+    const int group = (int)(q->ne[1] / k_cache->ne[1]), rows = WK_BLOCK_ROWS, rb = wk_rows_bucket(rows);
+    const int rk = dec_warps_round_keys(c, q, k_cache, v_cache, pg != NULL);
     ST_ASSERT(rk > 0 && p->n_kv <= rk);
     ST_ASSERT(rows == group || rows == rb); // a block's first row is blockIdx.y * RB
+    ST_ASSERT(!pg || pg->seq);              // paged: every token its own sequence
     const int blocks = (group + rows - 1) / rows;
+    const attn_pages none = {};
 #define WK_CASE(d, r)                                                                                             \
-    if (D == d && rb == r) wk_launch<d, r>(c, blocks, dst, q, k_cache, v_cache, pos, p, ra);
-    WK_CASE(64, 1) WK_CASE(64, 2) WK_CASE(64, 4) WK_CASE(64, 8) WK_CASE(128, 1) WK_CASE(128, 2) WK_CASE(128, 4)
+    if (D == d && rb == r) {                                                                                      \
+        if (pg) wk_launch<d, r, true>(c, blocks, dst, q, k_cache, v_cache, pos, *pg, p, ra);                      \
+        else wk_launch<d, r, false>(c, blocks, dst, q, k_cache, v_cache, pos, none, p, ra);                       \
+    }
+    WK_CASE(64, WK_BLOCK_ROWS) WK_CASE(128, WK_BLOCK_ROWS)
 #undef WK_CASE
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;

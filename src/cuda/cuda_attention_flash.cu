@@ -86,11 +86,13 @@ __device__ __forceinline__ uint32_t flash_pack_half2(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
-template <int D>
+// PAGED: the queries are a run of one sequence of a paged cache, its keys where pg's row
+// of the block table says (attn_pages).
+template <int D, bool PAGED>
 __global__ void __launch_bounds__(FLASH_THREADS)
     attn_flash_f16_kernel(st_cuda_view dst, st_cuda_view q, st_cuda_view kc, st_cuda_view vc,
                           const int32_t *__restrict__ positions, int64_t n_kv, int32_t window, float scale,
-                          float softcap) {
+                          float softcap, const attn_pages pg) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap(); // the host launches this only on sm_80+
 #else
@@ -157,6 +159,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     const int n_tiles = Hb >= Lb ? (Hb - Lb) / BN + 1 : 0;
 
     const char *k_head = kc.data + kvh * kc.nb1, *v_head = vc.data + kvh * vc.nb1;
+    const int32_t *blocks = PAGED ? attn_blocks(pg, 0) : NULL;
     // keys Lb + j*BN .. +BN-1 into buffer buf; keys past Hb are zeros (never NaN from
     // unwritten cache memory: 0 * NaN would poison P.V)
     auto load_tile = [&](int j, int buf) {
@@ -167,7 +170,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
             const int i = tid + u * FLASH_THREADS;
             const int key = i / CHUNKS, ch = i % CHUNKS, t = t0 + key;
             const bool ok = t <= Hb;
-            const int64_t row = ok ? t : Lb;
+            const int64_t row = PAGED ? attn_slot(blocks, ok ? t : Lb) : (ok ? t : Lb);
             flash_cp_async16(kd + key * LDS + ch * 8, k_head + row * kc.nb2 + ch * 16, ok);
             flash_cp_async16(vd + key * LDS + ch * 8, v_head + row * vc.nb2 + ch * 16, ok);
         }
@@ -225,8 +228,8 @@ __global__ void __launch_bounds__(FLASH_THREADS)
             float mx = -INFINITY;
 #pragma unroll
             for (int n = 0; n < BN / 8; n++) mx = fmaxf(mx, fmaxf(S[n][2 * i], S[n][2 * i + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(ST_GPU_WARP_MASK, mx, 1)); // the quad holding the row
-            mx = fmaxf(mx, __shfl_xor_sync(ST_GPU_WARP_MASK, mx, 2));
+            mx = fmaxf(mx, st_gpu_shfl_xor(mx, 1)); // the quad holding the row
+            mx = fmaxf(mx, st_gpu_shfl_xor(mx, 2));
             const float m_new = fmaxf(m_i[i], mx);
             const float m_use = m_new == -INFINITY ? 0.0f : m_new; // nothing seen yet: exp2(-inf) = 0
             const float alpha = exp2f(m_i[i] - m_use);
@@ -270,8 +273,8 @@ __global__ void __launch_bounds__(FLASH_THREADS)
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         float l = l_i[i];
-        l += __shfl_xor_sync(ST_GPU_WARP_MASK, l, 1);
-        l += __shfl_xor_sync(ST_GPU_WARP_MASK, l, 2);
+        l += st_gpu_shfl_xor(l, 1);
+        l += st_gpu_shfl_xor(l, 2);
         const int r = r0 + warp * 16 + g + 8 * i;
         if (r >= R) continue;
         const int64_t m = r / group, h = kvh * group + r % group;
@@ -285,21 +288,23 @@ __global__ void __launch_bounds__(FLASH_THREADS)
 #endif
 }
 
-template <int D>
+template <int D, bool PAGED>
 static st_status flash_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                              const st_tensor *v_cache, const int32_t *pos, const st_attn_params *p, st_error *err) {
+                              const st_tensor *v_cache, const int32_t *pos, const attn_pages &pg,
+                              const st_attn_params *p, st_error *err) {
     const size_t smem = flash_cfg<D>::smem;
     // more than 48 KiB of dynamic shared memory needs an opt-in, once per kernel and context
-    const unsigned int opted = 1u << (D / 64); // D = 64, 128, 256: distinct bits
+    const unsigned int opted = 1u << (D / 64 + (PAGED ? 4 : 0)); // D = 64, 128, 256, paged or not: distinct bits
     if (smem > 48 * 1024 && !(c->flash_smem_opted & opted)) {
-        ST_GPU_CHECK(st_gpu_func_set_attribute(attn_flash_f16_kernel<D>, st_gpu_func_attr_max_dynamic_smem, (int)smem));
+        ST_GPU_CHECK(st_gpu_func_set_attribute(attn_flash_f16_kernel<D, PAGED>, st_gpu_func_attr_max_dynamic_smem,
+                                               (int)smem));
         c->flash_smem_opted |= opted;
     }
     const int64_t rows = q->ne[2] * (q->ne[1] / k_cache->ne[1]); // M * group per kv head
     const dim3 grid((unsigned int)((rows + FLASH_BM - 1) / FLASH_BM), (unsigned int)k_cache->ne[1]);
-    attn_flash_f16_kernel<D><<<grid, FLASH_THREADS, smem, c->stream>>>(cuda_view(dst), cuda_view(q),
-                                                                       cuda_view(k_cache), cuda_view(v_cache), pos,
-                                                                       p->n_kv, p->window, p->scale, p->softcap);
+    attn_flash_f16_kernel<D, PAGED><<<grid, FLASH_THREADS, smem, c->stream>>>(
+        cuda_view(dst), cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale,
+        p->softcap, pg);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }
@@ -312,16 +317,23 @@ bool st_cuda_attn_flash_supported(st_backend *b, const st_tensor *q, const st_te
 }
 
 st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                             const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
-                             st_error *err) {
+                             const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
+                             const st_attn_params *p, st_error *err) {
     st_cuda_ctx *c = cuda_ctx(b);
     const int32_t *pos = (const int32_t *)positions->data;
+    const attn_pages none = {};
+    ST_ASSERT(!pg || !pg->seq); // a run of one sequence
+#define FLASH_CASE(d)                                                                                                \
+    case d:                                                                                                        \
+        return pg ? flash_launch<d, true>(c, dst, q, k_cache, v_cache, pos, *pg, p, err)                           \
+                  : flash_launch<d, false>(c, dst, q, k_cache, v_cache, pos, none, p, err);
     switch (q->ne[0]) {
-    case 64: return flash_launch<64>(c, dst, q, k_cache, v_cache, pos, p, err);
-    case 128: return flash_launch<128>(c, dst, q, k_cache, v_cache, pos, p, err);
-    case 256: return flash_launch<256>(c, dst, q, k_cache, v_cache, pos, p, err);
+        FLASH_CASE(64)
+        FLASH_CASE(128)
+        FLASH_CASE(256)
     default: ST_ASSERT(!"flash attention: head_dim not supported (st_cuda_attn_flash_supported)");
     }
+#undef FLASH_CASE
     return ST_OK;
 }
 
@@ -334,9 +346,9 @@ bool st_cuda_attn_flash_supported(st_backend *b, const st_tensor *q, const st_te
 }
 
 st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                             const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
-                             st_error *err) {
-    (void)b, (void)dst, (void)q, (void)k_cache, (void)v_cache, (void)positions, (void)p;
+                             const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
+                             const st_attn_params *p, st_error *err) {
+    (void)b, (void)dst, (void)q, (void)k_cache, (void)v_cache, (void)positions, (void)pg, (void)p;
     return st_error_set(err, ST_ERROR_UNSUPPORTED, "flash attention is not in this build (STRIDE_ATTN_PORTABLE)");
 }
 

@@ -101,7 +101,6 @@ st_status st_cuda_scratch(st_cuda_ctx *c, size_t nbytes, void **out, st_error *e
 }
 
 static st_status cuda_alloc(st_backend *b, size_t nbytes, void **out, st_error *err) {
-    st_cuda_ctx *c = cuda_ctx(b);
     *out = NULL;
     size_t rounded = (nbytes + CUDA_ALLOC_ALIGNMENT - 1) / CUDA_ALLOC_ALIGNMENT * CUDA_ALLOC_ALIGNMENT;
     if (rounded < nbytes) return st_error_set(err, ST_ERROR_NOMEM, "allocation of %zu bytes overflows", nbytes);
@@ -169,17 +168,28 @@ static st_status cuda_read(st_backend *b, void *dst, const void *src, size_t n, 
     return cuda_sync_and_check(c, err);
 }
 
+static st_status cuda_memory(st_backend *b, size_t *free_bytes, size_t *total_bytes, st_error *err) {
+    ST_GPU_CHECK(st_gpu_set_device(cuda_ctx(b)->device));
+    ST_GPU_CHECK(st_gpu_mem_get_info(free_bytes, total_bytes));
+    return ST_OK;
+}
+
+static st_status cuda_copy(st_backend *b, void *dst, const void *src, size_t n, st_error *err) {
+    if (n) ST_GPU_CHECK(st_gpu_memcpy_async(dst, src, n, st_gpu_memcpy_device_to_device, cuda_ctx(b)->stream));
+    return ST_OK;
+}
+
 static st_status cuda_synchronize(st_backend *b, st_error *err) { return cuda_sync_and_check(cuda_ctx(b), err); }
 
-// ---- graphs: the decode step recorded once and replayed ------------------------------------------
+// ---- recording --------------------------------------------------------------------------------
 
-struct st_backend_graph {
+struct st_cuda_recording {
     st_gpu_graph_exec_t exec;
 };
 
 // Global capture mode: a call that would be unsafe while recording (an allocation, a
 // synchronisation) fails the capture instead of silently escaping the graph.
-static st_status cuda_graph_begin(st_backend *b, st_error *err) {
+extern "C" st_status st_cuda_record_begin(st_backend *b, st_error *err) {
     st_cuda_ctx *c = cuda_ctx(b);
     ST_ASSERT(!c->capturing);
     if (c->sticky.status != ST_OK) return cuda_sync_and_check(c, err);
@@ -188,7 +198,7 @@ static st_status cuda_graph_begin(st_backend *b, st_error *err) {
     return ST_OK;
 }
 
-static st_status cuda_graph_end(st_backend *b, st_backend_graph **out, st_error *err) {
+extern "C" st_status st_cuda_record_end(st_backend *b, st_cuda_recording **out, st_error *err) {
     st_cuda_ctx *c = cuda_ctx(b);
     ST_ASSERT(c->capturing);
     *out = NULL;
@@ -199,39 +209,37 @@ static st_status cuda_graph_end(st_backend *b, st_backend_graph **out, st_error 
         // an op failed while recording (the failure is the recording's, not the data's)
         if (graph) (void)st_gpu_graph_destroy(graph);
         (void)st_gpu_get_last_error();
-        st_error_set(err, ST_ERROR_DEVICE, "recording the decode step as a CUDA graph failed: %s",
+        st_error_set(err, ST_ERROR_DEVICE, "recording a step as a CUDA graph failed: %s",
                      c->sticky.status != ST_OK ? c->sticky.message : st_gpu_get_error_string(rc));
         st_error_clear(&c->sticky);
         return ST_ERROR_DEVICE;
     }
-    st_backend_graph *g = (st_backend_graph *)calloc(1, sizeof(*g));
-    if (!g) {
+    st_cuda_recording *r = (st_cuda_recording *)calloc(1, sizeof(*r));
+    if (!r) {
         (void)st_gpu_graph_destroy(graph);
         return st_error_set(err, ST_ERROR_NOMEM, "out of host memory");
     }
-    rc = st_gpu_graph_instantiate(&g->exec, graph);
+    rc = st_gpu_graph_instantiate(&r->exec, graph);
     (void)st_gpu_graph_destroy(graph);
     if (rc != st_gpu_success) {
-        free(g);
-        return st_error_set(err, ST_ERROR_DEVICE, "instantiating the decode graph failed: %s",
+        free(r);
+        return st_error_set(err, ST_ERROR_DEVICE, "instantiating a recorded step failed: %s",
                             st_gpu_get_error_string(rc));
     }
-    *out = g;
+    *out = r;
     return ST_OK;
 }
 
-static st_status cuda_graph_launch(st_backend *b, st_backend_graph *g, st_error *err) {
-    st_cuda_ctx *c = cuda_ctx(b);
-    ST_GPU_CHECK(st_gpu_graph_launch(g->exec, c->stream));
+extern "C" st_status st_cuda_record_launch(st_backend *b, const st_cuda_recording *r, st_error *err) {
+    ST_GPU_CHECK(st_gpu_graph_launch(r->exec, cuda_ctx(b)->stream));
     return ST_OK;
 }
 
-static void cuda_graph_free(st_backend *b, st_backend_graph *g) {
-    if (!g) return;
-    st_cuda_ctx *c = cuda_ctx(b);
-    (void)st_gpu_stream_synchronize(c->stream); // a launch in flight still uses it
-    (void)st_gpu_graph_exec_destroy(g->exec);
-    free(g);
+extern "C" void st_cuda_record_free(st_backend *b, st_cuda_recording *r) {
+    if (!r) return;
+    (void)st_gpu_stream_synchronize(cuda_ctx(b)->stream); // a launch in flight still uses it
+    (void)st_gpu_graph_exec_destroy(r->exec);
+    free(r);
 }
 
 // ---- timing ----------------------------------------------------------------------------------
@@ -361,6 +369,11 @@ static void cuda_moe_combine(st_backend *b, st_tensor *dst, const st_tensor *src
     st_cuda_keep_error(cuda_ctx(b), st_cuda_moe_combine(b, dst, src, weights, &err), &err);
 }
 
+static void cuda_top_k(st_backend *b, st_tensor *ids, st_tensor *vals, const st_tensor *logits, int32_t k) {
+    st_error err = {};
+    st_cuda_keep_error(cuda_ctx(b), st_cuda_top_k(b, ids, vals, logits, k, &err), &err);
+}
+
 // ---- lifetime ------------------------------------------------------------------------------
 
 // Frees what was created; safe on a partly initialised context. Errors are ignored here:
@@ -368,7 +381,9 @@ static void cuda_moe_combine(st_backend *b, st_tensor *dst, const st_tensor *src
 static void cuda_ctx_destroy(st_cuda_ctx *c) {
     if (!c) return;
     if (c->stream) (void)st_gpu_stream_synchronize(c->stream);
+#if ST_GPU_HAVE_BLAS
     if (c->blas) (void)st_gpu_blas_destroy(c->blas);
+#endif
     if (c->blas_workspace) (void)st_gpu_free(c->blas_workspace);
     if (c->scratch) (void)st_gpu_free(c->scratch);
     if (c->attn_partials) (void)st_gpu_free(c->attn_partials);
@@ -402,17 +417,14 @@ static st_backend_iface cuda_make_iface(void) {
     t.dealloc = cuda_dealloc;
     t.write = cuda_write;
     t.read = cuda_read;
+    t.copy = cuda_copy;
+    t.memory = cuda_memory;
     t.host_alloc = cuda_host_alloc;
     t.host_free = cuda_host_free;
     t.upload_weight = cuda_upload_weight;
     t.get_rows = st_cuda_get_rows;
     t.mul_mat = st_cuda_mul_mat;
     t.mul_mat_id = st_cuda_mul_mat_id;
-    t.mul_mat_fused = st_cuda_mul_mat_fused;
-    t.prepared_norm_pays = st_cuda_prepared_norm_pays;
-    t.rope_store = st_cuda_rope_store;
-    t.rope_attention = st_cuda_rope_attention;
-    t.rope_table = st_cuda_rope_table;
     t.rms_norm = cuda_rms_norm;
     t.rope = cuda_rope;
     t.swiglu = cuda_swiglu;
@@ -425,93 +437,31 @@ static st_backend_iface cuda_make_iface(void) {
     t.attention = st_cuda_attention;
     t.topk_route = cuda_topk_route;
     t.moe_combine = cuda_moe_combine;
+    t.top_k = cuda_top_k;
     t.synchronize = cuda_synchronize;
     t.timer_start = cuda_timer_start;
     t.timer_stop = cuda_timer_stop;
-    t.graph_begin = cuda_graph_begin;
-    t.graph_end = cuda_graph_end;
-    t.graph_launch = cuda_graph_launch;
-    t.graph_free = cuda_graph_free;
+    t.graph_compute = st_cuda_graph_compute;
+    t.graph_release = st_cuda_graph_release;
     return t;
 }
 
 static const st_backend_iface cuda_iface = cuda_make_iface();
 
-// A tuning override from the environment, for measurements (bench/, scripts/device):
-// *value unchanged when `name` is unset, an error naming it when it is not in [lo, hi].
-static st_status cuda_env_override(const char *name, long lo, long hi, const char *meaning, long *value,
-                                   st_error *err) {
-    const char *v = getenv(name);
-    if (!v || !*v) return ST_OK;
-    char *end = NULL;
-    const long x = strtol(v, &end, 10);
-    if (*end != '\0' || x < lo || x > hi)
-        return st_error_set(err, ST_ERROR_INVALID, "%s=%s: expected %s from %ld to %ld", name, v, meaning, lo, hi);
-    *value = x;
-    return ST_OK;
-}
-
-// The decode tuning, overridable for A/B measurements in one build: the most warps a
-// decode GEMV row may take (cuda_gemv_decode.cu), 2, or 1 from STRIDE_CUDA_GEMV_SPLIT=1;
-// how many waves long a fused product must be to run its norm apart (cuda_gemv.cu),
-// GEMV_NORM_APART_WAVES, or STRIDE_CUDA_NORM_APART_WAVES (0: never); where a normed
-// product reads the x * norm_w a residual add prepared (st_fused_mul_mat's x_w) instead of
-// forming it in its loop: STRIDE_CUDA_NORM_PREPARED=1 where that pays (the default,
-// st_cuda_prepared_norm_pays), 0 never, 2 wherever it can; which of the layers' products
-// take the block-a-row kernel (cuda_gemv_rowblock.cu): STRIDE_CUDA_GEMV_ROWBLOCK, a mask of
-// 1 (stores: q/k/v), 2 (residual adds: o, down) and 4 (gated pairs), 3 by default, 0 none;
-// of which that kernel stages a block's rows in shared memory: STRIDE_CUDA_ROWBLOCK_STAGED,
-// a mask of the same kinds (0: rows a batch in registers), by default those measured faster
-// (cuda_gemv_rowblock.cu's rowblock_staged); and whether one token's decode attention takes
-// the warps kernel where it can (cuda_attention_decode_warps.cu): STRIDE_CUDA_ATTN_WARPS, 1
-// by default, 0 the split kernel everywhere, and how many of a group's query rows a block of
-// it takes: STRIDE_CUDA_ATTN_ROWS, 1 by default, 2, 4, or 0 the whole group; which decode
-// kernels are launched early, their weights' copies (cuda_gemv_rowblock.cu) or K/V rows
-// (cuda_attention_decode_warps.cu) issued before they wait for the kernel ahead:
-// STRIDE_CUDA_PDL, a mask of the same kinds of staged products (2: residual adds of short
-// rows, o), 8 for the warps attention and 16 for residual adds of longer rows (down), by
-// default 10 (sm_90 and later only; cuda_backend.h).
-static st_status cuda_decode_tuning(st_cuda_ctx *c, st_error *err) {
-    long split = 2, apart = GEMV_NORM_APART_WAVES, prepared = 1, rowblock = CUDA_ROWBLOCK_DEFAULT,
-         staged = -1, attn_warps = 1, attn_rows = 1, pdl = CUDA_EARLY_DEFAULT;
-    st_status s = cuda_env_override("STRIDE_CUDA_GEMV_SPLIT", 1, 2, "warps a row", &split, err);
-    if (s == ST_OK)
-        s = cuda_env_override("STRIDE_CUDA_GEMV_ROWBLOCK", 0, CUDA_ROWBLOCK_ALL, "a mask of 1, 2 and 4", &rowblock, err);
-    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_ROWBLOCK_STAGED", 0, CUDA_ROWBLOCK_ALL, "a mask of 1, 2 and 4", &staged,
-                                   err);
-    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_NORM_APART_WAVES", 0, 1000000, "waves", &apart, err);
-    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_NORM_PREPARED", 0, 2, "0, 1 or 2", &prepared, err);
-    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_ATTN_WARPS", 0, 1, "0 or 1", &attn_warps, err);
-    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_ATTN_ROWS", 0, 4, "0, 1, 2 or 4", &attn_rows, err);
-    if (s == ST_OK && attn_rows == 3)
-        s = st_error_set(err, ST_ERROR_INVALID, "STRIDE_CUDA_ATTN_ROWS=3: expected 0, 1, 2 or 4");
-    if (s == ST_OK) s = cuda_env_override("STRIDE_CUDA_PDL", 0, CUDA_EARLY_ALL, "a mask of 1, 2, 4, 8 and 16", &pdl, err);
-    if (s != ST_OK) return s;
-    c->attn_warps = (int)attn_warps;
-    c->attn_rows = (int)attn_rows;
-    c->gemv_max_split = (int)split;
-    c->gemv_rowblock = (int)rowblock;
-    int cc_major = 0; // cp.async: sm_80 and later
-    if (st_gpu_device_get_attribute(&cc_major, st_gpu_dev_attr_cc_major, c->device) != st_gpu_success) cc_major = 0;
-    c->gemv_rowblock_staged = cc_major >= 8 ? (int)staged : 0;
-    c->early_launch = cc_major >= 9 ? (int)pdl : 0; // (griddepcontrol: sm_90)
-    c->norm_apart_waves = (int)apart;
-    c->norm_prepared = (int)prepared;
-    return ST_OK;
-}
-
-static st_status cuda_ctx_create(int index, st_cuda_ctx *c, st_error *err) {
+static st_status cuda_ctx_create(int index, const st_cuda_tuning *tune, st_cuda_ctx *c, st_error *err) {
     c->device = index;
     ST_GPU_CHECK(st_gpu_set_device(index));
     ST_GPU_CHECK(st_gpu_device_get_attribute(&c->sm_count, st_gpu_dev_attr_multiprocessor_count, index));
     if (c->sm_count < 1) c->sm_count = 1;
     ST_GPU_CHECK(st_gpu_stream_create_with_flags(&c->stream, st_gpu_stream_non_blocking));
+#if ST_GPU_HAVE_BLAS
     ST_GPU_BLAS_CHECK(st_gpu_blas_create(&c->blas));
     ST_GPU_BLAS_CHECK(st_gpu_blas_set_stream(c->blas, c->stream));
     ST_GPU_CHECK(st_gpu_malloc(&c->blas_workspace, CUDA_BLAS_WORKSPACE_BYTES));
     ST_GPU_BLAS_CHECK(st_gpu_blas_set_workspace(c->blas, c->blas_workspace, CUDA_BLAS_WORKSPACE_BYTES));
     // Default math: F32 GEMMs stay in F32 (no TF32), so they match the CPU to f32 rounding.
     ST_GPU_BLAS_CHECK(st_gpu_blas_set_math_mode(c->blas, st_gpu_blas_default_math));
+#endif
     // Kernels write page-locked host memory through its host address (the op-error record, a
     // decode step's logits): unified addressing maps it into the device's address space.
     int unified = 0;
@@ -529,13 +479,33 @@ static st_status cuda_ctx_create(int index, st_cuda_ctx *c, st_error *err) {
     ST_GPU_CHECK(st_gpu_memcpy_async(c->d_op_error, &claim, sizeof(claim), st_gpu_memcpy_host_to_device, c->stream));
     ST_GPU_CHECK(st_gpu_event_create(&c->timer_start));
     ST_GPU_CHECK(st_gpu_event_create(&c->timer_stop));
-    st_status s = cuda_decode_tuning(c, err);
-    if (s != ST_OK) return s;
+    int warp = 0;
+    ST_GPU_CHECK(st_gpu_device_get_attribute(&warp, st_gpu_dev_attr_warp_size, index));
+    if (warp != ST_GPU_WARP_SIZE)
+        return st_error_set(err, ST_ERROR_UNSUPPORTED,
+                            "GPU device %d runs warps of %d lanes; this build's kernels are for %d "
+                            "(STRIDE_GPU_WARP_SIZE, from the build's GPU targets)",
+                            index, warp, ST_GPU_WARP_SIZE);
+    int cc_major = 0;
+    ST_GPU_CHECK(st_gpu_device_get_attribute(&cc_major, st_gpu_dev_attr_cc_major, index));
+    if (tune) {
+        c->tune = *tune;
+    } else { // the defaults for this device, with STRIDE_CUDA_TUNING's overrides
+        c->tune = st_cuda_tuning_default(cc_major);
+        const char *spec = getenv("STRIDE_CUDA_TUNING");
+        if (spec && *spec) {
+            const st_status s = st_cuda_tuning_parse(&c->tune, spec, err);
+            if (s != ST_OK) return s;
+        }
+    }
+    if (cc_major < 8) c->tune.rowblock_staged = 0; // (cp.async: sm_80)
+    if (cc_major < 9 || !ST_GPU_NVIDIA) c->tune.early_launch = 0; // (griddepcontrol: sm_90; none on HIP)
     ST_GPU_CHECK(st_gpu_stream_synchronize(c->stream));
     return ST_OK;
 }
 
-extern "C" st_status st_backend_cuda_init(int index, st_backend **out, st_error *err) {
+extern "C" st_status st_backend_cuda_init_tuned(int index, const st_cuda_tuning *tune, st_backend **out,
+                                               st_error *err) {
     *out = NULL;
     st_backend *b = (st_backend *)calloc(1, sizeof(*b));
     st_cuda_ctx *c = (st_cuda_ctx *)calloc(1, sizeof(*c));
@@ -545,7 +515,7 @@ extern "C" st_status st_backend_cuda_init(int index, st_backend **out, st_error 
         return st_error_set(err, ST_ERROR_NOMEM, "out of host memory creating the CUDA backend");
     }
     st_status s = st_device_query(ST_BACKEND_CUDA, index, &b->device, err);
-    if (s == ST_OK) s = cuda_ctx_create(index, c, err);
+    if (s == ST_OK) s = cuda_ctx_create(index, tune, c, err);
     if (s != ST_OK) {
         cuda_ctx_destroy(c);
         free(b);
@@ -556,4 +526,8 @@ extern "C" st_status st_backend_cuda_init(int index, st_backend **out, st_error 
     b->ctx = c;
     *out = b;
     return ST_OK;
+}
+
+extern "C" st_status st_backend_cuda_init(int index, st_backend **out, st_error *err) {
+    return st_backend_cuda_init_tuned(index, NULL, out, err);
 }

@@ -4,6 +4,8 @@
 #ifndef STRIDE_CUDA_BACKEND_H
 #define STRIDE_CUDA_BACKEND_H
 
+#include "backend/fused.h"
+#include "cuda/cuda_tuning.h"
 #include "stride/backend.h"
 
 #ifdef __cplusplus
@@ -11,45 +13,50 @@ extern "C" {
 #endif
 
 /* Where the products switch from the own matrix-vector kernels to cuBLAS, in columns
- * (tokens), by measurement (bench/gemv-gemm-threshold-h200.md):
+ * (tokens), by measurement on the H200:
  *   float weights: cuBLAS from 2 columns (summed over a layer's products, cuBLAS is
- *     1.2-2x faster at M = 2 on llama-3.2-1b and qwen3-8b shapes, 6x at M = 8; only a
- *     single 8 MB matrix keeps the GEMV ahead up to M = 5);
+ *     faster from M = 2 on llama-3.2-1b and qwen3-8b shapes; only a single 8 MB matrix
+ *     keeps the GEMV ahead up to M = 5);
  *   quantized weights (dequantize + GEMM) and MoE prompts grouped by expert (which read
  *     the expert ids on the host): from 8, not re-measured. */
 #define ST_CUDA_GEMM_MIN_M 2
 #define ST_CUDA_QGEMM_MIN_M 8
 #define ST_CUDA_MOE_GROUPED_MIN_M 8
 
-/* The decode products the block-a-row kernel (cuda_gemv_rowblock.cu) may take, by epilogue:
- * a mask (st_cuda_ctx's gemv_rowblock; STRIDE_CUDA_GEMV_ROWBLOCK, so that one build measures
- * each kind of product apart, and the GPU tests run each kernel). By default the stores
- * (q/k/v) and the residual adds (o, down). tg128 on the H200 against none
- * (bench/decode-rowblock-h200.md), llama-3.2-1b / qwen3-1.7b / qwen3-8b: the stores +1.0 /
- * +0.9 / +1.5%, the adds +2.1 / +1.0 / -0.3%, the gated pairs +0.3 / -1.3 / +0.1%; the
- * default +3.3 / +2.0 / +0.6%, every kind +3.3 / +0.7 / +0.4%. */
-enum {
-    CUDA_ROWBLOCK_STORE = 1,
-    CUDA_ROWBLOCK_ADD = 2,
-    CUDA_ROWBLOCK_GLU = 4,
-    CUDA_ROWBLOCK_ALL = 7,
-    CUDA_ROWBLOCK_DEFAULT = CUDA_ROWBLOCK_STORE | CUDA_ROWBLOCK_ADD
-};
-/* Decode kernels launched early (st_cuda_ctx's early_launch, STRIDE_CUDA_PDL): the staged
- * products of the CUDA_ROWBLOCK_* kinds above, residual adds only over rows of up to
- * ROWBLOCK_EARLY_SHORT_P pieces a thread (o); those over longer rows (down) by their own
- * bit; and the one-token attention's warps kernel. By default o and the attention: tg128
- * on the H200 against the attention alone (bench/decode-o-early-h200.md, call 27-3),
- * llama-3.2-1b / qwen3-1.7b / qwen3-8b: +0.16 (its o is not this kernel's) / +1.25 /
- * -0.08%; down too lost 2-3% on the 1-2B models (call 26-1). */
-enum {
-    CUDA_EARLY_ATTENTION = 8,
-    CUDA_EARLY_LONG_ADD = 16,
-    CUDA_EARLY_ALL = CUDA_ROWBLOCK_ALL | CUDA_EARLY_ATTENTION | CUDA_EARLY_LONG_ADD,
-    CUDA_EARLY_DEFAULT = CUDA_ROWBLOCK_ADD | CUDA_EARLY_ATTENTION
-};
-
+/* The CUDA backend on device `index` with its tuning for that device (cuda_tuning.h: the
+ * defaults, then STRIDE_CUDA_TUNING's overrides). */
 st_status st_backend_cuda_init(int index, st_backend **out, st_error *err);
+/* The same with the given tuning (NULL: as above); what the device cannot run (cp.async
+ * before sm_80, early launch before sm_90) is turned off. */
+st_status st_backend_cuda_init_tuned(int index, const st_cuda_tuning *tune, st_backend **out, st_error *err);
+
+/* ---- what the planner (cuda_graph.cu) runs; the GPU tests call them directly ---------- */
+
+/* The fused ops (backend/fused.h) on their kernels; where the kernels do not take the
+ * operands, their composites. */
+st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err);
+st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_error *err);
+/* One token: the rope and the store folded into the decode attention kernel. */
+st_status st_cuda_rope_attention(st_backend *b, const st_fused_rope_attention *op, st_error *err);
+/* dst [n_rot] F32 = the (cos, sin) of each rotated pair at positions[0] under p, as RoPE
+ * forms them: the rope_cs of the fused ops of a one-token step. */
+st_status st_cuda_rope_table(st_backend *b, st_tensor *dst, const st_tensor *positions, const st_rope_params *p,
+                             st_error *err);
+/* Whether a one-token normed product (op, x_w not set) runs faster from the x * norm_w the
+ * residual add before it can prepare (st_fused_mul_mat's next_h, then x_w). The answer
+ * depends on shapes, not strides, so padding on and off take the same path. */
+bool st_cuda_prepared_norm_pays(st_backend *b, const st_fused_mul_mat *op);
+
+/* Recording the backend's stream as a CUDA graph and replaying it. Between begin and end
+ * the ops are recorded, not run; nothing may allocate or wait (a buffer that would grow
+ * fails the recording, which end reports). end always ends the recording. A recording
+ * stays valid while the memory it addresses lives (buffers the backend grows later are
+ * retired, not freed, until the backend goes). */
+typedef struct st_cuda_recording st_cuda_recording;
+st_status st_cuda_record_begin(st_backend *b, st_error *err);
+st_status st_cuda_record_end(st_backend *b, st_cuda_recording **out, st_error *err);
+st_status st_cuda_record_launch(st_backend *b, const st_cuda_recording *r, st_error *err);
+void st_cuda_record_free(st_backend *b, st_cuda_recording *r);
 
 #ifdef __cplusplus
 }

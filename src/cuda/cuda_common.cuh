@@ -19,6 +19,7 @@
 #include <limits.h>
 #include <stdint.h>
 
+#include "cuda/cuda_backend.h"
 #include "cuda/gpu_runtime.h"
 #include "stride/backend.h"
 
@@ -46,7 +47,9 @@ typedef struct st_cuda_op_error {
 typedef struct st_cuda_ctx {
     int device;
     st_gpu_stream_t stream;              /* every op, copy and GEMM runs on it, in order */
+#if ST_GPU_HAVE_BLAS
     st_gpu_blas_handle_t blas;           /* bound to stream, with its own workspace */
+#endif
     void *blas_workspace;
     void *scratch;                       /* GEMM operands: converted x, staged y */
     size_t scratch_bytes;
@@ -59,34 +62,18 @@ typedef struct st_cuda_ctx {
     int pinned_next;
     st_gpu_event_t timer_start, timer_stop; /* the backend's timer (timer_start/stop) */
     bool timer_running;
-    bool capturing;                      /* graph_begin .. graph_end: nothing may allocate or wait */
+    bool capturing;                      /* capture_begin .. capture_end: nothing may allocate or wait */
     void *attn_partials;                 /* split-KV attention: per-split (max, sum, acc[head_dim]) */
     size_t attn_partials_bytes;
     unsigned int flash_smem_opted;       /* flash attention kernels given their shared memory (bits) */
     int sm_count;                        /* multiprocessors of the device */
     void **retired;                      /* buffers st_cuda_grow replaced, freed with the context */
     int n_retired, retired_cap;
-    int gemv_rowblock;                   /* which layers' decode products go a block a row (cuda_gemv_rowblock.cu):
-                                            a mask of CUDA_ROWBLOCK_STORE, _ADD, _GLU */
-    int gemv_rowblock_staged;            /* ... of which their rows staged in shared memory by cp.async (a mask;
-                                            -1: where that measured faster, cuda_gemv_rowblock.cu) */
-    int early_launch;                    /* decode kernels launched early, their weights (or K/V rows) in flight
-                                            before they wait for the kernel ahead: a mask of CUDA_ROWBLOCK_*
-                                            kinds of staged products, CUDA_EARLY_LONG_ADD and
-                                            CUDA_EARLY_ATTENTION (sm_90 and later) */
-    int gemv_max_split;                  /* the most warps a decode GEMV row may take (cuda_gemv_decode.cu) */
-    int attn_warps;                      /* one-token decode attention by the warps kernel where it takes the
-                                            shapes (cuda_attention_decode_warps.cu): 1, or 0 never */
-    int attn_rows;                       /* ... the group's query rows a block of it takes: 1 (a block a
-                                            query head), 2 or 4, or 0 the whole group (a block a kv head) */
-    int norm_prepared;                   /* normed products read a prepared x * norm_w: 0 never, 1 where
-                                            it pays, 2 wherever they can (st_cuda_prepared_norm_pays) */
+    st_cuda_tuning tune;                 /* kernel and schedule choices (cuda_tuning.h), fixed at init */
     float *norm_ss;                      /* the partial sums of x . x the last fused add wrote */
     size_t norm_ss_bytes;
     const void *norm_ss_for;             /* ... for the x * norm_w at this address (NULL: none) */
     int64_t norm_ss_rows;
-    int norm_apart_waves;                /* a fused one-column product with a norm this many waves long or
-                                            more runs the norm on its own first (0: never; cuda_gemv.cu) */
 } st_cuda_ctx;
 
 static inline st_cuda_ctx *cuda_ctx(st_backend *b) { return (st_cuda_ctx *)b->ctx; }
@@ -192,6 +179,7 @@ template <> __device__ __forceinline__ void cuda_store_as<ST_TYPE_BF16>(char *ou
     ((unsigned short *)out)[i] = st_gpu_float_to_bf16_bits(v);
 }
 
+#if ST_GPU_HAVE_BLAS
 /* The BLAS element type of a float weight type. */
 static inline st_gpu_blas_data_t cuda_blas_type(st_type t) {
     switch (t) {
@@ -200,6 +188,7 @@ static inline st_gpu_blas_data_t cuda_blas_type(st_type t) {
     default: return st_gpu_blas_r_16bf;
     }
 }
+#endif
 
 /* The activations of the gated units, with explicit roundings in the CPU's order (no
  * fused multiply-add), so that they differ from the CPU only by the ulps of expf/tanhf. */
@@ -263,7 +252,7 @@ __device__ __forceinline__ float cuda_rms_scale(float ss, int64_t n, float eps) 
     return (float)(1.0 / sqrt((double)ss / (double)n + (double)eps));
 }
 
-/* Programmatic dependent launch (sm_90 and later; nothing before). A kernel launched early
+/* Programmatic dependent launch (sm_90 and later; nothing before, nor on HIP). A kernel launched early
  * (st_gpu_launch_early) may run while the kernel ahead of it still runs: until
  * cuda_early_wait returns it may read only what no kernel of the step writes (weights), and
  * it writes nothing. cuda_early_wait returns once the kernel ahead has completed and its
@@ -288,6 +277,10 @@ __device__ __forceinline__ void cuda_early_release() {
 template <typename... Params, typename... Args>
 static inline st_gpu_error_t st_gpu_launch_early(void (*kernel)(Params...), dim3 grid, unsigned int block,
                                                  size_t smem, st_gpu_stream_t stream, const Args &...args) {
+#if !ST_GPU_NVIDIA // no programmatic dependent launch: a plain launch (the waits above are empty)
+    kernel<<<grid, block, smem, stream>>>(args...);
+    return st_gpu_peek_at_last_error();
+#else
     st_gpu_launch_attribute_t early[1];
     early[0].id = st_gpu_launch_attr_early;
     early[0].val.programmaticStreamSerializationAllowed = 1;
@@ -299,23 +292,28 @@ static inline st_gpu_error_t st_gpu_launch_early(void (*kernel)(Params...), dim3
     cfg.attrs = early;
     cfg.numAttrs = 1;
     return st_gpu_launch_kernel_ex(&cfg, kernel, args...);
+#endif
 }
 
 /* The sum over a warp, in every lane (a fixed xor tree). */
 __device__ __forceinline__ float cuda_warp_sum(float v) {
 #pragma unroll
-    for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) v += __shfl_xor_sync(ST_GPU_WARP_MASK, v, off);
+    for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) v += st_gpu_shfl_xor(v, off);
     return v;
 }
 
 /* The maximum over a warp, in every lane. */
 __device__ __forceinline__ float cuda_warp_max(float v) {
 #pragma unroll
-    for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(ST_GPU_WARP_MASK, v, off));
+    for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) v = fmaxf(v, st_gpu_shfl_xor(v, off));
     return v;
 }
 
 /* ---- the op families (one .cu file each) -------------------------------------------- */
+
+/* cuda_graph.cu: the backend table's graph_compute and graph_release. */
+st_status st_cuda_graph_compute(st_backend *b, st_graph *g, st_error *err);
+void st_cuda_graph_release(st_backend *b, st_graph *g);
 
 /* cuda_matmul.cu */
 /* A GEMM's operands, launched with cuda_rows_grid and ST_CUDA_ROWS_THREADS: x rows packed
@@ -327,15 +325,13 @@ st_status st_cuda_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, 
                            st_error *err);
 st_status st_cuda_mul_mat(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err);
 /* mul_mat's cuBLAS path on its own, for any M (mul_mat takes it from ST_CUDA_GEMM_MIN_M
- * columns; bench/kernels/gemv_gemm_threshold_bench.cu times it against st_cuda_gemv). */
+ * columns). */
 st_status st_cuda_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x,
                                st_error *err);
 
 /* cuda_gemv.cu */
 /* The matrix-vector product (any M; one pass per CUDA_GEMV_MAX_COLS columns). */
 st_status st_cuda_gemv(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err);
-st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err);
-bool st_cuda_prepared_norm_pays(st_backend *b, const st_fused_mul_mat *op);
 
 /* cuda_moe.cu */
 st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
@@ -350,11 +346,10 @@ st_status st_cuda_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, co
                            st_error *err);
 st_status st_cuda_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const st_tensor *positions,
                        const st_rope_params *p, st_error *err);
-st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_error *err);
-/* One token: rope_store folded into the split-KV attention; otherwise the composite. */
-st_status st_cuda_rope_attention(st_backend *b, const st_fused_rope_attention *op, st_error *err);
-st_status st_cuda_rope_table(st_backend *b, st_tensor *dst, const st_tensor *positions, const st_rope_params *p,
-                             st_error *err);
+
+/* cuda_top_k.cu */
+st_status st_cuda_top_k(st_backend *b, st_tensor *ids, st_tensor *vals, const st_tensor *logits, int32_t k,
+                        st_error *err);
 
 /* cuda_elementwise.cu */
 st_status st_cuda_glu(st_backend *b, st_tensor *dst, const st_tensor *gate, const st_tensor *up, bool gelu,
@@ -368,24 +363,7 @@ st_status st_cuda_scale(st_backend *b, st_tensor *dst, const st_tensor *x, float
 st_status st_cuda_kv_store(st_backend *b, st_tensor *cache, const st_tensor *x, const st_tensor *positions,
                            st_error *err);
 st_status st_cuda_attention(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                            const st_tensor *v_cache, const st_tensor *positions, const st_attn_params *p,
-                            st_error *err);
-
-/* cuda_quant.cu: block-quantized weights kept as stored (quant.h); st_cuda_get_rows,
- * st_cuda_mul_mat and st_cuda_mul_mat_id hand them over. A type these kernels do not read,
- * or rows off the type's block alignment, is ST_ERROR_UNSUPPORTED. */
-static inline bool cuda_is_quantized(st_type t) {
-    const st_type_traits *tr = st_type_get_traits((uint32_t)t);
-    return tr != NULL && tr->is_quantized;
-}
-st_status st_cuda_get_rows_quant(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *ids,
-                                 st_error *err);
-st_status st_cuda_mul_mat_quant(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
-                                st_error *err);
-// A decode step's fused product on quantized weights in one launch after its norm; *ran
-// false (and ST_OK) when it is not one this path runs (the caller runs the composite).
-st_status st_cuda_mul_mat_fused_quant(st_backend *b, const st_fused_mul_mat *op, bool *ran, st_error *err);
-st_status st_cuda_mul_mat_id_quant(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
-                                   const st_tensor *ids, st_error *err);
+                            const st_tensor *v_cache, const st_tensor *positions, const st_kv_pages *pages,
+                            const st_attn_params *p, st_error *err);
 
 #endif /* STRIDE_CUDA_COMMON_CUH */

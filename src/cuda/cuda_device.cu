@@ -1,4 +1,4 @@
-// CUDA device discovery: count, properties, and the device kind that keys `auto`.
+// GPU device discovery (CUDA or HIP): count, properties, and the device kind that keys `auto`.
 #include <stdio.h>
 #include <string.h>
 
@@ -16,16 +16,24 @@ extern "C" int st_cuda_runtime_device_count(void) {
 }
 
 static st_device_kind classify(const st_gpu_device_prop_t *prop) {
+#if ST_GPU_HIP
+    // by the ISA: gcnArchName is "gfx1151", or with target features ("gfx90a:sramecc+:xnack-")
+    const char *arch = prop->gcnArchName;
+    const size_t n = strcspn(arch, ":");
+    if (n == 7 && (strncmp(arch, "gfx1150", 7) == 0 || strncmp(arch, "gfx1151", 7) == 0))
+        return ST_DEVICE_KIND_AMD_RDNA35;
+    return ST_DEVICE_KIND_AMD_OTHER;
+#else
     if (prop->major == 9) return ST_DEVICE_KIND_NVIDIA_HOPPER;
     return ST_DEVICE_KIND_NVIDIA_OTHER;
+#endif
 }
 
 extern "C" st_status st_cuda_runtime_query(int index, st_device_info *out, st_error *err) {
     int n = st_cuda_runtime_device_count();
     if (index < 0 || index >= n)
         return st_error_set(err, ST_ERROR_DEVICE,
-                            "CUDA device %d requested but %d device(s) found (check nvidia-smi and "
-                            "CUDA_VISIBLE_DEVICES)",
+                            "GPU device %d requested but %d device(s) found (check " ST_GPU_DEVICE_HINT ")",
                             index, n);
     st_gpu_device_prop_t prop;
     ST_GPU_CHECK(st_gpu_get_device_properties(&prop, index));

@@ -9,50 +9,21 @@
 // lane), CUDA_GEMV_WARPS rows per block. The blocks of up to three weights (q, k and v)
 // form one grid: block b belongs to the part whose block range holds it. An RMSNorm is
 // either folded into the loop of a one-column product (y = s * dot(w, x * norm_w), each
-// warp forming s from the x it reads) or, for unaligned rows and gated pairs below
-// GEMV_NORM_IN_LOOP_GLU_MIN_K (and several columns, were ST_CUDA_GEMM_MIN_M above 2),
-// staged by every block as h = rmsnorm(x) * norm_w in shared memory ([M][K] floats), the
-// scale formed as st_cuda_rms_norm forms it.
+// warp forming s from the x it reads) or, for unaligned rows, x or norm_w (and several
+// columns, were ST_CUDA_GEMM_MIN_M above 2), staged by every block as h = rmsnorm(x) *
+// norm_w in shared memory ([M][K] floats), the scale formed as st_cuda_rms_norm forms it.
 //
 // Bytes per decode step: the weights once (N*K*type_size); x (K*M*4) is read per block
 // but from L2/L1. FLOPs: 2*N*K*M, far below the tensor-core rate: bandwidth bound.
 #include <string.h>
 
 #include "cuda/cuda_gemv.cuh"
+#include "cuda/cuda_quant.h"
 
 #define GEMV_THREADS (CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE)
-// A one-column product folds its norm into the loop (GEMV_NORM_IN_LOOP) rather than
-// staging h in every block (1; 0 keeps the staging, for A/B builds).
-#ifndef GEMV_NORM_IN_LOOP_ON
-#define GEMV_NORM_IN_LOOP_ON 1
-#endif
-// Measured on the H200 (decode_step_bench, per layer): in this file's loop, q/k/v took
-// 1.4-1.7 us less than staged; a gated pair (each row's loop reading x and norm_w again)
-// 7 us less at K = 4096 but 1.8-3.2 us more at K = 2048 (bench/cuda-decode.md). The decode
-// kernel reads them once for both rows: 3.8 / 4.3 / 16.6 us less than staged or this
-// file's loop on llama-3.2-1b / qwen3-1.7b / qwen3-8b (bench/decode-kernel-h200.md), so at
-// every K. (Running the norm once on its own into a buffer, then the product without it,
-// was 0.7-6.3 us a layer slower for gated pairs and 1.3-3.3 us for q/k/v: removed.)
-#ifndef GEMV_NORM_IN_LOOP_GLU_MIN_K
-#define GEMV_NORM_IN_LOOP_GLU_MIN_K 0
-#endif
-// One column with aligned rows and x takes the decode kernel (cuda_gemv_decode.cu; 0 keeps
-// this file's kernel for every product, for A/B builds).
-#ifndef GEMV_DECODE_ON
-#define GEMV_DECODE_ON 1
-#endif
-// The residual-add products (o, down) take this file's kernel, not the decode kernel, unless
-// the decode kernel splits their rows over several warps (1: the decode kernel always, for
-// A/B builds). One warp a row: tg128 +6.1% / +5.6% / +2.3% on llama-3.2-1b / qwen3-1.7b /
-// qwen3-8b for this file's kernel (bench/decode-pdl-h200.md): in a whole step their
-// decode-kernel build is slower, as decode_step_bench showed for o and down (0.5-3.4 us a
-// layer).
-#ifndef GEMV_DECODE_ADD
-#define GEMV_DECODE_ADD 0
-#endif
 enum { GEMV_NO_NORM, GEMV_NORM_STAGED, GEMV_NORM_IN_LOOP };
 // A norm stages [M][K] floats: without an opt-in, dynamic shared memory stops at 48 KiB.
-#define GEMV_MAX_STAGED_BYTES (48 * 1024)
+#define GEMV_MAX_STAGED_BYTES ST_GPU_SMEM_BYTES
 
 typedef enum gemv_epilogue {
     GEMV_STORE = ST_FUSED_EPILOGUE_STORE,
@@ -259,14 +230,14 @@ static int64_t gemv_piece_elems(st_type type) { return type == ST_TYPE_F32 ? 4 :
 // The decode kernel's case: one column, aligned rows and x, whole 16-byte pieces, no norm
 // to stage.
 static bool gemv_decode_takes(const gemv_args &a, st_type type) {
-    return GEMV_DECODE_ON && a.M == 1 && a.w_vec && a.x_vec && a.K % gemv_piece_elems(type) == 0 &&
+    return a.M == 1 && a.w_vec && a.x_vec && a.K % gemv_piece_elems(type) == 0 &&
            (!a.norm_w || a.norm_in_loop);
 }
 
 // The decode kernel's arguments for a product it takes.
 static cuda_gemv_decode_args gemv_decode_args(const gemv_args &a, int epi) {
     ST_ASSERT(a.m0 == 0); // one column: row 0 of each view is its data pointer
-    cuda_gemv_decode_args d;
+    cuda_gemv_decode_args d = {};
     memset(&d, 0, sizeof(d));
     d.n_parts = a.n_parts;
     for (int i = 0; i < a.n_parts; i++) {
@@ -292,14 +263,37 @@ static cuda_gemv_decode_args gemv_decode_args(const gemv_args &a, int epi) {
     return d;
 }
 
-// Where a's norm goes: one column with aligned rows folds it into the loop (a gated pair
-// only from GEMV_NORM_IN_LOOP_GLU_MIN_K); otherwise it is staged, and the staged h is
-// 16-byte aligned when K is a multiple of 4.
-static void gemv_route_norm(gemv_args &a, int epi) {
-    const bool glu = epi == GEMV_SWIGLU || epi == GEMV_GEGLU;
-    a.norm_in_loop = a.norm_w && GEMV_NORM_IN_LOOP_ON && a.M == 1 && a.w_vec && a.x_vec && a.K % 4 == 0 &&
-                     cuda_aligned16(a.norm_w) && (!glu || a.K >= GEMV_NORM_IN_LOOP_GLU_MIN_K);
+// Where a's norm goes: one column with aligned rows, x and norm_w folds it into the loop
+// (no block barrier, no h staged in every block), a gated pair too, at every K: the decode
+// kernel reads each x and norm_w piece once for both rows. Otherwise it is staged, and the
+// staged h is 16-byte aligned when K is a multiple of 4.
+static void gemv_route_norm(gemv_args &a) {
+    a.norm_in_loop = a.norm_w && a.M == 1 && a.w_vec && a.x_vec && a.K % 4 == 0 && cuda_aligned16(a.norm_w);
     if (a.norm_w && !a.norm_in_loop) a.x_vec = a.K % 4 == 0;
+}
+
+// The decode matvec family: which kernel runs a product (below ST_CUDA_GEMM_MIN_M columns;
+// from there cuBLAS), by shape class, first match wins:
+//
+//   class                                                         kernel
+//   one column, aligned, F16/BF16, K a multiple of 2,048 up to    block a row
+//     8,192, a kind in tune.rowblock, no prepared norm             (cuda_gemv_rowblock.cu)
+//   one column, aligned, whole 16-byte pieces, a norm in the loop  warp a row, 2 warps a row
+//     or none; not a residual add of one-warp rows                 for short grids
+//                                                                  (cuda_gemv_decode.cu)
+//   everything else: several columns, unaligned rows or x, a tail  warp a row, the norm staged
+//     of K, a staged norm; residual adds of one-warp rows          in shared memory (here)
+//
+// (A residual add, o or down, keeps one warp a row here, the faster in a whole step, unless
+// the decode kernel splits its rows or must form the sums of squares for the next product.)
+typedef enum gemv_kernel_kind { GEMV_KERNEL_ROWBLOCK, GEMV_KERNEL_DECODE, GEMV_KERNEL_GENERAL } gemv_kernel_kind;
+
+static gemv_kernel_kind gemv_kernel_for(const st_cuda_ctx *c, const gemv_args &a, const cuda_gemv_decode_args &d,
+                                   st_type type, int epi) {
+    if (!gemv_decode_takes(a, type)) return GEMV_KERNEL_GENERAL;
+    if (cuda_gemv_rowblock_takes(c, &d, type)) return GEMV_KERNEL_ROWBLOCK;
+    if (epi != GEMV_ADD || d.out_ss || cuda_gemv_decode_split(c, &d, type) > 1) return GEMV_KERNEL_DECODE;
+    return GEMV_KERNEL_GENERAL;
 }
 
 // One launch over n_parts weights of one type sharing x (and, for GLU, w_up).
@@ -311,12 +305,13 @@ static st_status gemv_run(st_cuda_ctx *c, gemv_args &a, st_type type, int epi, s
     }
     if (blocks == 0 || a.M == 0) return ST_OK;
     ST_ASSERT(blocks <= INT32_MAX);
-    gemv_route_norm(a, epi);
-    if (gemv_decode_takes(a, type)) {
-        cuda_gemv_decode_args d = gemv_decode_args(a, epi);
-        if (cuda_gemv_rowblock_takes(c, &d, type)) return cuda_gemv_rowblock_run(c, &d, type, err);
-        if (epi != GEMV_ADD || GEMV_DECODE_ADD || d.out_ss || cuda_gemv_decode_split(c, &d, type) > 1)
-            return cuda_gemv_decode_run(c, &d, type, err);
+    gemv_route_norm(a);
+    cuda_gemv_decode_args d = {};
+    if (gemv_decode_takes(a, type)) d = gemv_decode_args(a, epi);
+    switch (gemv_kernel_for(c, a, d, type, epi)) {
+    case GEMV_KERNEL_ROWBLOCK: return cuda_gemv_rowblock_run(c, &d, type, err);
+    case GEMV_KERNEL_DECODE: return cuda_gemv_decode_run(c, &d, type, err);
+    case GEMV_KERNEL_GENERAL: break;
     }
     a.out_ss = NULL; // (this file's kernel does not form the sums of squares)
     switch (type) {
@@ -388,13 +383,13 @@ static bool fused_supported(const st_fused_mul_mat *op) {
 // norm on its own first, into op->h, and streams its weights without it: the decode kernel
 // then holds GEMV_DECODE_MIN_BLOCKS blocks an SM instead of the norm's GEMV_NORM_MIN_BLOCKS
 // and loads no norm_w. Products of a wave or two (every layer's) keep the norm in their
-// loop, where the extra kernel costs more than it saves (above).
+// loop, where the extra kernel costs more than it saves.
 static bool fused_norm_apart(const st_cuda_ctx *c, const st_fused_mul_mat *op) {
-    if (!op->norm_w || !op->h || c->norm_apart_waves == 0 || cuda_nrows(op->x) != 1) return false;
+    if (!op->norm_w || !op->h || c->tune.norm_apart_waves == 0 || cuda_nrows(op->x) != 1) return false;
     int64_t rows = 0;
     for (int i = 0; i < fused_parts(op); i++) rows += op->w[i]->ne[1];
     const int64_t blocks = (rows + CUDA_GEMV_WARPS - 1) / CUDA_GEMV_WARPS;
-    return blocks >= (int64_t)c->norm_apart_waves * c->sm_count * GEMV_DECODE_MIN_BLOCKS;
+    return blocks >= (int64_t)c->tune.norm_apart_waves * c->sm_count * GEMV_DECODE_MIN_BLOCKS;
 }
 
 // The kernel arguments of a fused op fused_supported takes (apart: its norm already formed
@@ -431,26 +426,24 @@ static gemv_args fused_gemv_args(const st_fused_mul_mat *op, bool apart) {
 // x_w not yet given) runs faster from the x * norm_w that the residual add before it can
 // prepare (st_fused_mul_mat's next_h). Its loop is then the plain one, at
 // GEMV_DECODE_MIN_BLOCKS blocks an SM instead of GEMV_NORM_MIN_BLOCKS, while the add pays a
-// multiply, a store and the sums of squares (0.4-0.6 us). Measured on the H200
-// (bench/decode-norm-prepared-h200.md, v3 and q/k/v only): it pays where the higher
-// occupancy takes a wave off the grid (llama-3.2-1b's gate/up, 2 waves -> 1: +2.8% tg128)
-// and where a one-wave grid has K >= GEMV_PREPARED_MIN_K (qwen3-8b's q/k/v: +2.4%); it
-// loses elsewhere (qwen3-1.7b -1.5 to -1.9%; qwen3-8b's two-wave gate/up -0.9%). With the
-// rule on main: +2.8% / +0.2% / +1.6% tg128 (bench/step-io-h200.md). The results agree to
-// f32 rounding, not bit for bit: the prepared sum of squares adds by groups of 4 rows, the
-// loop by lanes (1e-7 on the tiny f32 models). STRIDE_CUDA_NORM_PREPARED=0: never, 2:
-// wherever the decode kernel can (tests: the chained forward pass on tiny models).
+// multiply, a store and the sums of squares. On the H200 it pays where the higher
+// occupancy takes a wave off the grid (llama-3.2-1b's gate/up, 2 waves -> 1) and where a
+// one-wave grid has K >= GEMV_PREPARED_MIN_K (qwen3-8b's q/k/v); it loses elsewhere
+// (qwen3-1.7b; qwen3-8b's two-wave gate/up). The results agree to f32 rounding, not bit
+// for bit: the prepared sum of squares adds by groups of 4 rows, the loop by lanes.
+// st_cuda_tuning's norm_prepared 0: never, 2: wherever the decode kernel can (tests: the
+// chained forward pass on tiny models).
 bool st_cuda_prepared_norm_pays(st_backend *b, const st_fused_mul_mat *op) {
     const st_cuda_ctx *c = cuda_ctx(b);
-    if (c->norm_prepared == 0 || !op->norm_w || !op->h || op->x_w || !fused_supported(op) || cuda_nrows(op->x) != 1 ||
+    if (c->tune.norm_prepared == 0 || !op->norm_w || !op->h || op->x_w || !fused_supported(op) || cuda_nrows(op->x) != 1 ||
         fused_norm_apart(c, op))
         return false;
     gemv_args a = fused_gemv_args(op, false);
     const int epi = (int)op->epilogue;
     const st_type type = op->w[0]->type;
-    gemv_route_norm(a, epi);
+    gemv_route_norm(a);
     if (!gemv_decode_takes(a, type) || (a.K + 3) / 4 > GEMV_PREPARED_MAX_SS) return false;
-    if (c->norm_prepared == 2) return true;
+    if (c->tune.norm_prepared == 2) return true;
     cuda_gemv_decode_args d = gemv_decode_args(a, epi);
     if (cuda_gemv_rowblock_takes(c, &d, type)) return false; // (its norm costs one block reduction)
     const int in_loop = cuda_gemv_decode_waves(c, &d, type);
@@ -467,7 +460,7 @@ st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_er
     if (!fused_supported(op)) { // quantized weights: their own fused kernel, else the composite
         bool ran = false;
         const st_status s = st_cuda_mul_mat_fused_quant(b, op, &ran, err);
-        return s != ST_OK || ran ? s : st_backend_mul_mat_fused_composite(b, op, err);
+        return s != ST_OK || ran ? s : st_fused_mul_mat_composite(b, op, err);
     }
     const bool apart = fused_norm_apart(c, op);
     if (apart) { // h = rmsnorm(x) * norm_w [K, 1], then the product of h
@@ -493,7 +486,7 @@ st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_er
     // x * norm_w and the sums of squares of x formed by the add before: the decode kernel's
     // loop reads x_w instead of x and norm_w
     const st_tensor *xw = op->x_w;
-    if (c->norm_prepared && a.norm_w && xw && xw->data == ss_for && ss_rows == a.K && a.M == 1 &&
+    if (c->tune.norm_prepared && a.norm_w && xw && xw->data == ss_for && ss_rows == a.K && a.M == 1 &&
         (a.K + 3) / 4 <= GEMV_PREPARED_MAX_SS && cuda_is_f32_rows(xw) && xw->ne[0] == a.K &&
         cuda_aligned16(xw->data)) {
         a.x_w = (const float *)xw->data;

@@ -24,22 +24,12 @@
 #define CUDA_GEMV_WARPS 8
 /* Blocks per multiprocessor the one-column kernels are compiled for: 8 x 256 threads, the
  * most an SM holds, at <= 32 registers a thread (with CUDA_GEMV_UNROLL 2, ptxas: no spills
- * for F16; 8-12 bytes for BF16 and 8-40 for F32, whose decode was not re-measured).
- * Overridable with -D for tuning builds, as CUDA_GEMV_UNROLL. */
-#ifndef GEMV_DECODE_MIN_BLOCKS
+ * for F16; 8-12 bytes for BF16 and 8-40 for F32). */
 #define GEMV_DECODE_MIN_BLOCKS 8
-#endif
 /* Blocks per multiprocessor of the kernels with the norm in the loop, which hold x and
  * norm_w pieces beside the weights (at 8, ptxas spills); the decode kernel's other bound
  * (cuda_gemv_decode.cu). */
-#ifndef GEMV_NORM_MIN_BLOCKS
 #define GEMV_NORM_MIN_BLOCKS 6
-#endif
-/* A fused one-column product with a norm whose grid is at least this many waves of
- * GEMV_DECODE_MIN_BLOCKS blocks an SM runs the norm on its own first (cuda_gemv.cu). */
-#ifndef GEMV_NORM_APART_WAVES
-#define GEMV_NORM_APART_WAVES 4
-#endif
 #define CUDA_GEMV_MAX_PARTS 3
 
 /* cuda_gemv_decode.cu: one column, 16-byte aligned weight rows and x, K % (16 / type
@@ -48,10 +38,8 @@
 /* The most partial sums of x . x a prepared norm reads (four a thread of a block). */
 #define GEMV_PREPARED_MAX_SS (CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE * 4)
 /* A one-wave normed product from this K on takes its x * norm_w prepared by the add before
- * it (st_cuda_prepared_norm_pays; qwen3-8b's q/k/v at K = 4,096 gained, K = 2,048 lost). */
-#ifndef GEMV_PREPARED_MIN_K
+ * it (st_cuda_prepared_norm_pays): on the H200 that pays at K = 4,096, not at 2,048. */
 #define GEMV_PREPARED_MIN_K 4096
-#endif
 typedef struct cuda_gemv_decode_args {
     const char *w[CUDA_GEMV_MAX_PARTS]; /* [K, n] at row stride nb1 */
     int64_t nb1[CUDA_GEMV_MAX_PARTS], n[CUDA_GEMV_MAX_PARTS];
@@ -75,7 +63,7 @@ typedef struct cuda_gemv_decode_args {
 } cuda_gemv_decode_args;
 st_status cuda_gemv_decode_run(st_cuda_ctx *c, cuda_gemv_decode_args *a, st_type type, st_error *err);
 /* The warps a row the decode kernel gives the product a: 2 when that keeps its grid within
- * one wave of the SMs at the kernel's blocks an SM (and ctx->gemv_max_split allows), else 1. */
+ * one wave of the SMs at the kernel's blocks an SM, else 1. */
 int cuda_gemv_decode_split(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type);
 /* The waves of SMs the decode kernel's grid for a takes, at that split and its blocks an SM
  * (a norm in the loop holds fewer than a prepared one or none). */
@@ -86,14 +74,8 @@ int cuda_gemv_decode_waves(const st_cuda_ctx *c, const cuda_gemv_decode_args *a,
  * take: CUDA_ROWBLOCK_* (cuda_backend.h). */
 bool cuda_gemv_rowblock_takes(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type);
 st_status cuda_gemv_rowblock_run(st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type, st_error *err);
-/* Index arithmetic within a row (pieces, elements): 64-bit; a tuning build may ask for
- * 32-bit (-DCUDA_GEMV_ROW_INDEX_32, bench/kernels/gemv_variants_bench.cu), rows being far
- * shorter than 2^31 elements. Row offsets (n * nb1) stay 64-bit either way. */
-#ifdef CUDA_GEMV_ROW_INDEX_32
-typedef int cuda_gemv_idx;
-#else
+/* Index arithmetic within a row (pieces, elements), 64-bit like the row offsets (n * nb1). */
 typedef int64_t cuda_gemv_idx;
-#endif
 
 template <st_type T> struct cuda_elem_bytes;
 template <> struct cuda_elem_bytes<ST_TYPE_F32> { static constexpr int value = 4; };
@@ -177,20 +159,12 @@ __device__ __forceinline__ void cuda_gemv_piece(const uint4 &wq, cuda_gemv_idx k
  * order is fixed by K alone: lane l owns the pieces l, l + 32, ... in order, then a
  * shuffle tree, whatever CUDA_GEMV_UNROLL is.
  *
- * Measured on the H200 (bench/cuda-decode.md), whole-model tg128: 2 loads a lane at 64
- * warps an SM beat 8 loads at 32 warps (the earlier choice) by 11-24%, 4 at 48 and 4 at
- * 64 (with spills) by less; 4 warps a block, splitting a row's K over several warps (for
- * every grid, at 8 loads a lane; the decode kernel now does it for grids short of a wave,
- * cuda_gemv_decode.cu, which gained 4-6% tg128), guarding the last round instead of finishing it piece by piece, loading a row's first
- * round before waiting on the previous kernel (programmatic dependent launch), staging x
- * in shared memory for the products without a norm, and 8 loads a lane for grids that
- * fit one wave of such a kernel (o and down of the 1-2B models) were each slower or no
- * faster. (An RMSNorm is folded into this loop by cuda_gemv.cu's own one-column variant,
- * where measured faster.) */
-/* (Overridable with -D for tuning builds: bench/kernels/decode_step_bench.cu.) */
-#ifndef CUDA_GEMV_UNROLL
+ * On the H200, 2 loads a lane at 64 warps an SM stream faster than deeper unrolling at
+ * fewer warps (8 loads at 32 warps, 4 at 48) or at as many (4 at 64 spills). Splitting a
+ * row over several warps is the decode kernel's, for grids short of a wave
+ * (cuda_gemv_decode.cu). (An RMSNorm is folded into this loop by cuda_gemv.cu's own
+ * one-column variant.) */
 #define CUDA_GEMV_UNROLL 2
-#endif
 template <st_type T, bool X_SHARED = false, int NC = CUDA_GEMV_MAX_COLS>
 __device__ __forceinline__ void cuda_gemv_row(const char *__restrict__ wrow, int64_t K, bool w_vec,
                                               const float *const *xs, int n_cols, bool x_vec, float *acc) {

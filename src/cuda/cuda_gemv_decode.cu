@@ -7,10 +7,10 @@
 //
 // The general kernel in this case spends, before its first weight load, the row addresses
 // of strided views (64-bit divisions in every thread) and carries the runtime alignment and
-// column-count branches through its loop; a plain one-warp-a-row kernel streams the same
-// products 14-15% faster on the 1-2B models (bench/decode-kernel-h200.md). Here the host
-// passes plain pointers and the loop has no branch but its bound. A gated pair reads its
-// gate and up rows in one loop, each x (and norm_w) piece loaded once for both.
+// column-count branches through its loop: on the 1-2B models' products a plain
+// one-warp-a-row kernel streams measurably faster. Here the host passes plain pointers and
+// the loop has no branch but its bound. A gated pair reads its gate and up rows in one
+// loop, each x (and norm_w) piece loaded once for both.
 //
 // One warp per weight row, CUDA_GEMV_WARPS rows a block, lane l owns the 16-byte pieces
 // l, l + 32, ... in order, then a shuffle tree: the summation order of cuda_gemv_row and of
@@ -22,9 +22,8 @@
 // the pieces l, l + 32 S, ...; then each warp's shuffle tree and the S warp sums added in
 // warp order): S times the warps and the bytes in flight, the same bytes read. Another
 // summation order: the same bits for every run and every stride, not those of S = 1.
-// Measured on the H200 (bench/decode-split-h200.md), tg128 llama-3.2-1b / qwen3-1.7b /
-// qwen3-8b: up to 4 warps a row +5.7% / +6.4% / +4.4% over one; up to 2 another +0.5% /
-// +1.3% / 0%; letting a split grid take two waves (q/k/v split too) -2% / -8% / -4%.
+// A grid splits only where the split one still fits one wave: one that would take two
+// waves (q/k/v) is slower split than not.
 //
 // Bytes: N*K*type_size of weights once (x, norm_w from L1/L2). FLOPs: 2*N*K.
 #include "cuda/cuda_gemv.cuh"
@@ -36,9 +35,7 @@ enum { DEC_NORM_NONE, DEC_NORM_IN_LOOP, DEC_NORM_PREPARED };
 
 // A gated pair's pieces in flight a lane, from each of its two rows (the loop then has
 // 2 x GEMV_DECODE_GLU_PIECES loads in flight, as a single row has CUDA_GEMV_UNROLL).
-#ifndef GEMV_DECODE_GLU_PIECES
-#define GEMV_DECODE_GLU_PIECES (CUDA_GEMV_UNROLL / 2 > 0 ? CUDA_GEMV_UNROLL / 2 : 1)
-#endif
+#define GEMV_DECODE_GLU_PIECES (CUDA_GEMV_UNROLL / 2)
 // acc += dot(gate piece, h), up += dot(up piece, h) (GLU) over one 16-byte piece at k0,
 // h = x * norm_w (NORM; ss += x . x) or x.
 template <st_type T, bool NORM, bool GLU>
@@ -110,6 +107,7 @@ __device__ __forceinline__ float *gemv_decode_partials(void) {
 __device__ __forceinline__ void gemv_decode_partials_copy(const float *__restrict__ x_ss, int n_ss) {
     float *parts = gemv_decode_partials();
     const int i = threadIdx.x * 4;
+#if ST_GPU_NVIDIA
     if (i + 3 < n_ss) {
         const unsigned int dst = (unsigned int)__cvta_generic_to_shared(parts + i);
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(x_ss + i) : "memory");
@@ -120,13 +118,22 @@ __device__ __forceinline__ void gemv_decode_partials_copy(const float *__restric
         }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
+#else // portable: plain copies (the thread reads back only its own four)
+    if (i + 3 < n_ss) {
+        *(float4 *)(parts + i) = *(const float4 *)(x_ss + i);
+    } else {
+        for (int j = i; j < n_ss && j < i + 4; j++) parts[j] = x_ss[j];
+    }
+#endif
 }
 
 // The block's sum of the partials, in a fixed order (each thread's four, the shuffle tree,
 // the warps in order): the same value in every block. Every thread of the block calls it.
 __device__ __forceinline__ float gemv_decode_partials_sum(int n_ss) {
     __shared__ float warp_sums[CUDA_GEMV_WARPS];
+#if ST_GPU_NVIDIA
     asm volatile("cp.async.wait_all;" ::: "memory"); // this thread's own copies have landed
+#endif
     const float *parts = gemv_decode_partials();
     const int i = threadIdx.x * 4;
     float v[4];
@@ -137,14 +144,14 @@ __device__ __forceinline__ float gemv_decode_partials_sum(int n_ss) {
     __syncthreads();
     float ss = 0.0f;
 #pragma unroll
-    for (int i = 0; i < CUDA_GEMV_WARPS; i++) ss += warp_sums[i];
+    for (int w = 0; w < CUDA_GEMV_WARPS; w++) ss += warp_sums[w];
     return ss;
 }
 
 // The part (of a.n_parts) this block's rows belong to.
 __device__ __forceinline__ int gemv_decode_part(const cuda_gemv_decode_args &a) {
     int p = 0;
-    while (p + 1 < a.n_parts && blockIdx.x >= a.block0[p + 1]) p++;
+    while (p + 1 < a.n_parts && blockIdx.x >= (unsigned int)a.block0[p + 1]) p++;
     return p;
 }
 
@@ -235,8 +242,6 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE, MIN_BLOCKS
 // pair of other than F16 rows (ptxas: 68-132 bytes of spills at 32 registers), take
 // GEMV_NORM_MIN_BLOCKS' registers. A prepared norm's loop is the plain one (its sum of
 // squares comes from the add's partials, loaded before the loop and summed after it).
-// (Taking the 6-block build for the grids whose last wave it fills better, qwen3-8b's
-// gate/up without a norm, gained 0.3 us a layer: not kept.)
 static constexpr int gemv_decode_min_blocks(st_type t, int epi, int norm) {
     return norm == DEC_NORM_IN_LOOP ||
                    ((epi == ST_FUSED_EPILOGUE_SWIGLU || epi == ST_FUSED_EPILOGUE_GEGLU) && t != ST_TYPE_F16)
@@ -265,7 +270,7 @@ static int64_t gemv_decode_wave(const st_cuda_ctx *c, const cuda_gemv_decode_arg
 }
 
 int cuda_gemv_decode_split(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type) {
-    return c->gemv_max_split >= 2 && gemv_decode_blocks(a, 1, NULL) * 2 <= gemv_decode_wave(c, a, type) ? 2 : 1;
+    return gemv_decode_blocks(a, 1, NULL) * 2 <= gemv_decode_wave(c, a, type) ? 2 : 1;
 }
 
 int cuda_gemv_decode_waves(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type) {

@@ -13,18 +13,16 @@
 // batch (each warp's shuffle tree, then the 8 warp sums added in warp order by the row's
 // thread, which applies the epilogue).
 //
-// Why: the one-wave products of the 1-2B models streamed 0.9-2.5 us above a bare read of
-// their bytes as one warp a row (bench/read-floor-h200.md), whose lanes walk a row in
-// dependent rounds and read x (and norm_w) again for every piece. The bare read puts every
-// byte of an 8 MB product in flight in one round of loads from the whole GPU; this kernel
-// reads in the same pattern. bench/kernels/gemv_rowblock_bench.cu measured it on the
-// products' shapes without norms: o 4.30 -> 3.97 us, down 12.05 -> 9.46 (llama-3.2-1b) and
-// 9.60 -> 7.74 (qwen3-1.7b), gate/up 20.74 -> 17.51 (llama-3.2-1b), q/k/v unchanged, against
-// the warp-a-row kernel (bench/gemv-rowblock-h200.md).
+// Why: as one warp a row, the one-wave products of the 1-2B models stream well above a
+// bare read of their bytes: a warp's lanes walk a row in dependent rounds and read x (and
+// norm_w) again for every piece. The bare read puts every byte of an 8 MB product in
+// flight in one round of loads from the whole GPU; this kernel reads in the same pattern.
+// On those products' shapes (without norms) it streams o, down and gate/up faster than
+// the warp-a-row kernel, and q/k/v as fast.
 //
 // gemv_rowblock_staged_kernel reads the same rows into shared memory by cp.async, all of a
 // block's rows in flight at once where they fit (44 KiB a block), for the products where that
-// measured faster (rowblock_staged): q/k/v of the 1-2B models took 1.3-1.4 us less a layer.
+// is faster (rowblock_staged): q/k/v of the 1-2B models, whose rows then arrive in one round.
 //
 // The order of additions depends on K alone (thread t's pieces in order, the xor tree, the
 // warps in order): the same bits for every run and row stride, not those of the warp-a-row
@@ -43,7 +41,8 @@
 #define ROWBLOCK_MAX_ROWS_A_BLOCK 16
 
 // Rows a batch: the batch's loads in flight a thread (P x RB, twice for a gated pair), at
-// most 4 (measured: 4 rows of K = 2,048 beat 2 and 8; one row of K = 6,144 and 8,192 beat 2).
+// most 4 (on the H200, 4 rows of K = 2,048 are faster than 2 or 8; one row of K = 6,144 and
+// 8,192 faster than 2).
 __host__ __device__ constexpr int rowblock_rows(int P, bool glu) {
     return P >= 3 ? 1 : (4 / P) / (glu ? 2 : 1); // P = 1: 4 (2 for a pair); P = 2: 2 (1)
 }
@@ -86,7 +85,7 @@ __device__ __forceinline__ void rowblock_issue(const cuda_gemv_decode_args &a, i
 template <int VEC, bool L2 = false>
 __device__ __forceinline__ float4 rowblock_f32x4(const float *v, int j, int i) {
     const float4 *q = (const float4 *)(v + ((int)threadIdx.x + j * ROWBLOCK_THREADS) * VEC + i);
-    return L2 ? __ldcg(q) : __ldg(q);
+    return L2 ? st_gpu_load_l2(q) : __ldg(q);
 }
 
 // This thread's pieces of x [K] (floats i..i+3 of piece j at h[j][i..]; through L2 when
@@ -235,32 +234,30 @@ __host__ __device__ constexpr int rowblock_stages(int P, bool glu) {
 }
 
 // 16 bytes global -> shared, asynchronously, marked first to leave L2 (as the register
-// kernel's streaming loads are: the weights are read once a token).
+// kernel's streaming loads are: the weights are read once a token). Portable: a plain copy,
+// done when it returns (a thread reads back only its own pieces, so no barrier is missing).
+#if ST_GPU_NVIDIA
 __device__ __forceinline__ uint64_t rowblock_evict_first_policy() {
     uint64_t policy;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
     return policy;
 }
-#ifndef ROWBLOCK_EVICT_FIRST
-#define ROWBLOCK_EVICT_FIRST 1
-#endif
 __device__ __forceinline__ void rowblock_cp_async16(uint4 *dst, const uint4 *src, uint64_t policy) {
-#if ROWBLOCK_EVICT_FIRST
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(
                      (unsigned int)__cvta_generic_to_shared(dst)),
                  "l"(src), "l"(policy)
                  : "memory");
-#else
-    (void)policy;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned int)__cvta_generic_to_shared(dst)),
-                 "l"(src)
-                 : "memory");
-#endif
 }
 __device__ __forceinline__ void rowblock_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void rowblock_cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+#else
+__device__ __forceinline__ uint64_t rowblock_evict_first_policy() { return 0; }
+__device__ __forceinline__ void rowblock_cp_async16(uint4 *dst, const uint4 *src, uint64_t) { *dst = *src; }
+__device__ __forceinline__ void rowblock_cp_async_commit() {}
+template <int N> __device__ __forceinline__ void rowblock_cp_async_wait() {}
+#endif
 
 template <st_type T, int EPI, bool NORM, int P, bool EARLY>
 __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
@@ -275,8 +272,8 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     const int t = threadIdx.x, warp = t / ST_GPU_WARP_SIZE, lane = t % ST_GPU_WARP_SIZE, G = (int)gridDim.x;
     const int mine = (rows - (int)blockIdx.x + G - 1) / G; // rows blockIdx.x + i G, i < mine (<= 16)
     cuda_early_release();
-    // x (and at one piece a thread norm_w; at two it cost qwen3-8b's q/k/v 0.8 us, at four
-    // it spills) before any weight: behind S rows of copies, a load waits for them. Launched
+    // x (and at one piece a thread norm_w; at two it slows qwen3-8b's q/k/v, at four it
+    // spills) before any weight: behind S rows of copies, a load waits for them. Launched
     // early, after the copies and the wait (by then the copies have had the kernel ahead's time).
     constexpr bool NW_EARLY = NORM && P == 1;
     float h[P][VEC], nw[NW_EARLY ? P : 1][VEC];
@@ -310,7 +307,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
         int p;
         int64_t n;
         rowblock_row(a, (int)blockIdx.x + t * G, &p, &n);
-        resid = EARLY ? __ldcg(a.out + n) : a.out[n];
+        resid = EARLY ? st_gpu_load_l2(a.out + n) : a.out[n];
     }
     float scale = 1.0f;
     if (NORM) scale = rowblock_norm<VEC, P, NW_EARLY>(a, h, nw, ss_sums, warp, lane); // the first rows in flight
@@ -354,16 +351,17 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
 }
 
 // The longest rows (pieces a thread, K / 2,048) of a residual add that early_launch's
-// CUDA_ROWBLOCK_ADD launches early: o (1-2 pieces on the issue-5 models); longer ones, down
+// CUDA_ROWBLOCK_ADD launches early: o (1-2 pieces, K = 2,048 or 4,096); longer ones, down
 // (3-4 on the 1-2B models; qwen3-8b's is not this kernel's), go early by
-// CUDA_EARLY_LONG_ADD (cuda_backend.h: o early gained, down early lost). llama-3.2-1b's o,
-// which prepares gate/up's norm, is the warp-a-row kernel's and never goes early.
+// CUDA_EARLY_LONG_ADD (cuda_tuning.h: launched early, o is faster, down is not).
+// llama-3.2-1b's o, which prepares gate/up's norm, is the warp-a-row kernel's and never
+// goes early.
 #define ROWBLOCK_EARLY_SHORT_P 2
 
 // Whether a product of this kind and P pieces a thread is launched early (then staged).
 static bool rowblock_early(const st_cuda_ctx *c, int kind, int P) {
     const int bit = kind == CUDA_ROWBLOCK_ADD && P > ROWBLOCK_EARLY_SHORT_P ? CUDA_EARLY_LONG_ADD : kind;
-    return (c->early_launch & bit) != 0;
+    return (c->tune.early_launch & bit) != 0;
 }
 
 // The grid: one wave at ROWBLOCK_MIN_BLOCKS an SM, or one block a row when there are fewer.
@@ -382,7 +380,7 @@ bool cuda_gemv_rowblock_takes(const st_cuda_ctx *c, const cuda_gemv_decode_args 
     const int kind = a->epilogue == ST_FUSED_EPILOGUE_STORE ? CUDA_ROWBLOCK_STORE
                      : a->epilogue == ST_FUSED_EPILOGUE_ADD ? CUDA_ROWBLOCK_ADD
                                                               : CUDA_ROWBLOCK_GLU;
-    if (!(c->gemv_rowblock & kind) || (type != ST_TYPE_F16 && type != ST_TYPE_BF16)) return false;
+    if (!(c->tune.rowblock & kind) || (type != ST_TYPE_F16 && type != ST_TYPE_BF16)) return false;
     if (a->x_w || a->out_ss || a->K % ROWBLOCK_K_A_ROUND != 0) return false; // (a prepared norm: the decode kernel)
     const int64_t P = a->K / ROWBLOCK_K_A_ROUND, rows = rowblock_rows_total(a);
     if (P > ROWBLOCK_PIECES_A_THREAD_MAX || rows < 1) return false;
@@ -399,13 +397,12 @@ static void rowblock_launch_staged(st_cuda_ctx *c, const cuda_gemv_decode_args &
     else gemv_rowblock_staged_kernel<T, EPI, NORM, P, false><<<grid, ROWBLOCK_THREADS, smem, c->stream>>>(a, rows);
 }
 
-// Whether a product's rows are staged: st_cuda_ctx's gemv_rowblock_staged, a mask of kinds,
-// or (-1, the default) where it measured faster on the H200 at depth 64
-// (bench/cuda-decode.md, twentieth session): q/k/v -1.3 to -1.4 us a layer on the 1-2B
-// models (2 register batches -> 1); o at K = 4,096 (qwen3-8b) -0.9. Not o at K = 2,048 (one
-// register batch: 0), down at K = 6,144 / 8,192 (0 to +0.15) or gated pairs.
+// Whether a product's rows are staged: st_cuda_tuning's rowblock_staged, a mask of kinds,
+// or (-1, the default) where staging is faster on the H200 at depth 64: q/k/v of the 1-2B
+// models (2 register batches -> 1) and o at K = 4,096 (qwen3-8b). Not o at K = 2,048 (one
+// register batch: no gain), down at K = 6,144 / 8,192 or gated pairs.
 static bool rowblock_staged(const st_cuda_ctx *c, int kind, int P) {
-    if (c->gemv_rowblock_staged >= 0) return (c->gemv_rowblock_staged & kind) != 0;
+    if (c->tune.rowblock_staged >= 0) return (c->tune.rowblock_staged & kind) != 0;
     return kind == CUDA_ROWBLOCK_STORE || (kind == CUDA_ROWBLOCK_ADD && P == 2);
 }
 

@@ -13,6 +13,7 @@
 #include <limits.h>
 
 #include "cuda/cuda_gemv.cuh"
+#include "cuda/cuda_quant.h"
 
 
 // ---- get_rows -----------------------------------------------------------------------------
@@ -52,7 +53,7 @@ __global__ void get_rows_bf16(st_cuda_view dst, const char *src, int64_t nb1, in
 st_status st_cuda_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *ids,
                            st_error *err) {
     // dst F32 [K, M]; src [K, V] at any row stride; ids I32 [M]
-    if (cuda_is_quantized(src->type)) return st_cuda_get_rows_quant(b, dst, src, ids, err); // cuda_quant.cu
+    if (cuda_is_quantized(src->type)) return st_cuda_get_rows_quant(b, dst, src, ids, err); // cuda_quant_get_rows.cu
     st_cuda_ctx *c = cuda_ctx(b);
     ST_ASSERT(cuda_is_f32_rows(dst) && cuda_is_float_weight(src) && cuda_is_i32_index(ids));
     ST_ASSERT(dst->ne[0] == src->ne[0] && dst->ne[2] == 1 && dst->ne[3] == 1);
@@ -144,11 +145,16 @@ st_status st_cuda_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *
     float *C = y_direct ? (float *)dst->data : (float *)(scratch + x_bytes);
     const int ldc = y_direct ? (int)(dst->nb[1] / 4) : (int)N;
 
+#if ST_GPU_HAVE_BLAS
     const float alpha = 1.0f, beta = 0.0f;
     const st_gpu_blas_data_t t = cuda_blas_type(w->type);
     ST_GPU_BLAS_CHECK(st_gpu_blas_gemm_ex(c->blas, st_gpu_blas_op_t, st_gpu_blas_op_n, (int)N, (int)M, (int)K, &alpha,
                                           w->data, t, (int)(w->nb[1] / ts), B, t, ldb, &beta, C, st_gpu_blas_r_32f,
                                           ldc, st_gpu_blas_compute_32f, st_gpu_blas_gemm_default));
+#else
+    (void)B, (void)ldb, (void)ldc;
+    return st_error_set(err, ST_ERROR_UNSUPPORTED, ST_GPU_NO_BLAS_MESSAGE);
+#endif
     if (!y_direct) {
         unpack_rows_f32<<<cuda_rows_grid(N, M), ST_CUDA_ROWS_THREADS, 0, c->stream>>>(cuda_view(dst), C);
         ST_GPU_CHECK_LAUNCH();
@@ -158,7 +164,7 @@ st_status st_cuda_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *
 
 st_status st_cuda_mul_mat(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err) {
     // w [K, N] any nb[1]; x F32 [K, M...]; dst F32 [N, M...] (M... = ne[1..3] of x)
-    if (cuda_is_quantized(w->type)) return st_cuda_mul_mat_quant(b, dst, w, x, err); // cuda_quant.cu
+    if (cuda_is_quantized(w->type)) return st_cuda_mul_mat_quant(b, dst, w, x, err); // cuda_quant_gemm.cu
     st_cuda_ctx *c = cuda_ctx(b);
     ST_ASSERT(cuda_is_float_weight(w) && w->ne[2] == 1 && w->ne[3] == 1);
     ST_ASSERT(cuda_is_f32_rows(x) && cuda_is_f32_rows(dst));

@@ -3,8 +3,9 @@
 //
 // mul_mat_id, decode (fewer than ST_CUDA_MOE_GROUPED_MIN_M tokens, or while recording a graph):
 // the kernel reads the expert ids from device memory, so the decode path has no host
-// synchronisation: block (row group, slot) looks its expert up and runs the
-// matrix-vector product over that expert's slice W + e * nb[2] at the row stride nb[1].
+// synchronisation: block (row group, slot) looks its expert up (cuda_moe.cuh, shared with
+// the quantized experts' kernel) and runs the matrix-vector product over that expert's
+// slice W + e * nb[2] at the row stride nb[1].
 //
 // mul_mat_id, prefill: grouped by expert. The ids come to the host (one synchronisation
 // per call, as a prompt may have), the slots are sorted by expert (a counting sort, as
@@ -17,48 +18,32 @@
 
 #include "core/moe_route.h"
 #include "cuda/cuda_gemv.cuh"
-
-// How x is laid out relative to the slots (cpu_ops.h, st_cpu_mul_mat_id).
-typedef enum moe_x_mode {
-    MOE_X_PER_SLOT = 0,  // [K, n_used, M]: slot (j, m) reads x[:, j, m]
-    MOE_X_SHARED_2D = 1, // [K, M]: every slot of token m reads x[:, m]
-    MOE_X_SHARED_3D = 2, // [K, 1, M]: x[:, 0, m]
-} moe_x_mode;
+#include "cuda/cuda_moe.cuh"
+#include "cuda/cuda_quant.h"
 
 template <st_type T>
 __device__ void mul_mat_id_impl(const char *__restrict__ w, int64_t w_nb1, int64_t w_nb2, int64_t K, int64_t N,
                                 int64_t n_expert, bool w_vec, st_cuda_view x, int x_mode, bool x_vec,
                                 st_cuda_view y, const int32_t *__restrict__ ids, int64_t ids_nb1,
                                 st_cuda_op_error *op_err) {
-    const int64_t n_used = y.ne1, M = y.ne2, n_slots = n_used * M;
     const int64_t n = (int64_t)blockIdx.x * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
     const int lane = threadIdx.x % ST_GPU_WARP_SIZE;
-    for (int64_t s = blockIdx.y; s < n_slots; s += gridDim.y) {
-        const int64_t j = s % n_used, m = s / n_used;
-        const int32_t e = *(const int32_t *)((const char *)ids + m * ids_nb1 + j * (int64_t)sizeof(int32_t));
-        if (e < 0 || e >= n_expert) {
-            if (blockIdx.x == 0 && threadIdx.x == 0)
-                cuda_report_op_error(op_err, ST_CUDA_OP_ERROR_EXPERT_ID, e, m * n_used + j, n_expert);
-            continue;
-        }
-        if (n >= N) continue;
-        const char *xrow;
-        if (x_mode == MOE_X_PER_SLOT) xrow = x.data + j * x.nb1 + m * x.nb2;
-        else if (x_mode == MOE_X_SHARED_2D) xrow = x.data + m * x.nb1;
-        else xrow = x.data + m * x.nb2;
-        const float *xs[CUDA_GEMV_MAX_COLS];
+    moe_for_each_slot(y, ids, ids_nb1, n_expert, op_err, [&](int64_t j, int64_t m, int32_t e) {
+        if (n >= N) return;
+        const float *xrow = moe_slot_x(x, x_mode, j, m), *xs[CUDA_GEMV_MAX_COLS];
 #pragma unroll
-        for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) xs[c] = (const float *)xrow;
+        for (int c = 0; c < CUDA_GEMV_MAX_COLS; c++) xs[c] = xrow;
         float acc[CUDA_GEMV_MAX_COLS];
         cuda_gemv_row<T, false, 1>(w + (int64_t)e * w_nb2 + n * w_nb1, K, w_vec, xs, 1, x_vec, acc);
-        if (lane == 0) ((float *)(y.data + j * y.nb1 + m * y.nb2))[n] = acc[0];
-    }
+        if (lane == 0) moe_slot_y(y, j, m)[n] = acc[0];
+    });
 }
 
 #define MUL_MAT_ID_KERNEL(name, T)                                                                                 \
     __global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)                                           \
         name(const char *w, int64_t nb1, int64_t nb2, int64_t K, int64_t N, int64_t E, bool w_vec, st_cuda_view x, \
-             int x_mode, bool x_vec, st_cuda_view y, const int32_t *ids, int64_t ids_nb1, st_cuda_op_error *e) {   \
+             int x_mode, bool x_vec, st_cuda_view y, const int32_t *__restrict__ ids, int64_t ids_nb1,             \
+             st_cuda_op_error *e) {                                                                                \
         mul_mat_id_impl<T>(w, nb1, nb2, K, N, E, w_vec, x, x_mode, x_vec, y, ids, ids_nb1, e);                    \
     }
 MUL_MAT_ID_KERNEL(mul_mat_id_f32, ST_TYPE_F32)
@@ -67,21 +52,14 @@ MUL_MAT_ID_KERNEL(mul_mat_id_bf16, ST_TYPE_BF16)
 
 // ---- prefill: slots grouped by expert ----------------------------------------------------
 
-// x row of slot s = m * n_used + j, as the decode kernel addresses it.
-__device__ __forceinline__ const float *moe_slot_x(const st_cuda_view &x, int x_mode, int64_t n_used, int64_t s) {
-    const int64_t j = s % n_used, m = s / n_used;
-    if (x_mode == MOE_X_PER_SLOT) return (const float *)(x.data + j * x.nb1 + m * x.nb2);
-    if (x_mode == MOE_X_SHARED_2D) return (const float *)(x.data + m * x.nb1);
-    return (const float *)(x.data + m * x.nb2);
-}
-
 // packed[p * K + k] = x row of slot order[p], in T: the experts' GEMM operand [K, n_slots].
 template <st_type T>
 __global__ void moe_gather_rows(char *__restrict__ packed, st_cuda_view x, int x_mode, int64_t n_used,
                                 const int32_t *__restrict__ order, int64_t n_slots) {
     const int64_t K = x.ne0;
     for (int64_t p = blockIdx.y; p < n_slots; p += gridDim.y) {
-        const float *row = moe_slot_x(x, x_mode, n_used, order[p]);
+        const int64_t s = order[p];
+        const float *row = moe_slot_x(x, x_mode, s % n_used, s / n_used);
         for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < K; k += (int64_t)gridDim.x * blockDim.x)
             cuda_store_as<T>(packed, p * K + k, row[k]);
     }
@@ -92,8 +70,8 @@ __global__ void moe_scatter_rows(st_cuda_view y, const float *__restrict__ C, co
                                  int64_t n_slots) {
     const int64_t N = y.ne0, n_used = y.ne1;
     for (int64_t p = blockIdx.y; p < n_slots; p += gridDim.y) {
-        const int64_t s = order[p], j = s % n_used, m = s / n_used;
-        float *row = (float *)(y.data + j * y.nb1 + m * y.nb2);
+        const int64_t s = order[p];
+        float *row = moe_slot_y(y, s % n_used, s / n_used);
         for (int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; n < N; n += (int64_t)gridDim.x * blockDim.x)
             row[n] = C[p * N + n];
     }
@@ -198,6 +176,7 @@ static st_status moe_mul_mat_id_grouped(st_cuda_ctx *c, st_tensor *dst, const st
             goto done;
         }
         // C[:, p] = W_e^T-as-stored x_p for the slots p of expert e (cuda_matmul.cu's form)
+#if ST_GPU_HAVE_BLAS
         const float alpha = 1.0f, beta = 0.0f;
         const st_gpu_blas_data_t t = cuda_blas_type(w->type);
         for (int64_t e = 0; e < E; e++) {
@@ -213,6 +192,10 @@ static st_status moe_mul_mat_id_grouped(st_cuda_ctx *c, st_tensor *dst, const st
                 goto done;
             }
         }
+#else
+        s = st_error_set(err, ST_ERROR_UNSUPPORTED, ST_GPU_NO_BLAS_MESSAGE);
+        goto done;
+#endif
         moe_scatter_rows<<<cuda_rows_grid(N, n_slots), ST_CUDA_ROWS_THREADS, 0, c->stream>>>(cuda_view(dst), C, d_order,
                                                                                             n_slots);
         if ((rc = st_gpu_get_last_error()) != st_gpu_success) {
@@ -232,21 +215,12 @@ done:
 
 st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x,
                              const st_tensor *ids, st_error *err) {
-    // w [K, N, E] any nb[1], nb[2]; dst F32 [N, n_used, M]; ids I32 [n_used, M];
-    // x F32 [K, M] or [K, 1, M] (shared by the slots of a token) or [K, n_used, M]
-    if (cuda_is_quantized(w->type)) return st_cuda_mul_mat_id_quant(b, dst, w, x, ids, err); // cuda_quant.cu
+    // w [K, N, E] F32/F16/BF16, any nb[1], nb[2]; the other operands: cuda_moe.cuh
+    if (cuda_is_quantized(w->type)) return st_cuda_mul_mat_id_quant(b, dst, w, x, ids, err); // cuda_quant_mul_mat_id.cu
     st_cuda_ctx *c = cuda_ctx(b);
-    ST_ASSERT(cuda_is_float_weight(w) && w->ne[3] == 1);
-    const int64_t K = w->ne[0], N = w->ne[1], E = w->ne[2];
-    ST_ASSERT(cuda_is_f32_rows(dst) && dst->ne[0] == N && dst->ne[3] == 1);
-    const int64_t n_used = dst->ne[1], M = dst->ne[2];
-    ST_ASSERT(cuda_is_f32_rows(x) && x->ne[0] == K && x->ne[3] == 1);
-    ST_ASSERT(cuda_is_i32_index(ids) && ids->ne[0] == n_used && ids->ne[1] >= M);
-    const bool per_slot = x->ne[1] == n_used && x->ne[2] == M;
-    const bool shared_2d = x->ne[1] == M && x->ne[2] == 1;
-    const bool shared_3d = x->ne[1] == 1 && x->ne[2] == M;
-    ST_ASSERT(per_slot || shared_2d || shared_3d);
-    const int x_mode = per_slot ? MOE_X_PER_SLOT : shared_2d ? MOE_X_SHARED_2D : MOE_X_SHARED_3D;
+    ST_ASSERT(cuda_is_float_weight(w));
+    const int x_mode = moe_check_operands(dst, w, x, ids);
+    const int64_t K = w->ne[0], N = w->ne[1], E = w->ne[2], n_used = dst->ne[1], M = dst->ne[2];
     const int64_t n_slots = n_used * M;
     if (N == 0 || n_slots == 0) return ST_OK;
     if (M >= ST_CUDA_MOE_GROUPED_MIN_M && !c->capturing && moe_grouped_supported(w, n_slots))
@@ -288,12 +262,7 @@ __global__ void topk_route_f32(char *__restrict__ ids, int64_t ids_nb1, st_cuda_
         const float *l = (const float *)(logits.data + m * logits.nb1); /* [E] */
         int32_t *id = (int32_t *)(ids + m * ids_nb1);                   /* [k] */
         float *wt = (float *)(wts.data + m * wts.nb1);                   /* [k] */
-        if (!st_moe_route_token(l, E, k, softmax_first, normalize, id, wt)) { // NaN logits
-            for (int32_t j = 0; j < k; j++) {
-                id[j] = 0;
-                wt[j] = 0.0f;
-            }
-        }
+        st_moe_route_token(l, E, k, softmax_first, normalize, id, wt);
     }
 }
 

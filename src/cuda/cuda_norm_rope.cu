@@ -24,7 +24,8 @@ __device__ __forceinline__ float block_sum_f32(float v, float *shared) {
     return total;
 }
 
-static int norm_threads(int64_t D) { return D <= 128 ? 32 : D <= 1024 ? 128 : NORM_MAX_THREADS; }
+// (one warp up to 128 elements: a block of whole warps, as block_sum_f32's shuffles need)
+static int norm_threads(int64_t D) { return D <= 128 ? ST_GPU_WARP_SIZE : D <= 1024 ? 128 : NORM_MAX_THREADS; }
 
 // One block per row: the sum of squares in f32 (a block tree), the scale as the CPU forms
 // it (1 / sqrt(mean + eps) in double, rounded to f32), then y = (x * s) * w.
@@ -132,28 +133,30 @@ st_status st_cuda_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const 
 
 // ---- rope_store: per-head norms, RoPE and the cache store in one launch ------------------------
 
-// Block (r, m): r < n_head: q head r; r < n_head + n_head_kv: k head; else v head. The
+// Block (r, m): r < n_head: q head r; r < n_head + n_head_kv: k head; else v head; token
+// m's k and v go to cache slot slots[m] (its position in a contiguous cache). The
 // same arithmetic as st_cuda_rms_norm (launched with norm_threads(head_dim), so the same
 // partial sums and tree), st_cuda_rope and st_cuda_kv_store, in one kernel: the q/k row
 // is normalised in place, __syncthreads, then roped in place from a copy in shared memory.
 template <st_type C>
 __global__ void rope_store_kernel(st_cuda_view q, st_cuda_view k, st_cuda_view v, const float *__restrict__ q_norm,
                                   const float *__restrict__ k_norm, float eps, const int32_t *__restrict__ positions,
-                                  int mode_neox, int n_rot, float freq_base, float freq_scale,
-                                  const float *__restrict__ freq_factors, float attn_factor, st_cuda_view kc,
-                                  st_cuda_view vc, st_cuda_op_error *op_err) {
+                                  const int32_t *__restrict__ slots, int mode_neox, int n_rot, float freq_base,
+                                  float freq_scale, const float *__restrict__ freq_factors, float attn_factor,
+                                  st_cuda_view kc, st_cuda_view vc, st_cuda_op_error *op_err) {
     __shared__ float shared[NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
     __shared__ float row_s[ROPE_STORE_MAX_HEAD_DIM];
     const int64_t hd = q.ne0, n_head = q.ne1, n_head_kv = k.ne1, n_ctx = kc.ne2;
     const int64_t r = blockIdx.x, m = blockIdx.y;
-    const int32_t p = positions[m];
-    const bool store_ok = p >= 0 && p < n_ctx;
-    if (r == 0 && threadIdx.x == 0 && !store_ok) cuda_report_op_error(op_err, ST_CUDA_OP_ERROR_KV_POSITION, p, m, n_ctx);
+    const int32_t p = positions[m], slot = slots[m];
+    const bool store_ok = slot >= 0 && slot < n_ctx;
+    if (r == 0 && threadIdx.x == 0 && !store_ok)
+        cuda_report_op_error(op_err, ST_CUDA_OP_ERROR_KV_POSITION, slot, m, n_ctx);
     if (r >= n_head + n_head_kv) { // v: the store only
         const int64_t h = r - n_head - n_head_kv;
         if (!store_ok) return;
         const float *vr = (const float *)(v.data + h * v.nb1 + m * v.nb2);
-        char *out = vc.data + h * vc.nb1 + (int64_t)p * vc.nb2;
+        char *out = vc.data + h * vc.nb1 + (int64_t)slot * vc.nb2;
         for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) cuda_cache_store<C>(out, d, vr[d]);
         return;
     }
@@ -177,7 +180,7 @@ __global__ void rope_store_kernel(st_cuda_view q, st_cuda_view k, st_cuda_view v
         rope_work(xr, row_s, t, mode_neox, n_rot, pos, freq_base, freq_factors, attn_factor);
     if (is_q || !store_ok) return;
     __syncthreads(); // the roped row is complete (written by other threads)
-    char *out = kc.data + h * kc.nb1 + (int64_t)p * kc.nb2;
+    char *out = kc.data + h * kc.nb1 + (int64_t)slot * kc.nb2;
     for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) cuda_cache_store<C>(out, d, xr[d]);
 }
 
@@ -186,7 +189,7 @@ st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_er
     const st_rope_params *p = op->rope;
     const int64_t hd = q->ne[0], M = q->ne[2];
     // the fused kernel holds a head row in shared memory; one grid row per token
-    if (hd > ROPE_STORE_MAX_HEAD_DIM || M > ST_CUDA_MAX_GRID_Y) return st_backend_rope_store_composite(b, op, err);
+    if (hd > ROPE_STORE_MAX_HEAD_DIM || M > ST_CUDA_MAX_GRID_Y) return st_fused_rope_store_composite(b, op, err);
     st_cuda_ctx *c = cuda_ctx(b);
     ST_ASSERT(cuda_is_f32_rows(q) && cuda_is_f32_rows(k) && cuda_is_f32_rows(v) && cuda_same_shape(k, v));
     ST_ASSERT(q->ne[3] == 1 && k->ne[0] == hd && k->ne[2] == M);
@@ -195,6 +198,7 @@ st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_er
     ST_ASSERT(p->mode == ST_ROPE_MODE_NORM || p->mode == ST_ROPE_MODE_NEOX);
     ST_ASSERT(p->n_rot >= 0 && p->n_rot % 2 == 0 && p->n_rot <= hd && p->freq_base > 0.0f);
     ST_ASSERT(cuda_is_i32_index(op->positions) && op->positions->ne[0] >= M);
+    ST_ASSERT(cuda_is_i32_index(op->slots) && op->slots->ne[0] >= M);
     const st_tensor *kc = op->k_cache, *vc = op->v_cache;
     ST_ASSERT(kc->type == vc->type && (kc->type == ST_TYPE_F16 || kc->type == ST_TYPE_F32));
     ST_ASSERT(cuda_is_float_weight(kc) && cuda_same_shape(kc, vc) && kc->ne[0] == hd && kc->ne[1] == k->ne[1]);
@@ -206,14 +210,14 @@ st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_er
     const float *qn = op->q_norm ? (const float *)op->q_norm->data : NULL;
     const float *kn = op->k_norm ? (const float *)op->k_norm->data : NULL;
     const int neox = p->mode == ST_ROPE_MODE_NEOX ? 1 : 0;
-    const int32_t *pos = (const int32_t *)op->positions->data;
+    const int32_t *pos = (const int32_t *)op->positions->data, *slots = (const int32_t *)op->slots->data;
     if (kc->type == ST_TYPE_F16)
         rope_store_kernel<ST_TYPE_F16><<<grid, threads, 0, c->stream>>>(
-            cuda_view(q), cuda_view(k), cuda_view(v), qn, kn, op->eps, pos, neox, p->n_rot, p->freq_base,
+            cuda_view(q), cuda_view(k), cuda_view(v), qn, kn, op->eps, pos, slots, neox, p->n_rot, p->freq_base,
             p->freq_scale, p->freq_factors, p->attn_factor, cuda_view(kc), cuda_view(vc), c->d_op_error);
     else
         rope_store_kernel<ST_TYPE_F32><<<grid, threads, 0, c->stream>>>(
-            cuda_view(q), cuda_view(k), cuda_view(v), qn, kn, op->eps, pos, neox, p->n_rot, p->freq_base,
+            cuda_view(q), cuda_view(k), cuda_view(v), qn, kn, op->eps, pos, slots, neox, p->n_rot, p->freq_base,
             p->freq_scale, p->freq_factors, p->attn_factor, cuda_view(kc), cuda_view(vc), c->d_op_error);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;

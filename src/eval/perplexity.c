@@ -5,7 +5,6 @@
 
 #include "stride/perplexity.h"
 
-#include "model/session_internal.h" /* the session's model: n_vocab */
 
 double st_log_softmax_at(const float *logits, int64_t n, int32_t tok) {
     ST_ASSERT(n > 0 && tok >= 0 && tok < n);
@@ -40,7 +39,21 @@ st_status st_perplexity_eval(st_session *s, const int32_t *tokens, int64_t n_tok
                             (long long)n_tokens, (long long)n_ctx);
     int64_t n_chunks = n_tokens / n_ctx;
     if (opt->max_chunks > 0 && opt->max_chunks < n_chunks) n_chunks = opt->max_chunks;
-    const int64_t V = s->model->hp.n_vocab;
+    const int64_t V = st_session_model(s)->hp.n_vocab;
+    /* every id that is evaluated or scored is a token of the model, before anything runs */
+    if (opt->bos >= V)
+        return st_error_set(err, ST_ERROR_FORMAT,
+                            "the BOS token id %d that the model's metadata names (tokenizer.ggml.bos_token_id) is "
+                            "outside its vocabulary of %lld tokens",
+                            opt->bos, (long long)V);
+    for (int64_t i = 0; i < n_chunks * n_ctx; i++) {
+        if (opt->bos >= 0 && i % n_ctx == 0) continue; /* replaced by BOS */
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return st_error_set(err, ST_ERROR_INVALID,
+                                "token id %d at position %lld of the input is outside the vocabulary of the model (ids "
+                                "0..%lld)",
+                                tokens[i], (long long)i, (long long)V - 1);
+    }
     const int64_t first = n_ctx / 2, n_score = n_ctx - 1 - first;
     int64_t n_batch = opt->n_batch > 0 ? opt->n_batch : n_ctx;
     if (n_batch > n_score) n_batch = n_score;

@@ -35,12 +35,16 @@ static inline uint64_t st_gguf_load_u64(const void *p) {
     return (uint64_t)st_gguf_load_u32(b) | ((uint64_t)st_gguf_load_u32(b + 4) << 32);
 }
 
+static inline bool st_gguf_type_is_unsigned(st_gguf_type t) {
+    return t == ST_GGUF_TYPE_UINT8 || t == ST_GGUF_TYPE_UINT16 || t == ST_GGUF_TYPE_UINT32 || t == ST_GGUF_TYPE_UINT64;
+}
+
+static inline bool st_gguf_type_is_signed(st_gguf_type t) {
+    return t == ST_GGUF_TYPE_INT8 || t == ST_GGUF_TYPE_INT16 || t == ST_GGUF_TYPE_INT32 || t == ST_GGUF_TYPE_INT64;
+}
+
 /* True for UINT8..INT32, FLOAT32, BOOL, UINT64..FLOAT64: the fixed-size scalar types. */
 static inline int st_gguf_type_is_fixed(uint32_t type) { return st_gguf_type_size(type) != 0; }
-
-/* Writes data[0..len) into buf (capacity cap >= 8) for an error message: printable ASCII
- * kept, other bytes as \xNN, cut with "..." when it does not fit. Returns buf. */
-const char *st_gguf_format_string(char *buf, size_t cap, const char *data, uint64_t len);
 
 /* Decodes one fixed-size element (little-endian bytes at p) of the given type into a
  * value. type must be fixed-size. */

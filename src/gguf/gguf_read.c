@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf_internal.h"
+#include "stride/file_io.h"
 
 #define HEADER_BYTES 24 /* magic, version, n_tensors, n_kv */
 /* Smallest encodings: a KV is a key of >= 1 byte (8 + 1), a type (4) and a value of >= 1
@@ -320,6 +321,11 @@ static st_status parse_kvs(parser *p, st_error *err) {
         if (kv.key.len == 0)
             return st_error_set(err, ST_ERROR_FORMAT, "metadata entry %" PRIu64 " at byte offset %" PRIu64
                                 " has an empty key", i, kv.file_offset);
+        if (kv.key.len > ST_GGUF_MAX_KEY)
+            return st_error_set(err, ST_ERROR_FORMAT,
+                                "metadata entry %" PRIu64 " at byte offset %" PRIu64 " has a key of %" PRIu64
+                                " bytes ('%s'); GGUF allows at most %d",
+                                i, kv.file_offset, kv.key.len, fmt_name(name, kv.key), ST_GGUF_MAX_KEY);
         snprintf(ctx, sizeof(ctx), "metadata key '%s'", fmt_name(name, kv.key));
         uint64_t type_at = p->pos;
         uint32_t type;
@@ -549,31 +555,19 @@ st_status st_gguf_open_memory(const void *data, size_t size, st_gguf_file **out,
 
 st_status st_gguf_open(const char *path, st_gguf_file **out, st_error *err) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return st_error_set(err, ST_ERROR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return st_error_set(err, ST_ERROR_IO, "cannot stat %s: %s", path, strerror(e));
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return st_error_set(err, ST_ERROR_IO, "%s is a directory, not a GGUF file", path);
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return st_error_set(err, ST_ERROR_IO, "%s is not a regular file", path);
-    }
-    if (st.st_size == 0) {
+    int fd;
+    uint64_t file_size;
+    st_status s = st_file_open_read(path, "GGUF file", &fd, &file_size, err);
+    if (s != ST_OK) return s;
+    if (file_size == 0) {
         close(fd);
         return st_error_set(err, ST_ERROR_FORMAT, "%s is empty (0 bytes), not a GGUF file", path);
     }
-    if ((uint64_t)st.st_size > SIZE_MAX) {
+    if (file_size > SIZE_MAX) {
         close(fd);
         return st_error_set(err, ST_ERROR_UNSUPPORTED, "%s is too large to map on this host", path);
     }
-    size_t size = (size_t)st.st_size;
+    size_t size = (size_t)file_size;
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd); /* the mapping keeps the file alive */
@@ -587,7 +581,7 @@ st_status st_gguf_open(const char *path, st_gguf_file **out, st_error *err) {
     f->map_size = size;
     f->base = map;
     f->size = size;
-    st_status s = parse_file(f, err);
+    s = parse_file(f, err);
     if (s != ST_OK) {
         st_gguf_close(f);
         return st_error_wrap(err, "%s", path);

@@ -1,6 +1,7 @@
 /*
- * stride: GGUF metadata values: type names and sizes, string comparison, array element
- * access and the typed getters.
+ * stride: GGUF metadata values on their own, without a file: type names and sizes, string
+ * comparison and escaping, scalar decoding and array element access. The reader
+ * (gguf_read.c) and the getters (gguf_meta.c) build on this file; it depends on neither.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -87,16 +88,6 @@ void st_gguf_decode_scalar(uint32_t type, const uint8_t *p, st_gguf_value *out) 
     }
 }
 
-static bool type_is_unsigned(st_gguf_type t) {
-    return t == ST_GGUF_TYPE_UINT8 || t == ST_GGUF_TYPE_UINT16 || t == ST_GGUF_TYPE_UINT32 ||
-           t == ST_GGUF_TYPE_UINT64;
-}
-
-static bool type_is_signed(st_gguf_type t) {
-    return t == ST_GGUF_TYPE_INT8 || t == ST_GGUF_TYPE_INT16 || t == ST_GGUF_TYPE_INT32 ||
-           t == ST_GGUF_TYPE_INT64;
-}
-
 /* Saturating double -> int64 (NaN -> 0): a plain cast of an out-of-range double is UB. */
 static int64_t f64_to_i64_saturated(double d) {
     if (isnan(d)) return 0;
@@ -118,117 +109,16 @@ static st_gguf_value array_element(const st_gguf_array *a, uint64_t i) {
  * zero (saturating); bool is 0/1. */
 int64_t st_gguf_array_get_i64(const st_gguf_array *a, uint64_t i) {
     st_gguf_value v = array_element(a, i);
-    if (type_is_unsigned(v.type)) return v.v.u64 > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v.v.u64;
-    if (type_is_signed(v.type)) return v.v.i64;
+    if (st_gguf_type_is_unsigned(v.type)) return v.v.u64 > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v.v.u64;
+    if (st_gguf_type_is_signed(v.type)) return v.v.i64;
     if (v.type == ST_GGUF_TYPE_BOOL) return v.v.b ? 1 : 0;
     return f64_to_i64_saturated(v.v.f64);
 }
 
 double st_gguf_array_get_f64(const st_gguf_array *a, uint64_t i) {
     st_gguf_value v = array_element(a, i);
-    if (type_is_unsigned(v.type)) return (double)v.v.u64;
-    if (type_is_signed(v.type)) return (double)v.v.i64;
+    if (st_gguf_type_is_unsigned(v.type)) return (double)v.v.u64;
+    if (st_gguf_type_is_signed(v.type)) return (double)v.v.i64;
     if (v.type == ST_GGUF_TYPE_BOOL) return v.v.b ? 1.0 : 0.0;
     return v.v.f64;
-}
-
-/* ---- typed getters ---- */
-
-static st_status find_value(const st_gguf_file *f, const char *key, const st_gguf_value **out,
-                            st_error *err) {
-    *out = st_gguf_find(f, key);
-    if (!*out) return st_error_set(err, ST_ERROR_INVALID, "missing key '%s' in the GGUF metadata", key);
-    return ST_OK;
-}
-
-static st_status wrong_type(const char *key, const char *expected, const st_gguf_value *v, st_error *err) {
-    return st_error_set(err, ST_ERROR_FORMAT, "metadata key '%s' has type %s, expected %s", key,
-                        st_gguf_type_name(v->type), expected);
-}
-
-st_status st_gguf_get_u64(const st_gguf_file *f, const char *key, uint64_t *out, st_error *err) {
-    const st_gguf_value *v;
-    st_status s = find_value(f, key, &v, err);
-    if (s != ST_OK) return s;
-    if (type_is_unsigned(v->type)) {
-        *out = v->v.u64;
-        return ST_OK;
-    }
-    if (type_is_signed(v->type)) {
-        if (v->v.i64 < 0)
-            return st_error_set(err, ST_ERROR_FORMAT,
-                                "metadata key '%s' is %" PRId64 " (%s), expected a non-negative integer",
-                                key, v->v.i64, st_gguf_type_name(v->type));
-        *out = (uint64_t)v->v.i64;
-        return ST_OK;
-    }
-    return wrong_type(key, "an unsigned integer", v, err);
-}
-
-st_status st_gguf_get_u32(const st_gguf_file *f, const char *key, uint32_t *out, st_error *err) {
-    uint64_t u = 0;
-    st_status s = st_gguf_get_u64(f, key, &u, err);
-    if (s != ST_OK) return s;
-    if (u > UINT32_MAX)
-        return st_error_set(err, ST_ERROR_FORMAT,
-                            "metadata key '%s' is %" PRIu64 ", which does not fit in a uint32 (max %" PRIu32 ")",
-                            key, u, UINT32_MAX);
-    *out = (uint32_t)u;
-    return ST_OK;
-}
-
-st_status st_gguf_get_i64(const st_gguf_file *f, const char *key, int64_t *out, st_error *err) {
-    const st_gguf_value *v;
-    st_status s = find_value(f, key, &v, err);
-    if (s != ST_OK) return s;
-    if (type_is_signed(v->type)) {
-        *out = v->v.i64;
-        return ST_OK;
-    }
-    if (type_is_unsigned(v->type)) {
-        if (v->v.u64 > (uint64_t)INT64_MAX)
-            return st_error_set(err, ST_ERROR_FORMAT,
-                                "metadata key '%s' is %" PRIu64 ", which does not fit in an int64", key,
-                                v->v.u64);
-        *out = (int64_t)v->v.u64;
-        return ST_OK;
-    }
-    return wrong_type(key, "an integer", v, err);
-}
-
-st_status st_gguf_get_f64(const st_gguf_file *f, const char *key, double *out, st_error *err) {
-    const st_gguf_value *v;
-    st_status s = find_value(f, key, &v, err);
-    if (s != ST_OK) return s;
-    if (v->type != ST_GGUF_TYPE_FLOAT32 && v->type != ST_GGUF_TYPE_FLOAT64)
-        return wrong_type(key, "float32 or float64", v, err);
-    *out = v->v.f64;
-    return ST_OK;
-}
-
-st_status st_gguf_get_bool(const st_gguf_file *f, const char *key, bool *out, st_error *err) {
-    const st_gguf_value *v;
-    st_status s = find_value(f, key, &v, err);
-    if (s != ST_OK) return s;
-    if (v->type != ST_GGUF_TYPE_BOOL) return wrong_type(key, "bool", v, err);
-    *out = v->v.b;
-    return ST_OK;
-}
-
-st_status st_gguf_get_str(const st_gguf_file *f, const char *key, st_gguf_string *out, st_error *err) {
-    const st_gguf_value *v;
-    st_status s = find_value(f, key, &v, err);
-    if (s != ST_OK) return s;
-    if (v->type != ST_GGUF_TYPE_STRING) return wrong_type(key, "string", v, err);
-    *out = v->v.str;
-    return ST_OK;
-}
-
-st_status st_gguf_get_arr(const st_gguf_file *f, const char *key, st_gguf_array *out, st_error *err) {
-    const st_gguf_value *v;
-    st_status s = find_value(f, key, &v, err);
-    if (s != ST_OK) return s;
-    if (v->type != ST_GGUF_TYPE_ARRAY) return wrong_type(key, "array", v, err);
-    *out = v->v.arr;
-    return ST_OK;
 }

@@ -4,9 +4,11 @@
  * Metadata (deep-copied) and tensor infos are collected in memory; write_header lays out
  * the data section (each tensor's offset aligned, in declaration order) and writes
  * everything up to the first tensor; write_data then streams tensor bytes through a large
- * stdio buffer, inserting the zero padding between tensors. Any failure leaves the writer
- * "failed" and close/abort remove the partial file, so a half-written model never
- * survives under the final name.
+ * stdio buffer, inserting the zero padding between tensors. The bytes go to a temporary
+ * file beside the target (st_atomic_file, file_io.h) that close renames over it once
+ * everything is written and on disk; any failure, and abort, remove the temporary file, so
+ * a half-written model never appears under the final name and an existing file there is
+ * never damaged.
  */
 #include <errno.h>
 #include <float.h>
@@ -17,6 +19,7 @@
 #include <string.h>
 
 #include "gguf/gguf_internal.h"
+#include "stride/file_io.h"
 
 #define WRITER_IO_BUFFER ((size_t)4 << 20) /* 4 MiB: multi-GB files stream at disk speed */
 
@@ -36,7 +39,8 @@ typedef struct writer_tensor {
 
 struct st_gguf_writer {
     char *path;
-    FILE *fp;
+    st_atomic_file *file; /* the temporary file, renamed over path by close */
+    FILE *fp;             /* its stream */
     char *iobuf;
     writer_kv *kvs;
     size_t n_kv, cap_kv;
@@ -291,8 +295,8 @@ static void put_payload(st_gguf_writer *w, const st_gguf_value *v) {
 }
 
 static st_status io_error(st_gguf_writer *w, const char *what, st_error *err) {
-    return st_error_set(err, ST_ERROR_IO, "writing %s: %s failed: %s", w->path, what,
-                        strerror(w->write_errno ? w->write_errno : EIO));
+    return st_error_set(err, ST_ERROR_IO, "cannot write %s: %s (while %s; %s is unchanged)", w->path,
+                        strerror(w->write_errno ? w->write_errno : EIO), what, w->path);
 }
 
 /* ---- open / metadata / tensors ---- */
@@ -313,15 +317,14 @@ st_status st_gguf_writer_open(const char *path, st_gguf_writer **out, st_error *
         free(w);
         return st_error_set(err, ST_ERROR_NOMEM, "out of memory creating a GGUF writer for %s", path);
     }
-    w->fp = fopen(path, "wb");
-    if (!w->fp) {
-        int e = errno;
+    st_status s = st_atomic_file_open(path, &w->file, err);
+    if (s != ST_OK) {
         free(w->path);
         free(w->iobuf);
         free(w);
-        return st_error_set(err, ST_ERROR_IO, "cannot create %s: %s (does the directory exist and is it writable?)",
-                            path, strerror(e));
+        return s;
     }
+    w->fp = st_atomic_file_stream(w->file);
     setvbuf(w->fp, w->iobuf, _IOFBF, WRITER_IO_BUFFER);
     *out = w;
     return ST_OK;
@@ -529,7 +532,7 @@ static bool align_up(uint64_t x, uint64_t alignment, uint64_t *out) {
 st_status st_gguf_writer_write_header(st_gguf_writer *w, st_error *err) {
     if (w->header_written)
         return st_error_set(err, ST_ERROR_INVALID, "%s: the GGUF header was already written", w->path);
-    if (w->failed) return io_error(w, "an earlier write", err);
+    if (w->failed) return io_error(w, "writing an earlier part", err);
     uint64_t off = 0;
     for (size_t i = 0; i < w->n_tensors; i++) {
         writer_tensor *t = &w->tensors[i];
@@ -570,7 +573,7 @@ st_status st_gguf_writer_write_data(st_gguf_writer *w, const void *data, size_t 
         return st_error_set(err, ST_ERROR_INVALID,
                             "%s: tensor data written before the header (call st_gguf_writer_write_header first)",
                             w->path);
-    if (w->failed) return io_error(w, "an earlier write", err);
+    if (w->failed) return io_error(w, "writing an earlier part", err);
     uint64_t left = w->data_total - w->data_written;
     if ((uint64_t)n > left)
         return st_error_set(err, ST_ERROR_INVALID,
@@ -618,7 +621,7 @@ st_status st_gguf_writer_close(st_gguf_writer *w, st_error *err) {
     if (!w->header_written) {
         s = st_error_set(err, ST_ERROR_INVALID, "%s: closed before the GGUF header was written", w->path);
     } else if (w->failed) {
-        s = io_error(w, "an earlier write", err);
+        s = io_error(w, "writing an earlier part", err);
     } else if (w->cur < w->n_tensors) {
         const writer_tensor *t = &w->tensors[w->cur];
         s = st_error_set(err, ST_ERROR_INVALID,
@@ -628,20 +631,16 @@ st_status st_gguf_writer_close(st_gguf_writer *w, st_error *err) {
     }
     if (s == ST_OK && (fflush(w->fp) != 0 || ferror(w->fp))) {
         w->write_errno = errno;
-        s = io_error(w, "flushing", err);
+        s = io_error(w, "writing the last buffered bytes", err);
     }
-    if (fclose(w->fp) != 0 && s == ST_OK) {
-        w->write_errno = errno;
-        s = io_error(w, "closing", err);
-    }
-    if (s != ST_OK) remove(w->path);
+    if (s == ST_OK) s = st_atomic_file_commit(w->file, err); /* fsync + rename over the target */
+    else st_atomic_file_abort(w->file);
     writer_free(w);
     return s;
 }
 
 void st_gguf_writer_abort(st_gguf_writer *w) {
     if (!w) return;
-    fclose(w->fp);
-    remove(w->path);
+    st_atomic_file_abort(w->file);
     writer_free(w);
 }

@@ -178,6 +178,24 @@ static st_status summarise_auto(st_layout_plan *plan, const st_layout_auto_sourc
     return ST_OK;
 }
 
+void st_layout_decide_policy(const st_layout_policy *policy, st_device_kind device,
+                             const st_layout_auto_source *source, st_tensor_role role, st_type type,
+                             const int64_t ne[ST_MAX_DIMS], st_layout_entry *out) {
+    st_pad_reason disabled_reason;
+    const char *why = NULL;
+    const bool enabled = resolve_enabled(policy, device, &disabled_reason, &why);
+    if (!st_layout_policy_is_auto(policy)) {
+        st_layout_decide(role, type, ne, enabled, disabled_reason, policy->alias, policy->pad, out);
+        return;
+    }
+    /* Per shape: first whether the rule could pad it at all, then auto's answer. A tensor
+     * the rule cannot pad keeps the reason it had under the built-in entry (without
+     * calibrations), or its own reason (row-not-aliased, ...) with them. */
+    st_layout_decide(role, type, ne, true, ST_PAD_REASON_AUTO_OFF, policy->alias, policy->pad, out);
+    if (out->reason == ST_PAD_REASON_PADDED) decide_auto(out, source, enabled, policy);
+    else if (!source) st_layout_decide(role, type, ne, enabled, disabled_reason, policy->alias, policy->pad, out);
+}
+
 st_status st_layout_plan_gguf_auto(const st_gguf_file *f, const st_layout_policy *policy,
                                    st_device_kind device, st_type quantized_as,
                                    const st_layout_auto_source *source, st_layout_plan *out,
@@ -234,21 +252,9 @@ st_status st_layout_plan_gguf_auto(const st_gguf_file *f, const st_layout_policy
         if (quantized_as != ST_TYPE_COUNT && st_type_get_traits((uint32_t)type)->is_quantized) type = quantized_as;
 
         st_layout_entry *e = &entries[i];
-        if (is_auto) {
-            /* Per shape: first whether the rule could pad it at all, then auto's answer. A
-             * tensor the rule cannot pad keeps the reason it had under the built-in entry
-             * (without calibrations), or its own reason (row-not-aliased, ...) with them. */
-            st_layout_decide(role, type, ne, true, ST_PAD_REASON_AUTO_OFF, policy->alias, policy->pad, e);
-            if (e->reason == ST_PAD_REASON_PADDED) {
-                decide_auto(e, source, enabled, policy);
-                if (e->auto_source == ST_PAD_AUTO_CALIBRATED) out->n_auto_calibrated++;
-                else out->n_auto_builtin++;
-            } else if (!source) {
-                st_layout_decide(role, type, ne, enabled, disabled_reason, policy->alias, policy->pad, e);
-            }
-        } else {
-            st_layout_decide(role, type, ne, enabled, disabled_reason, policy->alias, policy->pad, e);
-        }
+        st_layout_decide_policy(policy, device, source, role, type, ne, e);
+        if (e->auto_source == ST_PAD_AUTO_CALIBRATED) out->n_auto_calibrated++;
+        if (e->auto_source == ST_PAD_AUTO_BUILTIN) out->n_auto_builtin++;
         e->name = ti->name.data;
         e->name_len = (size_t)ti->name.len;
 

@@ -81,8 +81,9 @@ static const auto_entry auto_table[ST_DEVICE_KIND_COUNT] = {
         "nvidia-other: off, not measured; the nearest measured NVIDIA part (H200) is "
         "neutral, so the packed layout is kept until `stride calibrate` says otherwise"},
     [ST_DEVICE_KIND_AMD_RDNA35] = {true,
-        "amd-rdna3.5: on, measured on a Radeon 8060S (the seed): prefill +20%..+169% "
-        "on F16/BF16 models whose rows are multiples of 2048 B, decode +5%..+11%"},
+        "amd-rdna3.5: on, the seed's rule (alias 2048 B, pad 128 B) as measured on a Radeon "
+        "8060S, gfx1151 (seed/pad-gemm-weight-rows.txt): prefill +20%..+169% on F16/BF16 "
+        "models whose rows are multiples of 2048 B, decode +5%..+11%"},
     [ST_DEVICE_KIND_AMD_OTHER] = {false,
         "amd-other: off, not measured; the seed's gain is specific to RDNA3.5's cache "
         "geometry, so the packed layout is kept until `stride calibrate` says otherwise"},

@@ -1,218 +1,141 @@
-/* Loading a model: plan the layout for the backend's device, allocate one buffer, upload
- * every tensor into its planned layout, and bind the tensors to the block structure. */
+/* Loading a model: validate it (model_validate.c), plan the layout for the backend's
+ * device, allocate one buffer, upload every tensor into its planned layout, and bind the
+ * tensors to the block structure by their kind in the architecture's descriptor. */
 #include <inttypes.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/weights_upload.h"
 #include "stride/calibrate.h"
 #include "stride/model.h"
-#include "stride/quant.h"
 
 #define TENSOR_ALIGNMENT 256
-#define CONVERT_CHUNK_BYTES ((size_t)8 << 20) /* f32 rows dequantized at once when converting */
 
 static size_t align_up(size_t n) { return (n + TENSOR_ALIGNMENT - 1) / TENSOR_ALIGNMENT * TENSOR_ALIGNMENT; }
 
-/* Checks a bound weight's shape: ne0, ne1, ne2 (unused dims 1). */
-static st_status expect_shape(const st_tensor *t, const char *what, int64_t il, int64_t ne0, int64_t ne1,
-                              int64_t ne2, st_error *err) {
-    if (t->ne[0] == ne0 && t->ne[1] == ne1 && t->ne[2] == ne2 && t->ne[3] == 1) return ST_OK;
-    return st_error_set(err, ST_ERROR_FORMAT,
-                        "tensor %s of layer %lld has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld] from the "
-                        "hyperparameters",
-                        what, (long long)il, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                        (long long)ne0, (long long)ne1, (long long)ne2);
-}
+/* ---- binding: each tensor to its slot, by its kind in the architecture's descriptor ------- */
 
-/* The slot of a block tensor by its name after "blk.N.". */
-static st_tensor **layer_slot(st_layer_weights *l, const char *suffix) {
-    static const struct {
-        const char *suffix;
-        size_t offset;
-    } slots[] = {
-#define SLOT(s, field) {s, offsetof(st_layer_weights, field)}
-        SLOT("attn_norm.weight", attn_norm),       SLOT("attn_q.weight", wq),
-        SLOT("attn_k.weight", wk),                 SLOT("attn_v.weight", wv),
-        SLOT("attn_qkv.weight", wqkv),             SLOT("attn_output.weight", wo),
-        SLOT("attn_q_norm.weight", q_norm),        SLOT("attn_k_norm.weight", k_norm),
-        SLOT("post_attention_norm.weight", post_attn_norm), SLOT("ffn_norm.weight", ffn_norm),
-        SLOT("ffn_gate.weight", w_gate),           SLOT("ffn_up.weight", w_up),
-        SLOT("ffn_down.weight", w_down),           SLOT("post_ffw_norm.weight", post_ffn_norm),
-        SLOT("ffn_gate_inp.weight", router),       SLOT("ffn_gate_exps.weight", gate_exps),
-        SLOT("ffn_up_exps.weight", up_exps),       SLOT("ffn_down_exps.weight", down_exps),
+/* Where each kind of per-layer tensor lives in st_layer_weights (kinds without a layer slot:
+ * bound to st_model's fields in bind_tensor). */
+#define SLOT(kind, field) [ST_TENSOR_##kind] = {true, offsetof(st_layer_weights, field)}
+static const struct {
+    bool in_layer;
+    size_t offset;
+} layer_slot[ST_TENSOR_KIND_COUNT] = {
+    SLOT(ATTN_NORM, attn_norm),          SLOT(ATTN_Q, wq),           SLOT(ATTN_K, wk),
+    SLOT(ATTN_V, wv),                    SLOT(ATTN_QKV, wqkv),       SLOT(ATTN_Q_NORM, q_norm),
+    SLOT(ATTN_K_NORM, k_norm),           SLOT(ATTN_OUTPUT, wo),      SLOT(POST_ATTN_NORM, post_attn_norm),
+    SLOT(FFN_NORM, ffn_norm),            SLOT(FFN_GATE, w_gate),     SLOT(FFN_UP, w_up),
+    SLOT(FFN_DOWN, w_down),              SLOT(POST_FFN_NORM, post_ffn_norm),
+    SLOT(FFN_GATE_INP, router),          SLOT(FFN_GATE_EXPS, gate_exps),
+    SLOT(FFN_UP_EXPS, up_exps),          SLOT(FFN_DOWN_EXPS, down_exps),
+};
 #undef SLOT
-    };
-    for (size_t i = 0; i < sizeof(slots) / sizeof(slots[0]); i++)
-        if (strcmp(suffix, slots[i].suffix) == 0) return (st_tensor **)((char *)l + slots[i].offset);
-    return NULL;
-}
 
-static st_status bind_tensor(st_model *m, st_tensor *t, const char *name, int64_t n_ctx, st_error *err) {
+/* Binds t (file tensor `info`, validated by st_model_validate) to the model. */
+static void bind_tensor(st_model *m, st_tensor *t, const st_gguf_tensor_info *info, int64_t n_ctx) {
     const st_hparams *hp = &m->hp;
-    if (strcmp(name, "token_embd.weight") == 0) m->token_embd = t;
-    else if (strcmp(name, "output_norm.weight") == 0) m->output_norm = t;
-    else if (strcmp(name, "output.weight") == 0) m->output = t;
-    else if (strcmp(name, "rope_freqs.weight") == 0) m->rope_factors = t;
-    else if (strcmp(name, "rope_factors_long.weight") == 0) {
-        if (hp->n_ctx_orig > 0 && n_ctx > hp->n_ctx_orig) m->rope_factors = t;
-    } else if (strcmp(name, "rope_factors_short.weight") == 0) {
-        if (!(hp->n_ctx_orig > 0 && n_ctx > hp->n_ctx_orig)) m->rope_factors = t;
-    } else if (strncmp(name, "blk.", 4) == 0) {
-        char *end = NULL;
-        long long il = strtoll(name + 4, &end, 10);
-        if (end == name + 4 || *end != '.' || il < 0 || il >= hp->n_layer)
-            return st_error_set(err, ST_ERROR_FORMAT, "tensor '%s' names a layer outside 0..%lld", name,
-                                (long long)hp->n_layer - 1);
-        st_tensor **slot = layer_slot(&m->layers[il], end + 1);
-        if (!slot)
-            return st_error_set(err, ST_ERROR_UNSUPPORTED, "tensor '%s' is not used by stride's %s forward pass", name,
-                                st_arch_name(hp->arch));
-        *slot = t;
-    } else {
-        return st_error_set(err, ST_ERROR_UNSUPPORTED, "tensor '%s' is not used by stride's %s forward pass", name,
-                            st_arch_name(hp->arch));
+    int64_t layer;
+    const st_arch_tensor *e = st_arch_match(hp->arch, info->name.data, (size_t)info->name.len, &layer);
+    ST_ASSERT(e != NULL && e->need != ST_NEED_UNUSED && layer < hp->n_layer);
+    const bool long_ctx = hp->n_ctx_orig > 0 && n_ctx > hp->n_ctx_orig; /* phi3: which rope factors apply */
+    switch (e->kind) {
+    case ST_TENSOR_TOKEN_EMBD: m->token_embd = t; return;
+    case ST_TENSOR_OUTPUT_NORM: m->output_norm = t; return;
+    case ST_TENSOR_OUTPUT: m->output = t; return;
+    case ST_TENSOR_ROPE_FREQS: m->rope_factors = t; return;
+    case ST_TENSOR_ROPE_FACTORS_LONG:
+        if (long_ctx) m->rope_factors = t;
+        return;
+    case ST_TENSOR_ROPE_FACTORS_SHORT:
+        if (!long_ctx) m->rope_factors = t;
+        return;
+    default: break;
     }
-    return ST_OK;
+    ST_ASSERT(layer_slot[e->kind].in_layer && layer >= 0);
+    *(st_tensor **)((char *)&m->layers[layer] + layer_slot[e->kind].offset) = t;
 }
 
-/* ---- quantized tensors: check, convert while uploading ------------------------------------ */
+/* ---- shards (tensor parallelism, tp.h) ------------------------------------------------------ */
 
-/* Every quantized tensor's type must be one stride reads. Kept quantized (no conversion
- * asked for), it is uploaded as stored, unpadded, and every backend computes with it: the
- * CPU dequantizes a block of rows at a time, CUDA in its kernels (cuda_quant.cu reads every
- * type st_quant_supported names). The plan already holds the converted types when a
- * conversion was asked for (st_layout_plan_gguf_as). */
-static st_status check_quantized(const st_model *m, st_error *err) { /* kept or converted alike */
-    for (uint64_t i = 0; i < st_gguf_n_tensors(m->file); i++) {
-        const st_gguf_tensor_info *info = st_gguf_get_tensor(m->file, i);
-        const st_type_traits *tr = st_type_get_traits((uint32_t)info->type);
-        if (!tr || !tr->is_quantized) continue;
-        if (!st_quant_supported(info->type))
-            return st_error_set(err, ST_ERROR_UNSUPPORTED,
-                                "tensor '%.*s' has type %s, which stride cannot read (quantized types it reads: %s)",
-                                (int)info->name.len, info->name.data, tr->name, st_quant_supported_list());
-    }
-    return ST_OK;
-}
-
-/* Uploads a quantized tensor from the file (packed rows of type `from`) into t, its
- * planned F16/BF16 layout: chunks of rows are dequantized to f32, rounded to t's type and
- * uploaded as a view of those rows (rows are evenly spaced by nb[1], experts too, since
- * nb[2] = nb[1] * N). The whole tensor is never held converted in host memory. */
-static st_status upload_converted(st_backend *backend, st_tensor *t, st_type from, const void *file_data,
-                                  st_error *err) {
-    ST_ASSERT(t->type == ST_TYPE_F16 || t->type == ST_TYPE_BF16);
-    ST_ASSERT(st_tensor_has_contiguous_rows(t));
-    const int64_t k = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
-    size_t src_row = 0;
-    const bool row_ok = st_type_row_bytes(from, k, &src_row);
-    ST_ASSERT(row_ok); /* the GGUF reader validated the shape */
-    const size_t dst_row = st_tensor_row_bytes(t);
-    if (rows == 0 || k == 0) return ST_OK;
-    int64_t chunk = (int64_t)(CONVERT_CHUNK_BYTES / ((size_t)k * sizeof(float)));
-    if (chunk < 1) chunk = 1;
-    if (chunk > rows) chunk = rows;
-    float *f32 = malloc((size_t)chunk * (size_t)k * sizeof(float)); /* [chunk, K] */
-    uint16_t *packed = malloc((size_t)chunk * dst_row);              /* [chunk, K] in t's type */
-    if (!f32 || !packed) {
-        free(f32);
-        free(packed);
-        return st_error_set(err, ST_ERROR_NOMEM, "no memory to convert %lld rows of %lld values", (long long)chunk,
-                            (long long)k);
-    }
-    st_status s = ST_OK;
-    for (int64_t r0 = 0; r0 < rows && s == ST_OK; r0 += chunk) {
-        const int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
-#pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < n; r++) {
-            float *row = f32 + r * k;
-            st_quant_dequantize_row(from, (const char *)file_data + (size_t)(r0 + r) * src_row, row, k);
-            if (t->type == ST_TYPE_F16) st_f32_to_f16_row(row, packed + r * k, (size_t)k);
-            else st_f32_to_bf16_row(row, packed + r * k, (size_t)k);
-        }
-        st_tensor view = *t; /* rows r0 .. r0 + n as one 2D tensor */
-        view.ne[1] = n;
-        view.ne[2] = view.ne[3] = 1;
-        view.nb[2] = view.nb[3] = view.nb[1] * (size_t)n;
-        view.data = (char *)t->data + (size_t)r0 * t->nb[1];
-        s = backend->iface->upload_weight(backend, &view, packed, err);
-    }
-    free(f32);
-    free(packed);
+/* Places shard entry k of the tensor parallel layout at *offset in the weights buffer and
+ * uploads its slice of the file tensor. */
+static st_status upload_shard(st_model *m, uint64_t k, const st_gguf_tensor_info *info, size_t *offset,
+                              st_error *err) {
+    const st_tp_layout_entry *e = &m->tp_layout.entries[k];
+    st_tensor *t = &m->shard_tensors[k];
+    *t = e->entry.tensor;
+    t->data = (char *)m->weights_buffer + *offset;
+    *offset += align_up(st_tensor_nbytes(t));
+    const int64_t *whole = m->plan.entries[e->tensor].tensor.ne;
+    st_status s = st_weights_upload_slice(m->backend, t, info->type, whole, info->data, &e->slice, err);
+    if (s != ST_OK) st_error_wrap(err, "shard %d of %.*s", e->shard, (int)e->entry.name_len, e->entry.name);
     return s;
 }
 
-/* Every block has what the forward pass needs, in the shapes the hyperparameters say. */
-static st_status check_layers(const st_model *m, st_error *err) {
-    const st_hparams *hp = &m->hp;
-    const int64_t D = hp->n_embd, Hq = hp->n_head * hp->head_dim, Hk = hp->n_head_kv * hp->head_dim, F = hp->n_ff;
-    if (!m->token_embd || !m->output_norm) return st_error_set(err, ST_ERROR_FORMAT, "missing token_embd or output_norm");
-    if (m->token_embd->ne[0] != D)
-        return st_error_set(err, ST_ERROR_FORMAT, "token_embd has %lld columns, n_embd is %lld",
-                            (long long)m->token_embd->ne[0], (long long)D);
-    if (m->output && (m->output->ne[0] != D || m->output->ne[1] != hp->n_vocab))
-        return st_error_set(err, ST_ERROR_FORMAT, "output.weight shape does not match [n_embd, n_vocab]");
-    if (m->rope_factors && m->rope_factors->ne[0] != hp->n_rot / 2)
-        return st_error_set(err, ST_ERROR_FORMAT, "rope factors have %lld entries, expected n_rot/2 = %lld",
-                            (long long)m->rope_factors->ne[0], (long long)hp->n_rot / 2);
-    if (m->rope_factors && m->rope_factors->type != ST_TYPE_F32)
-        return st_error_set(err, ST_ERROR_UNSUPPORTED, "rope factors must be f32");
-    for (int64_t il = 0; il < hp->n_layer; il++) {
-        const st_layer_weights *l = &m->layers[il];
-        st_status s = ST_OK;
-        if (!l->attn_norm || !l->wo || !l->ffn_norm)
-            return st_error_set(err, ST_ERROR_FORMAT, "layer %lld lacks attn_norm, attn_output or ffn_norm", (long long)il);
-        if (l->wqkv) s = expect_shape(l->wqkv, "attn_qkv", il, D, Hq + 2 * Hk, 1, err);
-        else if (l->wq && l->wk && l->wv) {
-            if ((s = expect_shape(l->wq, "attn_q", il, D, Hq, 1, err)) != ST_OK) return s;
-            if ((s = expect_shape(l->wk, "attn_k", il, D, Hk, 1, err)) != ST_OK) return s;
-            s = expect_shape(l->wv, "attn_v", il, D, Hk, 1, err);
-        } else {
-            return st_error_set(err, ST_ERROR_FORMAT, "layer %lld lacks attn_q/k/v (or a fused attn_qkv)", (long long)il);
+/* Each shard's weights: one shard is the model itself; N shards each get the model's layers
+ * with the split weights replaced by their own, and their vocabulary rows of the output head
+ * (of the replicated embedding when tied: a view of its rows, as the whole head reads it). */
+static st_status bind_shards(st_model *m, st_error *err) {
+    const int n = m->tp.n_shards;
+    m->shards = calloc((size_t)n, sizeof(st_model_shard));
+    if (!m->shards) return st_error_set(err, ST_ERROR_NOMEM, "out of memory for %d shards", n);
+    if (n == 1) {
+        m->shards[0].layers = m->layers;
+        m->shards[0].output = m->output;
+        return ST_OK;
+    }
+    const size_t layers_bytes = (size_t)m->hp.n_layer * sizeof(st_layer_weights);
+    for (int sh = 0; sh < n; sh++) {
+        if (!(m->shards[sh].layers = malloc(layers_bytes)))
+            return st_error_set(err, ST_ERROR_NOMEM, "out of memory for the layers of %d shards", n);
+        memcpy(m->shards[sh].layers, m->layers, layers_bytes);
+        if (m->output == m->token_embd) {
+            const st_tp_range v = st_tp_vocab_rows(&m->tp, sh);
+            st_tensor *view = &m->shards[sh].output_view;
+            *view = *m->token_embd;
+            view->ne[1] = v.n;
+            view->nb[2] = view->nb[3] = view->nb[1] * (size_t)v.n;
+            view->data = (char *)m->token_embd->data + (size_t)v.start * m->token_embd->nb[1];
+            m->shards[sh].output = view;
         }
-        if (s != ST_OK || (s = expect_shape(l->wo, "attn_output", il, Hq, D, 1, err)) != ST_OK) return s;
-        if (l->q_norm && l->q_norm->ne[0] != hp->head_dim && l->q_norm->ne[0] != Hq)
-            return st_error_set(err, ST_ERROR_FORMAT, "layer %lld attn_q_norm has %lld entries (head dim %lld or %lld)",
-                                (long long)il, (long long)l->q_norm->ne[0], (long long)hp->head_dim, (long long)Hq);
-        if (l->k_norm && l->k_norm->ne[0] != hp->head_dim && l->k_norm->ne[0] != Hk)
-            return st_error_set(err, ST_ERROR_FORMAT, "layer %lld attn_k_norm has %lld entries", (long long)il,
-                                (long long)l->k_norm->ne[0]);
-        if (!l->q_norm != !l->k_norm)
-            return st_error_set(err, ST_ERROR_FORMAT, "layer %lld has only one of attn_q_norm and attn_k_norm", (long long)il);
-        if (hp->n_expert > 0) {
-            if (!l->router || !l->gate_exps || !l->up_exps || !l->down_exps)
-                return st_error_set(err, ST_ERROR_FORMAT, "MoE layer %lld lacks its router or expert tensors", (long long)il);
-            const int64_t E = hp->n_expert;
-            if ((s = expect_shape(l->router, "ffn_gate_inp", il, D, E, 1, err)) != ST_OK ||
-                (s = expect_shape(l->gate_exps, "ffn_gate_exps", il, D, F, E, err)) != ST_OK ||
-                (s = expect_shape(l->up_exps, "ffn_up_exps", il, D, F, E, err)) != ST_OK ||
-                (s = expect_shape(l->down_exps, "ffn_down_exps", il, F, D, E, err)) != ST_OK)
-                return s;
-        } else if (l->w_gate && l->w_up && l->w_down) {
-            if ((s = expect_shape(l->w_gate, "ffn_gate", il, D, F, 1, err)) != ST_OK ||
-                (s = expect_shape(l->w_up, "ffn_up", il, D, F, 1, err)) != ST_OK ||
-                (s = expect_shape(l->w_down, "ffn_down", il, F, D, 1, err)) != ST_OK)
-                return s;
-        } else if (l->w_up && l->w_down && hp->arch == ST_ARCH_PHI3) {
-            if ((s = expect_shape(l->w_up, "ffn_up (fused gate_up)", il, D, 2 * F, 1, err)) != ST_OK ||
-                (s = expect_shape(l->w_down, "ffn_down", il, F, D, 1, err)) != ST_OK)
-                return s;
-        } else {
-            return st_error_set(err, ST_ERROR_FORMAT, "layer %lld lacks its FFN tensors", (long long)il);
+    }
+    for (uint64_t k = 0; k < m->tp_layout.n_entries; k++) {
+        const st_tp_layout_entry *e = &m->tp_layout.entries[k];
+        int64_t layer;
+        const st_arch_tensor *a = st_arch_match(m->hp.arch, e->entry.name, e->entry.name_len, &layer);
+        ST_ASSERT(a != NULL); /* the shard planner split only tensors of the table */
+        st_model_shard *sh = &m->shards[e->shard];
+        if (a->kind == ST_TENSOR_OUTPUT) {
+            sh->output = &m->shard_tensors[k];
+            continue;
         }
+        ST_ASSERT(layer_slot[a->kind].in_layer && layer >= 0 && layer < m->hp.n_layer);
+        *(st_tensor **)((char *)&sh->layers[layer] + layer_slot[a->kind].offset) = &m->shard_tensors[k];
     }
     return ST_OK;
 }
 
-/* The layout plan for the backend's device. With `auto`, each weight shape is decided by
- * the device's calibration (measured now, within a few seconds, when the cache lacks it;
- * calibrate.h); the line saying how lands in plan.auto_notice for the caller to show. */
+/* ---- quantized tensors: converted while uploading ----------------------------------------- */
+
+/* Every quantized type was checked readable by st_model_validate. Kept quantized (no
+ * conversion asked for), a tensor is uploaded as stored, unpadded, and every backend
+ * computes with it: the CPU dequantizes a block of rows at a time, CUDA in its kernels
+ * (src/cuda/cuda_quant_*.cu read every type st_quant_supported names). The plan already
+ * holds the converted types when a conversion was asked for (st_layout_plan_gguf_as). */
+
+/* The layout plan for the backend's device, and the shards' under tensor parallelism. With
+ * `auto`, each weight shape is decided by the device's calibration (measured now, within a
+ * few seconds, when the cache lacks it; calibrate.h); the line saying how lands in
+ * plan.auto_notice for the caller to show. */
 static st_status plan_layout(st_model *m, st_backend *backend, const st_layout_policy *policy, st_type plan_as,
                              st_error *err) {
     st_calib_table calib;
     st_calibrate_table_init(&calib, NULL);
-    char notice[1536] = "";
+    char notice[4096] = "";
     st_layout_auto_source source;
     const st_layout_auto_source *src = NULL;
     if (st_layout_policy_is_auto(policy)) {
@@ -225,77 +148,135 @@ static st_status plan_layout(st_model *m, st_backend *backend, const st_layout_p
         src = &source;
     }
     st_status s = st_layout_plan_gguf_auto(m->file, policy, backend->device.kind, plan_as, src, &m->plan, err);
+    /* each shard's weights by the same rule and decisions, from its own shape (a shape the
+     * calibration did not measure follows the built-in table, and says so) */
+    if (s == ST_OK && m->tp.n_shards > 1)
+        s = st_tp_layout_plan(&m->tp, &m->plan, policy, backend->device.kind, src, &m->tp_layout, err);
     st_calibrate_table_free(&calib);
     if (s == ST_OK && notice[0]) m->plan.auto_notice = strdup(notice); /* NULL on no memory: only a notice */
     return s;
 }
 
-st_status st_model_load(const char *path, st_backend *backend, const st_model_load_options *opt, st_model **out,
-                        st_error *err) {
+st_status st_model_load_gguf(st_gguf_file *f, const char *name, st_backend *backend, const st_model_load_options *opt,
+                             st_model **out, st_error *err) {
     *out = NULL;
     const st_type to = opt->weights_type;
     const bool keep = to == ST_TYPE_F32 || to == ST_TYPE_COUNT; /* 0: options left zeroed */
-    if (!keep && to != ST_TYPE_F16 && to != ST_TYPE_BF16)
+    if (!keep && to != ST_TYPE_F16 && to != ST_TYPE_BF16) {
+        st_gguf_close(f);
         return st_error_set(err, ST_ERROR_INVALID, "weights can be converted to f16 or bf16, not %s",
                             st_type_name((uint32_t)to));
+    }
     st_model *m = calloc(1, sizeof(*m));
-    if (!m) return st_error_set(err, ST_ERROR_NOMEM, "out of memory");
+    if (!m) {
+        st_gguf_close(f);
+        return st_error_set(err, ST_ERROR_NOMEM, "out of memory for a model (%zu bytes)", sizeof(*m));
+    }
     m->backend = backend;
-    st_status s = st_gguf_open(path, &m->file, err);
-    if (s != ST_OK) goto fail;
-    if ((s = st_hparams_from_gguf(m->file, &m->hp, err)) != ST_OK) goto fail_wrap;
+    m->file = f;
+    st_status s;
+    /* everything the file says is checked before anything is allocated or measured */
+    if ((s = st_model_validate(m->file, &m->hp, err)) != ST_OK) goto fail_wrap;
+    if ((s = st_tp_plan_init(&m->hp, opt->n_shards == 0 ? 1 : opt->n_shards, &m->tp, err)) != ST_OK) goto fail_wrap;
+    if (m->tp.n_shards > 1 && backend->device.kind != ST_DEVICE_KIND_CPU) {
+        s = st_error_set(err, ST_ERROR_UNSUPPORTED,
+                         "-tp %d on %s: this build drives one GPU per process; splitting a model over %d GPUs "
+                         "needs NCCL communicators, an all-reduce on each GPU's stream after o and after down, and "
+                         "N GPUs' weights and KV caches, which are not built yet (the CPU backend simulates the "
+                         "shards: --backend cpu)",
+                         m->tp.n_shards, backend->device.name, m->tp.n_shards);
+        goto fail_wrap;
+    }
     if ((s = plan_layout(m, backend, &opt->policy, keep ? ST_TYPE_COUNT : to, err)) != ST_OK) goto fail_wrap;
 
     m->n_tensors = m->plan.n_entries;
     m->tensors = calloc(m->n_tensors ? m->n_tensors : 1, sizeof(st_tensor));
     m->layers = calloc((size_t)m->hp.n_layer, sizeof(st_layer_weights));
-    if (!m->tensors || !m->layers) {
-        s = st_error_set(err, ST_ERROR_NOMEM, "out of memory");
-        goto fail;
+    m->shard_tensors = calloc(m->tp_layout.n_entries ? m->tp_layout.n_entries : 1, sizeof(st_tensor));
+    if (!m->tensors || !m->layers || !m->shard_tensors) {
+        s = st_error_set(err, ST_ERROR_NOMEM, "out of memory for the descriptors of %llu tensors in %lld layers",
+                         (unsigned long long)m->n_tensors, (long long)m->hp.n_layer);
+        goto fail_wrap;
     }
-    if ((s = check_quantized(m, err)) != ST_OK) goto fail_wrap;
+    /* the whole tensors, except those split into shards, and the shards */
     size_t total = 0;
-    for (uint64_t i = 0; i < m->n_tensors; i++) total += align_up(st_tensor_nbytes(&m->plan.entries[i].tensor));
+    uint64_t next_shard = 0;
+    for (uint64_t i = 0; i < m->n_tensors; i++) {
+        size_t bytes = 0;
+        if (next_shard < m->tp_layout.n_entries && m->tp_layout.entries[next_shard].tensor == i)
+            for (; next_shard < m->tp_layout.n_entries && m->tp_layout.entries[next_shard].tensor == i; next_shard++)
+                bytes += align_up(st_tensor_nbytes(&m->tp_layout.entries[next_shard].entry.tensor));
+        else
+            bytes = align_up(st_tensor_nbytes(&m->plan.entries[i].tensor));
+        if (bytes > SIZE_MAX - total) {
+            s = st_error_set(err, ST_ERROR_NOMEM, "the planned weights do not fit in this host's address space");
+            goto fail_wrap;
+        }
+        total += bytes;
+    }
     if ((s = backend->iface->alloc(backend, total, &m->weights_buffer, err)) != ST_OK) {
-        st_error_wrap(err, "allocating %.2f GiB for the weights of %s", (double)total / (1 << 30), path);
+        st_error_wrap(err, "allocating %.2f GiB for the weights of %s", (double)total / (1 << 30), name);
         goto fail;
     }
     m->weights_bytes = total;
 
     int64_t n_ctx = opt->n_ctx > 0 ? opt->n_ctx : m->hp.n_ctx_train;
     size_t offset = 0, done = 0;
+    next_shard = 0;
     for (uint64_t i = 0; i < m->n_tensors; i++) {
         const st_layout_entry *e = &m->plan.entries[i];
         const st_gguf_tensor_info *info = st_gguf_get_tensor(m->file, i);
         st_tensor *t = &m->tensors[i];
         *t = e->tensor;
-        t->data = (char *)m->weights_buffer + offset;
-        offset += align_up(st_tensor_nbytes(t));
-        if (t->type != info->type) s = upload_converted(backend, t, info->type, info->data, err); /* planned as f16/bf16 */
-        else s = backend->iface->upload_weight(backend, t, info->data, err);
-        if (s != ST_OK) goto fail_wrap;
+        if (next_shard < m->tp_layout.n_entries && m->tp_layout.entries[next_shard].tensor == i) {
+            t->data = NULL; /* split: its shards hold it */
+            for (; next_shard < m->tp_layout.n_entries && m->tp_layout.entries[next_shard].tensor == i; next_shard++)
+                if ((s = upload_shard(m, next_shard, info, &offset, err)) != ST_OK) goto fail_wrap;
+        } else {
+            t->data = (char *)m->weights_buffer + offset;
+            offset += align_up(st_tensor_nbytes(t));
+            const st_tp_slice all = st_weights_whole_slice(t->ne);
+            if (t->type != info->type) /* planned as f16/bf16 */
+                s = st_weights_upload_slice(backend, t, info->type, t->ne, info->data, &all, err);
+            else
+                s = backend->iface->upload_weight(backend, t, info->data, err);
+            if (s != ST_OK) goto fail_wrap;
+        }
         done += info->nbytes;
         if (opt->progress) opt->progress(opt->progress_ctx, done, st_gguf_file_size(m->file));
-        char name[96];
-        snprintf(name, sizeof(name), "%.*s", (int)(info->name.len < 95 ? info->name.len : 95), info->name.data);
-        if ((s = bind_tensor(m, t, name, n_ctx, err)) != ST_OK) goto fail_wrap;
+        bind_tensor(m, t, info, n_ctx);
     }
     if (!m->output) m->output = m->token_embd; /* tied: the output reads the packed embedding */
-    if ((s = check_layers(m, err)) != ST_OK) goto fail_wrap;
+    ST_ASSERT(m->token_embd && m->output_norm); /* required: st_model_validate checked */
+    if ((s = bind_shards(m, err)) != ST_OK) goto fail_wrap;
     *out = m;
     return ST_OK;
 
 fail_wrap:
-    st_error_wrap(err, "loading %s", path);
+    st_error_wrap(err, "loading %s", name);
 fail:
     st_model_free(m);
     return s;
+}
+
+st_status st_model_load(const char *path, st_backend *backend, const st_model_load_options *opt, st_model **out,
+                        st_error *err) {
+    *out = NULL;
+    st_gguf_file *f = NULL;
+    st_status s = st_gguf_open(path, &f, err);
+    if (s != ST_OK) return s;
+    return st_model_load_gguf(f, path, backend, opt, out, err);
 }
 
 void st_model_free(st_model *m) {
     if (!m) return;
     if (m->weights_buffer) m->backend->iface->dealloc(m->backend, m->weights_buffer);
     st_layout_plan_free(&m->plan); /* entries, summary and notice */
+    st_tp_layout_free(&m->tp_layout);
+    for (int sh = 0; m->shards && sh < m->tp.n_shards; sh++)
+        if (m->shards[sh].layers != m->layers) free(m->shards[sh].layers);
+    free(m->shards);
+    free(m->shard_tensors);
     free(m->tensors);
     free(m->layers);
     st_gguf_close(m->file);

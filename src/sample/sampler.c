@@ -125,3 +125,34 @@ st_status st_sampler_sample(st_sampler *s, const float *logits, int32_t *out, st
     *out = st_sample_draw(&c, &s->rng);
     return ST_OK;
 }
+
+bool st_sampler_fits_candidates(const st_sampler *s, int32_t k) {
+    const bool no_penalty = s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0;
+    return no_penalty && k >= 1 && (s->p.temp == 0.0f || (s->p.top_k >= 1 && s->p.top_k <= k));
+}
+
+st_status st_sampler_sample_candidates(st_sampler *s, const int32_t *ids, const float *vals, int32_t k, float lse,
+                                       int32_t *out, st_error *err) {
+    ST_ASSERT(st_sampler_fits_candidates(s, k) && k <= s->n_vocab);
+    if (isnan(lse)) return st_error_set(err, ST_ERROR_INVALID, "the logits hold a NaN");
+    bool any_finite = false;
+    for (int32_t i = 0; i < k; i++) {
+        if (isnan(vals[i])) return st_error_set(err, ST_ERROR_INVALID, "the logits hold a NaN (token %d)", ids[i]);
+        any_finite |= isfinite(vals[i]) != 0;
+    }
+    if (!any_finite) return st_error_set(err, ST_ERROR_INVALID, "the logits hold no finite value");
+    if (s->p.temp == 0.0f) { /* the largest, the lowest id among equals: the first candidate */
+        *out = ids[0];
+        return ST_OK;
+    }
+    /* the candidates are the row's k largest in the chain's order: top-k of at most k keeps
+     * what it would keep of the whole row, and the later stages see the same tokens */
+    for (int32_t i = 0; i < k; i++) s->cand[i] = (st_token_prob){.id = ids[i], .logit = vals[i]};
+    st_candidates c = {.data = s->cand, .size = k, .sorted = true};
+    st_sample_top_k(&c, s->p.top_k);
+    st_sample_top_p(&c, s->p.top_p);
+    st_sample_min_p(&c, s->p.min_p);
+    st_sample_temperature(&c, s->p.temp);
+    *out = st_sample_draw(&c, &s->rng);
+    return ST_OK;
+}

@@ -27,6 +27,12 @@ static const st_synth_preset presets[] = {
      .arch = ST_ARCH_QWEN3, .n_vocab = 151936, .n_embd = 4096, .n_layer = 36, .n_head = 32,
      .n_head_kv = 8, .head_dim = 128, .n_ff = 12288, .n_rot = 128, .n_ctx_train = 40960,
      .rope_freq_base = 1000000.0, .rms_eps = 1e-6, .tied_output = false},
+    /* Qwen/Qwen3-32B (published in BF16): more than one H200 decodes at once, the shape the
+     * tensor parallel benchmark splits (stride synth qwen3-32b --type bf16: about 65.5 GB) */
+    {.name = "qwen3-32b", .description = "Qwen3-32B shapes (qwen3, GQA 64/8, q/k norm, own output.weight; BF16 upstream)",
+     .arch = ST_ARCH_QWEN3, .n_vocab = 151936, .n_embd = 5120, .n_layer = 64, .n_head = 64,
+     .n_head_kv = 8, .head_dim = 128, .n_ff = 25600, .n_rot = 128, .n_ctx_train = 40960,
+     .rope_freq_base = 1000000.0, .rms_eps = 1e-6, .tied_output = false},
     /* google/gemma-3-1b-pt: sliding_window 512, sliding_window_pattern 6,
      * rope_local_base_freq 10000 */
     {.name = "gemma-3-1b", .description = "Gemma-3-1B shapes (gemma3, MQA, 5 sliding : 1 global)",
@@ -97,6 +103,28 @@ static const st_synth_preset presets[] = {
      .arch = ST_ARCH_QWEN3, .n_vocab = 512, .n_embd = 2048, .n_layer = 2, .n_head = 16,
      .n_head_kv = 8, .head_dim = 128, .n_ff = 2048, .n_rot = 128, .n_ctx_train = 4096,
      .rope_freq_base = 1000000.0, .rms_eps = 1e-6, .tied_output = true},
+    /* Four KV heads (GQA 8/4, n_embd = 8 heads of 16, as llama.cpp's phi3 graph assumes), so
+     * that -tp 2 and -tp 4 split them (tensor parallelism takes whole KV heads): the tests
+     * compare each split with the whole model. */
+    {.name = "tiny-llama-kv4", .description = "tiny llama for -tp tests (GQA 8/4, rope_freqs, own output.weight)",
+     .arch = ST_ARCH_LLAMA, .n_vocab = 512, .n_embd = 128, .n_layer = 2, .n_head = 8,
+     .n_head_kv = 4, .head_dim = 16, .n_ff = 256, .n_rot = 16, .n_ctx_train = 16384,
+     .rope_freq_base = 500000.0, .rms_eps = 1e-5, .tied_output = false, .rope_freqs = true,
+     .n_ctx_orig = 1024},
+    {.name = "tiny-qwen3-kv4", .description = "tiny qwen3 for -tp tests (GQA 8/4, q/k norm, tied output)",
+     .arch = ST_ARCH_QWEN3, .n_vocab = 512, .n_embd = 128, .n_layer = 2, .n_head = 8,
+     .n_head_kv = 4, .head_dim = 16, .n_ff = 256, .n_rot = 16, .n_ctx_train = 4096,
+     .rope_freq_base = 1000000.0, .rms_eps = 1e-6, .tied_output = true},
+    {.name = "tiny-gemma3-kv4", .description = "tiny gemma3 for -tp tests (GQA 8/4, window 32, every 2nd layer global)",
+     .arch = ST_ARCH_GEMMA3, .n_vocab = 512, .n_embd = 128, .n_layer = 4, .n_head = 8,
+     .n_head_kv = 4, .head_dim = 16, .n_ff = 256, .n_rot = 16, .n_ctx_train = 256,
+     .rope_freq_base = 1000000.0, .rope_freq_base_swa = 10000.0, .rms_eps = 1e-6,
+     .sliding_window = 32, .sliding_window_pattern = 2, .tied_output = true},
+    {.name = "tiny-phi3-kv4", .description = "tiny phi3 for -tp tests (GQA 8/4, fused qkv/gate_up, 12 of 16 dims rotary, long rope)",
+     .arch = ST_ARCH_PHI3, .n_vocab = 512, .n_embd = 128, .n_layer = 2, .n_head = 8,
+     .n_head_kv = 4, .head_dim = 16, .n_ff = 256, .n_rot = 12, .n_ctx_train = 4096,
+     .rope_freq_base = 10000.0, .rms_eps = 1e-5, .tied_output = true, .long_rope = true,
+     .n_ctx_orig = 512},
     /* llama.cpp's olmoe creates attn_k_norm with n_embd elements, so K/V heads must
      * equal Q heads (as in OLMoE itself) for the file to load there. */
     {.name = "tiny-olmoe", .description = "tiny olmoe for tests (8 experts top-2, own output.weight)",

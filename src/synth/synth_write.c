@@ -33,97 +33,50 @@
 
 /* ---- tensor list ------------------------------------------------------------------- */
 
-typedef struct tensor_list {
-    st_synth_tensor *t;
-    uint64_t n, cap;
-    st_type wtype;
-    bool nomem;
-} tensor_list;
+/* The preset's tensors are its architecture's descriptor (arch.h): every entry the forward
+ * pass requires (of two alternative forms, the first: phi3's fused attn_qkv), and the
+ * optional ones whose feature the preset has, in the descriptor's (the converter's) order,
+ * with the shapes the descriptor computes from the preset's sizes. Types: f32 for entries
+ * read as f32 (norms, rope factors) and for the MoE router (the converter keeps it f32), the
+ * requested weight type for the rest. */
 
-static void add(tensor_list *l, st_synth_fill fill, st_type type, uint32_t n_dims, int64_t ne0,
-                int64_t ne1, int64_t ne2, const char *fmt, int layer) {
-    if (l->nomem) return;
-    if (l->n == l->cap) {
-        uint64_t cap = l->cap ? l->cap * 2 : 64;
-        st_synth_tensor *t = realloc(l->t, cap * sizeof(*t));
-        if (!t) {
-            l->nomem = true;
-            return;
-        }
-        l->t = t;
-        l->cap = cap;
+static bool has_feature(const st_synth_preset *p, st_arch_feature f) {
+    switch (f) {
+    case ST_FEATURE_NONE: return true;
+    case ST_FEATURE_UNTIED_OUTPUT: return !p->tied_output;
+    case ST_FEATURE_ROPE_FREQS: return p->rope_freqs;
+    case ST_FEATURE_LONG_ROPE: return p->long_rope;
     }
-    st_synth_tensor *t = &l->t[l->n++];
+    return false;
+}
+
+static bool written(const st_synth_preset *p, const st_arch_tensor *e) {
+    switch (e->need) {
+    case ST_NEED_REQUIRED: return e->alt <= 1;
+    case ST_NEED_OPTIONAL: return has_feature(p, e->feature);
+    case ST_NEED_UNUSED: return false;
+    }
+    return false;
+}
+
+static st_synth_fill fill_of(const st_arch_tensor *e) {
+    switch (e->kind) {
+    case ST_TENSOR_ROPE_FREQS: return ST_SYNTH_FILL_ROPE_FREQS;
+    case ST_TENSOR_ROPE_FACTORS_LONG: return ST_SYNTH_FILL_ROPE_LONG;
+    case ST_TENSOR_ROPE_FACTORS_SHORT: return ST_SYNTH_FILL_ROPE_SHORT;
+    default: return e->role == ST_ROLE_NORM ? ST_SYNTH_FILL_NORM : ST_SYNTH_FILL_MATRIX;
+    }
+}
+
+static void make_tensor(const st_arch_tensor *e, int64_t layer, const int64_t dims[ST_DIM_COUNT], st_type wtype,
+                        st_synth_tensor *t) {
     memset(t, 0, sizeof(*t));
-    int len = snprintf(t->name, sizeof(t->name), fmt, layer);
+    int len = st_arch_tensor_name(e, layer, t->name, sizeof(t->name));
     ST_ASSERT(len > 0 && len < (int)sizeof(t->name));
-    t->type = type;
-    t->n_dims = n_dims;
-    t->ne[0] = ne0;
-    t->ne[1] = ne1;
-    t->ne[2] = ne2;
-    t->fill = fill;
-}
-
-/* A weight matrix {K, N}: the requested type. */
-static void add_mat(tensor_list *l, const char *fmt, int layer, int64_t k, int64_t n) {
-    add(l, ST_SYNTH_FILL_MATRIX, l->wtype, 2, k, n, 1, fmt, layer);
-}
-
-/* Expert weights {K, N, E}. */
-static void add_exps(tensor_list *l, const char *fmt, int layer, int64_t k, int64_t n, int64_t e) {
-    add(l, ST_SYNTH_FILL_MATRIX, l->wtype, 3, k, n, e, fmt, layer);
-}
-
-/* 1-D tensors are F32, as the converter writes them. */
-static void add_norm(tensor_list *l, const char *fmt, int layer, int64_t n) {
-    add(l, ST_SYNTH_FILL_NORM, ST_TYPE_F32, 1, n, 1, 1, fmt, layer);
-}
-
-/* One block's tensors (ggml order: ne[0] = input features, ne[1] = output features). */
-static void add_block(tensor_list *l, const st_synth_preset *p, int il) {
-    const int64_t e = p->n_embd;
-    const int64_t q = p->n_head * p->head_dim;     /* query width */
-    const int64_t kv = p->n_head_kv * p->head_dim; /* key / value width */
-    const int64_t f = p->n_ff;
-
-    add_norm(l, "blk.%d.attn_norm.weight", il, e);
-    if (p->arch == ST_ARCH_PHI3) {
-        add_mat(l, "blk.%d.attn_qkv.weight", il, e, q + 2 * kv); /* q | k | v stacked */
-    } else {
-        add_mat(l, "blk.%d.attn_q.weight", il, e, q);
-        add_mat(l, "blk.%d.attn_k.weight", il, e, kv);
-        add_mat(l, "blk.%d.attn_v.weight", il, e, kv);
-    }
-    if (p->arch == ST_ARCH_QWEN3 || p->arch == ST_ARCH_GEMMA3) { /* per head */
-        add_norm(l, "blk.%d.attn_q_norm.weight", il, p->head_dim);
-        add_norm(l, "blk.%d.attn_k_norm.weight", il, p->head_dim);
-    } else if (p->arch == ST_ARCH_OLMOE) { /* over the whole projection */
-        add_norm(l, "blk.%d.attn_q_norm.weight", il, q);
-        add_norm(l, "blk.%d.attn_k_norm.weight", il, kv);
-    }
-    add_mat(l, "blk.%d.attn_output.weight", il, q, e);
-    if (p->arch == ST_ARCH_GEMMA3) add_norm(l, "blk.%d.post_attention_norm.weight", il, e);
-    add_norm(l, "blk.%d.ffn_norm.weight", il, e);
-    switch (p->arch) {
-    case ST_ARCH_PHI3:
-        add_mat(l, "blk.%d.ffn_up.weight", il, e, 2 * f); /* gate | up stacked */
-        add_mat(l, "blk.%d.ffn_down.weight", il, f, e);
-        break;
-    case ST_ARCH_OLMOE:
-        /* the router stays F32, as the converter keeps it */
-        add(l, ST_SYNTH_FILL_MATRIX, ST_TYPE_F32, 2, e, p->n_expert, 1, "blk.%d.ffn_gate_inp.weight", il);
-        add_exps(l, "blk.%d.ffn_gate_exps.weight", il, e, f, p->n_expert);
-        add_exps(l, "blk.%d.ffn_up_exps.weight", il, e, f, p->n_expert);
-        add_exps(l, "blk.%d.ffn_down_exps.weight", il, f, e, p->n_expert);
-        break;
-    default:
-        add_mat(l, "blk.%d.ffn_gate.weight", il, e, f);
-        add_mat(l, "blk.%d.ffn_up.weight", il, e, f);
-        add_mat(l, "blk.%d.ffn_down.weight", il, f, e);
-        break;
-    }
-    if (p->arch == ST_ARCH_GEMMA3) add_norm(l, "blk.%d.post_ffw_norm.weight", il, e);
+    t->type = e->types == ST_ARCH_TYPES_F32 || e->role == ST_ROLE_ROUTER ? ST_TYPE_F32 : wtype;
+    t->n_dims = e->n_dims;
+    for (unsigned d = 0; d < 3; d++) t->ne[d] = d < e->n_dims ? dims[e->ne[d]] : 1;
+    t->fill = fill_of(e);
 }
 
 static st_status check_preset(const st_synth_preset *p, st_error *err) {
@@ -148,23 +101,38 @@ st_status st_synth_build_tensors(const st_synth_preset *p, st_type weight_type,
     *n_out = 0;
     st_status st = check_preset(p, err);
     if (st) return st;
-    tensor_list l = {.wtype = weight_type};
-    /* The converter yields its computed tensors (generate_extra_tensors) first. */
-    if (p->rope_freqs) add(&l, ST_SYNTH_FILL_ROPE_FREQS, ST_TYPE_F32, 1, p->n_rot / 2, 1, 1, "rope_freqs.weight", 0);
-    if (p->long_rope) {
-        add(&l, ST_SYNTH_FILL_ROPE_LONG, ST_TYPE_F32, 1, p->n_rot / 2, 1, 1, "rope_factors_long.weight", 0);
-        add(&l, ST_SYNTH_FILL_ROPE_SHORT, ST_TYPE_F32, 1, p->n_rot / 2, 1, 1, "rope_factors_short.weight", 0);
-    }
-    add(&l, ST_SYNTH_FILL_MATRIX, weight_type, 2, p->n_embd, p->n_vocab, 1, "token_embd.weight", 0);
-    for (int il = 0; il < (int)p->n_layer; il++) add_block(&l, p, il);
-    add_norm(&l, "output_norm.weight", 0, p->n_embd);
-    if (!p->tied_output) add_mat(&l, "output.weight", 0, p->n_embd, p->n_vocab);
-    if (l.nomem) {
-        free(l.t);
-        return st_error_set(err, ST_ERROR_NOMEM, "synth: out of memory for the tensor list");
-    }
-    *out = l.t;
-    *n_out = l.n;
+    const st_arch_sizes sz = {.n_vocab = p->n_vocab, .n_embd = p->n_embd, .n_head = p->n_head,
+                              .n_head_kv = p->n_head_kv, .head_dim = p->head_dim, .n_ff = p->n_ff,
+                              .n_expert = p->n_expert, .n_rot = p->n_rot};
+    int64_t dims[ST_DIM_COUNT];
+    if (!st_arch_dims(&sz, dims))
+        return st_error_set(err, ST_ERROR_INVALID, "synth: preset '%s': sizes overflow", p->name);
+    size_t n_entries;
+    const st_arch_tensor *tab = st_arch_tensors(p->arch, &n_entries);
+    size_t first_layer = 0, end_layer = 0; /* the per-layer entries are [first_layer, end_layer) */
+    while (first_layer < n_entries && !st_arch_tensor_per_layer(&tab[first_layer])) first_layer++;
+    end_layer = first_layer;
+    while (end_layer < n_entries && st_arch_tensor_per_layer(&tab[end_layer])) end_layer++;
+    uint64_t n_t = 0, per_layer = 0;
+    for (size_t i = 0; i < n_entries; i++)
+        if (written(p, &tab[i])) {
+            if (st_arch_tensor_per_layer(&tab[i])) per_layer++;
+            else n_t++;
+        }
+    n_t += per_layer * (uint64_t)p->n_layer;
+    st_synth_tensor *t = malloc((size_t)n_t * sizeof(*t));
+    if (!t) return st_error_set(err, ST_ERROR_NOMEM, "synth: out of memory for the tensor list");
+    uint64_t k = 0;
+    for (size_t i = 0; i < first_layer; i++) /* the converter's computed tensors, token_embd */
+        if (written(p, &tab[i])) make_tensor(&tab[i], -1, dims, weight_type, &t[k++]);
+    for (int64_t il = 0; il < p->n_layer; il++)
+        for (size_t i = first_layer; i < end_layer; i++)
+            if (written(p, &tab[i])) make_tensor(&tab[i], il, dims, weight_type, &t[k++]);
+    for (size_t i = end_layer; i < n_entries; i++) /* output_norm, output */
+        if (written(p, &tab[i])) make_tensor(&tab[i], -1, dims, weight_type, &t[k++]);
+    ST_ASSERT(k == n_t); /* the descriptor lists a layer's entries together */
+    *out = t;
+    *n_out = n_t;
     return ST_OK;
 }
 
@@ -351,6 +319,7 @@ static st_status write_tensor(st_gguf_writer *w, const st_synth_preset *p, const
     const uint64_t key = tensor_key(s->opt->seed, t->name);
     const uint64_t n = tensor_nelements(t);
     for (uint64_t first = 0; first < n; first += CHUNK_ELEMS) {
+        if (s->opt->cancel && *s->opt->cancel) return st_error_set(err, ST_ERROR_IO, "cancelled");
         size_t m = (size_t)(n - first < CHUNK_ELEMS ? n - first : CHUNK_ELEMS);
         fill_values(p, t, key, first, m, s->vals);
         const void *bytes = s->vals;
@@ -431,6 +400,6 @@ st_status st_synth_write(const st_synth_preset *p, const st_synth_options *opt, 
             st_gguf_writer_abort(w);
     }
     free(t);
-    if (st != ST_OK) st_error_wrap(err, "writing %s (preset %s)", path, p->name);
+    if (st != ST_OK) st_error_wrap(err, "preset %s", p->name);
     return st;
 }

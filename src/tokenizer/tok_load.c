@@ -170,8 +170,9 @@ static st_status load_merges(st_tokenizer *t, const st_gguf_file *f, st_error *e
         const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
         if (!sp) {
             free(buf);
-            return st_error_set(err, ST_ERROR_FORMAT, "tokenizer: merge %llu (\"%.*s\") has no space separator",
-                                (unsigned long long)i, (int)(n > 64 ? 64 : n), s);
+            char shown[96];
+            return st_error_set(err, ST_ERROR_FORMAT, "tokenizer: merge %llu (\"%s\") has no space separator",
+                                (unsigned long long)i, st_gguf_format_string(shown, sizeof(shown), s, n));
         }
         size_t nl = (size_t)(sp - s), nr = n - nl - 1;
         int32_t left = st_tok_map_get(&t->pieces, s, nl);
@@ -256,19 +257,22 @@ st_status st_tokenizer_from_gguf(const st_gguf_file *f, st_tokenizer **out, st_e
                 st = st_error_set(err, ST_ERROR_UNSUPPORTED,
                                   "tokenizer: a gpt2 vocabulary without tokenizer.ggml.pre is not supported "
                                   "(stride knows the llama-bpe and qwen2 pre-tokenizers)");
-            else
+            else {
+                char shown[96];
                 st = st_error_set(err, ST_ERROR_UNSUPPORTED,
-                                  "tokenizer: pre-tokenizer \"%.*s\" (tokenizer.ggml.pre) is not supported; stride "
+                                  "tokenizer: pre-tokenizer \"%s\" (tokenizer.ggml.pre) is not supported; stride "
                                   "knows llama-bpe (llama3, llama-v3, smaug-bpe) and qwen2 (deepseek-r1-qwen)",
-                                  (int)(pre.len > 64 ? 64 : pre.len), pre.data);
+                                  st_gguf_format_string(shown, sizeof(shown), pre.data, pre.len));
+            }
             goto fail;
         }
         t->ignore_merges = t->pre == ST_TOK_PRE_LLAMA3; /* as Llama 3's tokenizer.json says */
     } else {
+        char shown[96];
         st = st_error_set(err, ST_ERROR_UNSUPPORTED,
-                          "tokenizer: tokenizer family \"%.*s\" (tokenizer.ggml.model) is not supported; stride "
+                          "tokenizer: tokenizer family \"%s\" (tokenizer.ggml.model) is not supported; stride "
                           "knows \"llama\" (SentencePiece) and \"gpt2\" (byte-level BPE)",
-                          (int)(model.len > 64 ? 64 : model.len), model.data);
+                          st_gguf_format_string(shown, sizeof(shown), model.data, model.len));
         goto fail;
     }
 

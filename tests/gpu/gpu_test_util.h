@@ -21,6 +21,7 @@
 
 #include "cuda/cuda_backend.h"
 #include "stride/backend.h"
+#include "stride/cpu_path.h"
 #include "stride/device.h"
 #include "stride/types.h"
 
@@ -293,7 +294,8 @@ static inline int gpu_test_main(const char *name, void (*run_all)(void), void (*
         printf("no CUDA device: nothing ran (a failure: run this on the GPU machine)\n");
         return 1;
     }
-    if (st_backend_init(ST_BACKEND_CPU, 0, &g_cpu, &err) != ST_OK) test_die("CPU backend", &err);
+    /* the reference ops: every CUDA op is checked against them */
+    if (st_backend_cpu_init_path(ST_CPU_PATH_EXACT, &g_cpu, &err) != ST_OK) test_die("CPU backend", &err);
     if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu, &err) != ST_OK) test_die("CUDA backend", &err);
     printf("device: %s (sm_%d%d), runtime %d, driver %d\n", g_gpu->device.name, g_gpu->device.compute_major,
            g_gpu->device.compute_minor, g_gpu->device.runtime_version, g_gpu->device.driver_version);

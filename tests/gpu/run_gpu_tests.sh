@@ -6,16 +6,18 @@
 #  1. configure + build with the CUDA backend (Release, sm_90) into build-gpu;
 #  2. the ctest suite (the CPU unit and CLI tests);
 #  3. test_cuda_ops: every CUDA op against the CPU backend; test_cuda_quant: the quantized
-#     weights (cuda_quant.cu: every type, GEMV and GEMM paths, get_rows, mul_mat_id);
+#     weights (cuda_quant_*.cu: every type, GEMV and GEMM paths, get_rows, mul_mat_id);
+#     test_cuda_batch: attention over a paged cache, and the batched runner of every
+#     architecture (prompt chunks and decode steps of several sequences) against the CPU;
 #  4. whole models: every tiny synthetic preset in f32/f16/bf16, logits of `stride run
-#     --backend cuda` vs `--backend cpu` by normalised error (same tokens on both: a
-#     prompt, then teacher-forced decode steps), and greedy tokens with --pad-weights on
+#     --backend cuda` vs `--exact` (the CPU reference ops) by normalised error (same tokens
+#     on both: a prompt, then teacher-forced decode steps), and greedy tokens with --pad-weights on
 #     vs off on CUDA (STRIDE_ROW_ALIAS=128 STRIDE_ROW_PAD=64, so that the tiny rows pad);
 #     the fixtures' architectures quantized (tests/python/test_quant_model.py, needs the
 #     gguf package: pip, or a copy of it under .whl/, which is put on PYTHONPATH) with
 #     weights kept quantized, CUDA vs CPU;
 #     QUANT_MODELS="a.gguf b.gguf" adds real quantized models (e.g. gemma-3-270m Q4_K_M);
-#  5. test_cuda_ops and test_cuda_quant again under compute-sanitizer memcheck (leak check on);
+#  5. the three test programs again under compute-sanitizer memcheck (leak check on);
 #  6. a pass/fail table.
 # Logs and the table go to $OUT when set, else ./gpu-test-out. STAGES="build ops models"
 # runs a subset. Exit status: 0 when every stage asked for ran and passed; 1 when one
@@ -27,7 +29,7 @@ ROOT=$PWD
 OUTDIR=${OUT:-$ROOT/gpu-test-out}
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 WORK=$(mktemp -d /tmp/stride-gpu-test.XXXXXX)
-STAGES=${STAGES:-"build ctest ops quant models memcheck"}
+STAGES=${STAGES:-"build ctest ops quant batch models memcheck"}
 JOBS=$(nproc 2>/dev/null || echo 4)
 [ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
 [ -f "$ROOT/.cm/include/cmocka.h" ] &&
@@ -56,6 +58,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 STRIDE=$BUILD/stride
 OPS=$BUILD/tests/gpu/test_cuda_ops
 QUANT=$BUILD/tests/gpu/test_cuda_quant
+BATCH=$BUILD/tests/gpu/test_cuda_batch
 if want build; then
     t=$(secs)
     TESTS=ON
@@ -72,24 +75,6 @@ if want build; then
         cmake --build "$BUILD" -j"$JOBS"
     } >"$OUTDIR/build.log" 2>&1
     rc=$?
-    # test_cuda_ops is built by tests/gpu/CMakeLists.txt when the top level adds it; if it
-    # does not (yet), build it here against the library the same way.
-    if [ $rc -eq 0 ] && [ ! -d "$BUILD/tests/gpu/CMakeFiles/test_cuda_ops.dir" ]; then
-        mkdir -p "$BUILD/tests/gpu"
-        CUDA_LIB=$(dirname "$(sed -n 's/^CUDA_cudart_LIBRARY:FILEPATH=//p' "$BUILD/CMakeCache.txt")")
-        cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -DSTRIDE_HAVE_CUDA=1 -Wall -Wextra -Iinclude -Isrc \
-            tests/gpu/test_cuda_ops.c -o "$OPS" "$BUILD/libstride.a" -L"$CUDA_LIB" -Wl,-rpath,"$CUDA_LIB" \
-            -lcublas -lcublasLt -lcudart -lstdc++ -fopenmp -lm >>"$OUTDIR/build.log" 2>&1
-        rc=$?
-    fi
-    if [ $rc -eq 0 ] && [ ! -d "$BUILD/tests/gpu/CMakeFiles/test_cuda_quant.dir" ]; then
-        mkdir -p "$BUILD/tests/gpu"
-        CUDA_LIB=$(dirname "$(sed -n 's/^CUDA_cudart_LIBRARY:FILEPATH=//p' "$BUILD/CMakeCache.txt")")
-        cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -DSTRIDE_HAVE_CUDA=1 -Wall -Wextra -Iinclude -Isrc \
-            tests/gpu/test_cuda_quant.c -o "$QUANT" "$BUILD/libstride.a" -L"$CUDA_LIB" -Wl,-rpath,"$CUDA_LIB" \
-            -lcublas -lcublasLt -lcudart -lstdc++ -fopenmp -lm >>"$OUTDIR/build.log" 2>&1
-        rc=$?
-    fi
     if [ $rc -eq 0 ]; then row build PASS "$(($(secs) - t)) s, tests $TESTS"; else
         row build FAIL "see build.log"; tail -n 30 "$OUTDIR/build.log"; fi
 fi
@@ -121,6 +106,22 @@ if want ops; then
         else row test_cuda_ops FAIL "$line (rc $rc, ops.log)"; fi
     else
         row test_cuda_ops FAIL "$OPS missing"
+    fi
+fi
+
+# ---- 3c. test_cuda_batch -----------------------------------------------------------------------
+if want batch; then
+    t=$(secs)
+    if [ -x "$BATCH" ]; then
+        "$BATCH" >"$OUTDIR/batch.log" 2>&1
+        rc=$?
+        line=$(tail -n1 "$OUTDIR/batch.log")
+        sed -n '/^op  *|  *cases/,$p' "$OUTDIR/batch.log"
+        grep '^FAIL' "$OUTDIR/batch.log" | head -n 20
+        if [ $rc -eq 0 ]; then row test_cuda_batch PASS "$line, $(($(secs) - t)) s"
+        else row test_cuda_batch FAIL "$line (rc $rc, batch.log)"; fi
+    else
+        row test_cuda_batch FAIL "$BATCH missing"
     fi
 fi
 
@@ -188,7 +189,8 @@ if want models; then
                 for be in cpu cuda cuda-ub1; do
                     echo "== $name --backend $be" >>"$OUTDIR/models.log"
                     ub=512; [ $be = cuda-ub1 ] && ub=1
-                    "$STRIDE" run -m "$m" --tokens $PROMPT --decode-tokens $DECODE -n 0 --backend ${be%-ub1} -ub $ub \
+                    exact=; [ $be = cpu ] && exact=--exact # the reference ops, not the CPU fast path
+                    "$STRIDE" run -m "$m" --tokens $PROMPT --decode-tokens $DECODE -n 0 --backend ${be%-ub1} -ub $ub $exact \
                         --logits-out "$WORK/$preset-$type-$be.npy" >>"$OUTDIR/models.log" 2>&1
                 done
                 # one token per forward pass: no cuBLAS, so no rounding of activations to
@@ -221,14 +223,14 @@ if want models; then
 
                 # the residual adds preparing the next product's norm wherever the decode
                 # kernel can (the tiny shapes never meet the rule) against nowhere. Not the
-                # same bits: the add sums x . x by groups of 4 rows, the loop by lanes (2026-
-                # 12-01, 9014561: 1e-7 in f32), so within f32 summation order, as -ub 1 ~ cpu
+                # same bits: the add sums x . x by groups of 4 rows, the loop by lanes, so
+                # within f32 summation order, as -ub 1 ~ cpu
                 # (the chained kernels themselves: test_cuda_ops' "fused chain" rows).
                 # Not for MoE layers or post-norms (olmoe, gemma3), which do not chain.
                 if [ "$preset" != tiny-olmoe ] && [ "$preset" != tiny-gemma3 ]; then
                     for chain in 0 2; do
-                        echo "== $name --backend cuda STRIDE_CUDA_NORM_PREPARED=$chain" >>"$OUTDIR/models.log"
-                        STRIDE_CUDA_NORM_PREPARED=$chain "$STRIDE" run -m "$m" --tokens $PROMPT --decode-tokens $DECODE \
+                        echo "== $name --backend cuda STRIDE_CUDA_TUNING=norm_prepared=$chain" >>"$OUTDIR/models.log"
+                        STRIDE_CUDA_TUNING=norm_prepared=$chain "$STRIDE" run -m "$m" --tokens $PROMPT --decode-tokens $DECODE \
                             -n 0 --backend cuda --logits-out "$WORK/$preset-$type-chain$chain.npy" >>"$OUTDIR/models.log" 2>&1
                     done
                     resc=$(compare_npy "$WORK/$preset-$type-chain2.npy" "$WORK/$preset-$type-chain0.npy" 1e-4 2>&1)
@@ -236,15 +238,15 @@ if want models; then
                     else row "$name norms prepared = in the loop" FAIL "$resc"; fi
                 fi
 
-                # the decode kernels launched early (STRIDE_CUDA_PDL=31: the products staged,
+                # the decode kernels launched early (early_launch=31: the products staged,
                 # their rows' copies issued before they wait for the kernel ahead, x read after
                 # it; the warps attention's K/V rows loaded before its wait) against plain
                 # launches: the same sums in the same order, so the same bits. Only
                 # tiny-qwen3-wide's rows (2,048) reach the block-a-row kernels that do this.
                 if [ "$preset" = tiny-qwen3-wide ]; then
                     for early in 0 31; do
-                        echo "== $name --backend cuda STRIDE_CUDA_PDL=$early" >>"$OUTDIR/models.log"
-                        STRIDE_CUDA_PDL=$early "$STRIDE" run -m "$m" --tokens $PROMPT --decode-tokens $DECODE \
+                        echo "== $name --backend cuda STRIDE_CUDA_TUNING=early_launch=$early" >>"$OUTDIR/models.log"
+                        STRIDE_CUDA_TUNING=early_launch=$early "$STRIDE" run -m "$m" --tokens $PROMPT --decode-tokens $DECODE \
                             -n 0 --backend cuda --logits-out "$WORK/$preset-$type-early$early.npy" >>"$OUTDIR/models.log" 2>&1
                     done
                     rese=$(compare_npy "$WORK/$preset-$type-early31.npy" "$WORK/$preset-$type-early0.npy" 0 2>&1)
@@ -268,7 +270,7 @@ if want models; then
             done
         done
 
-        # Quantized models, weights kept as stored (cuda_quant.cu), CUDA vs CPU. The prompt
+        # Quantized models, weights kept as stored (cuda_quant_*.cu), CUDA vs CPU. The prompt
         # runs the dequantize-to-F16 GEMM, which rounds the weights AND the activations to
         # f16: ~sqrt(2) times an f16 model's per-GEMM error, so 1.5x the f16 tolerance; -ub 1
         # runs only the matrix-vector kernel, whose weights are the CPU's f32 values, so the
@@ -316,7 +318,8 @@ print(",".join(map(str, r["prompt"])), ",".join(map(str, r["decode_tokens"])))' 
             for be in cpu cuda cuda-ub1; do
                 echo "== $name (quantized) --backend $be" >>"$OUTDIR/models.log"
                 ub=512; [ $be = cuda-ub1 ] && ub=1
-                "$STRIDE" run -m "$m" --tokens "$ptoks" --decode-tokens "$dtoks" -n 0 --backend ${be%-ub1} -ub $ub \
+                exact=; [ $be = cpu ] && exact=--exact
+                "$STRIDE" run -m "$m" --tokens "$ptoks" --decode-tokens "$dtoks" -n 0 --backend ${be%-ub1} -ub $ub $exact \
                     --logits-out "$WORK/$name-$be.npy" >>"$OUTDIR/models.log" 2>&1
             done
             res=$(compare_npy "$WORK/$name-cuda.npy" "$WORK/$name-cpu.npy" $qtol 2>&1)
@@ -338,7 +341,7 @@ fi
 
 # ---- 5. memcheck -------------------------------------------------------------------------------
 if want memcheck; then
-    for prog in "$OPS" "$QUANT"; do
+    for prog in "$OPS" "$QUANT" "$BATCH"; do
         t=$(secs)
         pname=$(basename "$prog")
         log=$OUTDIR/memcheck.log

@@ -280,8 +280,8 @@ static void test_mul_mat_fused(st_type t, int64_t K, int64_t N, int64_t M, size_
     }
     if (chain && norm) oc.x_w = &xwc, og.x_w = &xwg;
     st_error err = {0};
-    if (st_backend_mul_mat_fused(g_cpu, &oc, &err) != ST_OK) test_die("cpu mul_mat_fused", &err);
-    if (st_backend_mul_mat_fused(g_gpu, &og, &err) != ST_OK) test_die("cuda mul_mat_fused", &err);
+    if (st_fused_mul_mat_composite(g_cpu, &oc, &err) != ST_OK) test_die("cpu mul_mat_fused", &err);
+    if (st_cuda_mul_mat_fused(g_gpu, &og, &err) != ST_OK) test_die("cuda mul_mat_fused", &err);
     /* the path's tolerance; a GLU's product of two results doubles the relative error */
     const double tol = mm_tol(t, M) * (glu ? 2 : 1);
     char desc[128];
@@ -316,7 +316,7 @@ static void test_mul_mat_fused(st_type t, int64_t K, int64_t N, int64_t M, size_
             first[i] = dual_fetch(&res[i]);
             dual_upload(&res[i]); /* the poison, or the residual, again */
         }
-        if (st_backend_mul_mat_fused(g_gpu_regs, &og, &err) != ST_OK) test_die("cuda mul_mat_fused (registers)", &err);
+        if (st_cuda_mul_mat_fused(g_gpu_regs, &og, &err) != ST_OK) test_die("cuda mul_mat_fused (registers)", &err);
         if (g_gpu_regs->iface->synchronize(g_gpu_regs, &err) != ST_OK) test_die("cuda synchronize (registers)", &err);
         for (int i = 0; i < n_res; i++) {
             char *second = dual_fetch(&res[i]);
@@ -380,9 +380,9 @@ static void test_fused_chain(st_type t, int64_t Ka, int64_t N, int64_t Nc, size_
     }
     if (glu) qc.out = &outc, qg.out = &outg;
     st_error err = {0};
-    if (st_backend_mul_mat_fused(g_cpu, &pc, &err) != ST_OK || st_backend_mul_mat_fused(g_cpu, &qc, &err) != ST_OK)
+    if (st_fused_mul_mat_composite(g_cpu, &pc, &err) != ST_OK || st_fused_mul_mat_composite(g_cpu, &qc, &err) != ST_OK)
         test_die("cpu mul_mat_fused", &err);
-    if (st_backend_mul_mat_fused(g_gpu, &pg, &err) != ST_OK || st_backend_mul_mat_fused(g_gpu, &qg, &err) != ST_OK)
+    if (st_cuda_mul_mat_fused(g_gpu, &pg, &err) != ST_OK || st_cuda_mul_mat_fused(g_gpu, &qg, &err) != ST_OK)
         test_die("cuda mul_mat_fused", &err);
     char desc[128];
     snprintf(desc, sizeof(desc), "%s Ka=%lld N=%lld Nc=%lld pad=%zu %s", tname(t), (long long)Ka, (long long)N,
@@ -430,9 +430,9 @@ static void test_mul_mat_to_host(st_type t, int64_t K, int64_t N, bool norm) {
     st_tensor yd = on(&vy, dy.gpu), yh = on(&vy, host);
     st_fused_mul_mat op = {.n_w = 1, .w = {&wg}, .y = {&yd}, .x = &xg, .h = &hg, .eps = 1e-6f};
     if (norm) op.norm_w = &ng;
-    if (st_backend_mul_mat_fused(g_gpu, &op, &err) != ST_OK) test_die("cuda mul_mat_fused", &err);
+    if (st_cuda_mul_mat_fused(g_gpu, &op, &err) != ST_OK) test_die("cuda mul_mat_fused", &err);
     op.y[0] = &yh;
-    if (st_backend_mul_mat_fused(g_gpu, &op, &err) != ST_OK) test_die("cuda mul_mat_fused to host", &err);
+    if (st_cuda_mul_mat_fused(g_gpu, &op, &err) != ST_OK) test_die("cuda mul_mat_fused to host", &err);
     char *want = dual_fetch(&dy); /* synchronizes: host is final too */
     cmp_result r = compare_bytes(want, host, dy.bytes);
     char desc[96];
@@ -775,6 +775,7 @@ static void rope_operands_init(rope_operands *o, st_type ct, int64_t hd, int64_t
     }
     for (int b = 0; b < 3; b++) {
         st_fused_rope_store op = {.q = &o->q[b], .k = &o->k[b], .v = &o->v[b], .eps = 1e-6f, .positions = &o->p[b],
+                                  .slots = &o->p[b],
                                   .rope = rp, .k_cache = &o->kc[b], .v_cache = &o->vc[b]};
         if (norms) op.q_norm = &o->qn[b], op.k_norm = &o->kn[b];
         o->op[b] = op;
@@ -813,9 +814,9 @@ static void test_rope_store(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, int3
     rope_operands o;
     rope_operands_init(&o, ct, hd, Hq, Hk, M, n_ctx, 4, norms, pos, &rp); /* a gap after each token's row */
     st_error err = {0};
-    if (st_backend_rope_store(g_cpu, &o.op[0], &err) != ST_OK) test_die("cpu rope_store", &err);
-    if (st_backend_rope_store(g_gpu, &o.op[1], &err) != ST_OK) test_die("cuda rope_store", &err);
-    if (st_backend_rope_store_composite(g_gpu, &o.op[2], &err) != ST_OK) test_die("cuda rope_store composite", &err);
+    if (st_fused_rope_store_composite(g_cpu, &o.op[0], &err) != ST_OK) test_die("cpu rope_store", &err);
+    if (st_cuda_rope_store(g_gpu, &o.op[1], &err) != ST_OK) test_die("cuda rope_store", &err);
+    if (st_fused_rope_store_composite(g_gpu, &o.op[2], &err) != ST_OK) test_die("cuda rope_store composite", &err);
     char desc[128];
     snprintf(desc, sizeof(desc), "%s cache hd=%lld Hq=%lld Hk=%lld n_rot=%d %s%s M=%lld", tname(ct), (long long)hd,
              (long long)Hq, (long long)Hk, n_rot, mode == ST_ROPE_MODE_NORM ? "norm" : "neox",
@@ -903,7 +904,7 @@ static void test_attention_case(const attn_case *ac) {
     st_tensor kc = on(&vk, dk.cpu), kg = on(&vk, dk.gpu), vc = on(&vv, dv.cpu), vg = on(&vv, dv.gpu);
     st_tensor qc = on(&vq, dq.cpu), qg = on(&vq, dq.gpu), yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu);
     st_tensor pc = on(&vp, dp.cpu), pg = on(&vp, dp.gpu);
-    if (g_cpu->iface->attention(g_cpu, &yc, &qc, &kc, &vc, &pc, &p, &err) != ST_OK) test_die("cpu attention", &err);
+    if (g_cpu->iface->attention(g_cpu, &yc, &qc, &kc, &vc, &pc, NULL, &p, &err) != ST_OK) test_die("cpu attention", &err);
 
     const st_cuda_attn_path chosen = st_cuda_attention_choose(g_gpu, &qg, &kg, &vg, &p);
     char base[112];
@@ -913,7 +914,7 @@ static void test_attention_case(const attn_case *ac) {
     for (int pi = ST_CUDA_ATTN_PATH_AUTO; pi <= ST_CUDA_ATTN_PATH_DECODE; pi++) {
         const st_cuda_attn_path path = (st_cuda_attn_path)pi;
         attn_poison_gpu(&dy);
-        st_status s = st_cuda_attention_path(g_gpu, &yg, &qg, &kg, &vg, &pg, &p, path, &err);
+        st_status s = st_cuda_attention_path(g_gpu, &yg, &qg, &kg, &vg, &pg, NULL, &p, path, &err);
         if (s == ST_ERROR_UNSUPPORTED && path != ST_CUDA_ATTN_PATH_AUTO) continue; /* shape not taken */
         if (s != ST_OK) test_die("cuda attention", &err);
         char *got = dual_fetch(&dy);
@@ -937,7 +938,7 @@ static void test_attention_case(const attn_case *ac) {
         st_attn_params p_ctx = p;
         p_ctx.n_kv = n_ctx < same_side ? n_ctx : same_side;
         attn_poison_gpu(&dy);
-        if (st_cuda_attention_path(g_gpu, &yg, &qg, &kg, &vg, &pg, &p_ctx, path, &err) != ST_OK)
+        if (st_cuda_attention_path(g_gpu, &yg, &qg, &kg, &vg, &pg, NULL, &p_ctx, path, &err) != ST_OK)
             test_die("cuda attention (n_kv = n_ctx)", &err);
         char *got2 = dual_fetch(&dy);
         cmp_result rb = compare_bytes(got, got2, dy.bytes);
@@ -985,21 +986,21 @@ static void test_graph_outlives_growth(void) {
         test_die("graph_outlives_growth: the split-KV path does not take these shapes", NULL);
 
     dual_poison(&dy1);
-    if (g_gpu->iface->attention(g_gpu, &y1, &q1, &kg, &vg, &p1, &p, &err) != ST_OK) test_die("cuda attention", &err);
+    if (g_gpu->iface->attention(g_gpu, &y1, &q1, &kg, &vg, &p1, NULL, &p, &err) != ST_OK) test_die("cuda attention", &err);
     char *ref = dual_fetch(&dy1);
-    st_backend_graph *g = NULL;
-    if (g_gpu->iface->graph_begin(g_gpu, &err) != ST_OK) test_die("cuda graph_begin", &err);
-    if (g_gpu->iface->attention(g_gpu, &y1, &q1, &kg, &vg, &p1, &p, &err) != ST_OK)
+    st_cuda_recording *g = NULL;
+    if (st_cuda_record_begin(g_gpu, &err) != ST_OK) test_die("cuda record_begin", &err);
+    if (g_gpu->iface->attention(g_gpu, &y1, &q1, &kg, &vg, &p1, NULL, &p, &err) != ST_OK)
         test_die("cuda attention (recording)", &err);
-    if (g_gpu->iface->graph_end(g_gpu, &g, &err) != ST_OK) test_die("cuda graph_end", &err);
-    if (g_gpu->iface->attention(g_gpu, &y4, &q4, &k4, &v4, &p4, &p, &err) != ST_OK) /* grows the partials */
+    if (st_cuda_record_end(g_gpu, &g, &err) != ST_OK) test_die("cuda record_end", &err);
+    if (g_gpu->iface->attention(g_gpu, &y4, &q4, &k4, &v4, &p4, NULL, &p, &err) != ST_OK) /* grows the partials */
         test_die("cuda attention (3 tokens)", &err);
     dual_poison(&dy1);
-    if (g_gpu->iface->graph_launch(g_gpu, g, &err) != ST_OK) test_die("cuda graph_launch", &err);
+    if (st_cuda_record_launch(g_gpu, g, &err) != ST_OK) test_die("cuda record_launch", &err);
     char *replayed = dual_fetch(&dy1);
     cmp_result r = compare_bytes(ref, replayed, dy1.bytes);
     record("graph after growth", "split-KV attention recorded, partials grown, replayed", &r, TOL_EXACT);
-    g_gpu->iface->graph_free(g_gpu, g);
+    st_cuda_record_free(g_gpu, g);
     free(ref), free(replayed);
     dual_free(&dk), dual_free(&dv), dual_free(&dq1), dual_free(&dy1), dual_free(&dq4), dual_free(&dy4);
     dual_free(&dp1), dual_free(&dp4);
@@ -1028,9 +1029,9 @@ static void test_rope_attention(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, 
     st_fused_rope_attention og = {.rs = o.op[1], .out = &yg, .attn = &ap};
     st_fused_rope_attention og2 = {.rs = o.op[2], .out = &yg2, .attn = &ap};
     st_error err = {0};
-    if (st_backend_rope_attention(g_cpu, &oc, &err) != ST_OK) test_die("cpu rope_attention", &err);
-    if (st_backend_rope_attention(g_gpu, &og, &err) != ST_OK) test_die("cuda rope_attention", &err);
-    if (st_backend_rope_attention_composite(g_gpu, &og2, &err) != ST_OK) test_die("cuda rope_attention composite", &err);
+    if (st_fused_rope_attention_composite(g_cpu, &oc, &err) != ST_OK) test_die("cpu rope_attention", &err);
+    if (st_cuda_rope_attention(g_gpu, &og, &err) != ST_OK) test_die("cuda rope_attention", &err);
+    if (st_fused_rope_attention_composite(g_gpu, &og2, &err) != ST_OK) test_die("cuda rope_attention composite", &err);
     char desc[144];
     snprintf(desc, sizeof(desc), "%s cache hd=%lld Hq=%lld Hk=%lld n_rot=%d %s%s pos=%d win=%d n_kv=%s%s", tname(ct),
              (long long)hd, (long long)Hq, (long long)Hk, n_rot, mode == ST_ROPE_MODE_NORM ? "norm" : "neox",
@@ -1047,12 +1048,12 @@ static void test_rope_attention(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, 
         view vt = mkpacked(ST_TYPE_F32, n_rot, 1, 1);
         dual dt = dual_new(view_bytes(&vt));
         st_tensor tg = on(&vt, dt.gpu);
-        if (g_gpu->iface->rope_table(g_gpu, &tg, og.rs.positions, og.rs.rope, &err) != ST_OK)
+        if (st_cuda_rope_table(g_gpu, &tg, og.rs.positions, og.rs.rope, &err) != ST_OK)
             test_die("cuda rope_table", &err);
         st_fused_rope_attention og3 = og;
         og3.rs.rope_cs = &tg;
         dual_poison(&dy);
-        if (st_backend_rope_attention(g_gpu, &og3, &err) != ST_OK) test_die("cuda rope_attention (table)", &err);
+        if (st_cuda_rope_attention(g_gpu, &og3, &err) != ST_OK) test_die("cuda rope_attention (table)", &err);
         char *y3 = dual_fetch(&dy);
         cmp_result rt = compare_bytes(y, y3, dy.bytes);
         record("rope_attention table=formed", desc, &rt, TOL_EXACT);
@@ -1151,25 +1152,22 @@ static void test_attention_decode(bool one_token_f16) {
 }
 
 /* The backend's choice of where a residual add prepares the next product's norm
- * (st_cuda_prepared_norm_pays), on the issue-5 models' q/k/v and gate/up products (F16,
- * one token). On a 132-SM H200, with the decode kernel (STRIDE_CUDA_GEMV_ROWBLOCK=0) the
- * measured best is llama-3.2-1b's gate/up only, neither of qwen3-1.7b's, qwen3-8b's q/k/v
- * only (bench/decode-norm-prepared-h200.md). The block-a-row kernel forms its norm itself,
- * so a product it takes is never prepared: by default (STRIDE_CUDA_GEMV_ROWBLOCK=3) every
- * q/k/v here; with 4 in the mask also the gated pairs but qwen3-8b's, whose 12,288 rows are
- * too many for it. The rule reads shapes, types and alignment, so the tensors point at no
- * memory. Other devices: skipped (the table is the H200's). */
+ * (st_cuda_prepared_norm_pays), on the seed models' q/k/v and gate/up products (F16, one
+ * token), under the default tuning. On a 132-SM H200, with the warp-a-row decode kernel
+ * the rule picks llama-3.2-1b's gate/up only, neither of qwen3-1.7b's, and qwen3-8b's
+ * q/k/v only, the choices that measured fastest there. The block-a-row kernel forms its
+ * norm itself, so a product it takes (by default every q/k/v here) is never prepared.
+ * The rule reads shapes, types and alignment, so the tensors point at no memory. Other
+ * devices: skipped (the table is the H200's). */
 static void test_prepared_norm_rule(void) {
     st_device_info info;
     st_error err = {0};
     if (st_device_query(ST_BACKEND_CUDA, 0, &info, &err) != ST_OK) test_die("device query", &err);
-    const char *env = getenv("STRIDE_CUDA_NORM_PREPARED"), *rowblock_env = getenv("STRIDE_CUDA_GEMV_ROWBLOCK");
-    if (info.multiprocessors != 132 || (env && strcmp(env, "1") != 0)) {
-        printf("skip prepared-norm rule: %d SMs (the table is for 132), STRIDE_CUDA_NORM_PREPARED=%s\n",
-               info.multiprocessors, env ? env : "(unset)");
+    if (info.multiprocessors != 132) {
+        printf("skip prepared-norm rule: %d SMs (the table is for 132)\n", info.multiprocessors);
         return;
     }
-    const int rowblock = rowblock_env ? atoi(rowblock_env) : CUDA_ROWBLOCK_DEFAULT;
+    const int rowblock = st_cuda_tuning_default(9).rowblock;
     static const struct {
         const char *name;
         int64_t K, n[3];
@@ -1200,7 +1198,7 @@ static void test_prepared_norm_rule(void) {
             out = on(&vo, nowhere);
             op.epilogue = ST_FUSED_EPILOGUE_SWIGLU, op.out = &out;
         }
-        const bool got = g_gpu->iface->prepared_norm_pays(g_gpu, &op);
+        const bool got = st_cuda_prepared_norm_pays(g_gpu, &op);
         /* a product the block-a-row kernel may take is never prepared (qwen3-8b's gate/up,
          * which it cannot take, is not prepared with the decode kernel either) */
         const bool want = cases[i].want && !(rowblock & (glu ? CUDA_ROWBLOCK_GLU : CUDA_ROWBLOCK_STORE));
@@ -1360,55 +1358,39 @@ static void test_errors(void) {
 
 /* ---- the suite ---------------------------------------------------------------------- */
 
-/* The environment variable name's value (a copy; NULL when unset), and putting it back. */
-static char *env_save(const char *name) {
-    const char *old = getenv(name);
-    char *saved = old ? strdup(old) : NULL;
-    if (old && !saved) test_die("out of memory saving the environment", NULL);
-    return saved;
-}
-static void env_restore(const char *name, char *saved) {
-    if (saved) setenv(name, saved, 1);
-    else unsetenv(name);
-    free(saved);
+/* A CUDA backend with the default tuning, then spec's fields (cuda_tuning.h: "key=value,..."). */
+static st_backend *cuda_tuned(const char *spec) {
+    st_error err = {0};
+    st_device_info info;
+    if (st_device_query(ST_BACKEND_CUDA, 0, &info, &err) != ST_OK) test_die("device query", &err);
+    st_cuda_tuning t = st_cuda_tuning_default(info.compute_major);
+    if (st_cuda_tuning_parse(&t, spec, &err) != ST_OK) test_die("tuning", &err);
+    st_backend *b = NULL;
+    if (st_backend_cuda_init_tuned(0, &t, &b, &err) != ST_OK) test_die("CUDA backend", &err);
+    return b;
 }
 
-/* Runs fn with the CUDA backend created again under the environment variable name=value
- * (the backend reads its decode tuning once, at init), then restores both. */
-static void with_cuda_env(const char *name, const char *value, void (*fn)(void)) {
+/* Runs fn with g_gpu created again under the tuning spec, then restores the default. */
+static void with_cuda_tuning(const char *spec, void (*fn)(void)) {
     st_error err = {0};
-    char *saved = env_save(name);
     st_backend_free(g_gpu);
-    setenv(name, value, 1);
-    if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu, &err) != ST_OK) test_die("CUDA backend", &err);
-    printf("%s=%s\n", name, value);
+    g_gpu = cuda_tuned(spec);
+    printf("tuning %s\n", spec);
     fn();
     st_backend_free(g_gpu);
-    env_restore(name, saved);
     if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu, &err) != ST_OK) test_die("CUDA backend", &err);
 }
 
-/* Every kind of one-column product by the block-a-row kernel with its rows staged in shared
- * memory (g_gpu; launched early too when the caller set STRIDE_CUDA_PDL), each also by the
- * same kernel with its rows in registers, launched plainly (g_gpu_regs): test_mul_mat_fused
- * compares the two bitwise. Run under STRIDE_CUDA_GEMV_ROWBLOCK=7 and
- * STRIDE_CUDA_ROWBLOCK_STAGED=7 or STRIDE_CUDA_PDL=23 (every kind of product, residual adds
- * of short rows and of long). */
+/* Every kind of one-column product by the block-a-row kernel (g_gpu, tuned by the
+ * caller: its rows staged in shared memory, or staged and launched early), each also by
+ * the same kernel with its rows in registers, launched plainly (g_gpu_regs):
+ * test_mul_mat_fused compares the two bitwise. */
 static void run_fused_products(void);
 static void run_fused_products_staged_and_registers(void) {
-    st_error err = {0};
-    char *staged = env_save("STRIDE_CUDA_ROWBLOCK_STAGED"), *early = env_save("STRIDE_CUDA_PDL");
-    setenv("STRIDE_CUDA_ROWBLOCK_STAGED", "0", 1);
-    setenv("STRIDE_CUDA_PDL", "0", 1); /* (a product launched early is staged) */
-    if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu_regs, &err) != ST_OK) test_die("CUDA backend (registers)", &err);
-    env_restore("STRIDE_CUDA_ROWBLOCK_STAGED", staged);
-    env_restore("STRIDE_CUDA_PDL", early);
+    g_gpu_regs = cuda_tuned("rowblock=7,rowblock_staged=0,early_launch=0"); /* (a product launched early is staged) */
     run_fused_products();
     st_backend_free(g_gpu_regs);
     g_gpu_regs = NULL;
-}
-static void run_fused_products_every_kind(void) {
-    with_cuda_env("STRIDE_CUDA_GEMV_ROWBLOCK", "7", run_fused_products_staged_and_registers);
 }
 
 /* rope_attention (one decode token): head_dim 64/128/256, GQA groups 1-8, NORM/NEOX,
@@ -1433,8 +1415,9 @@ static void run_rope_attention(bool short_f16) {
             rope_attention_case(short_f16, ct, 256, 8, 4, 256, ST_ROPE_MODE_NEOX, norms, 517, 0, false);
             rope_attention_case(short_f16, ct, 96, 4, 2, 32, ST_ROPE_MODE_NEOX, norms, 40, 0, true);
             rope_attention_case(short_f16, ct, 64, 12, 4, 64, ST_ROPE_MODE_NORM, norms, 90, 0, false); /* a group of 3 */
-            /* the issue-5 models' shapes at tg128's depths (bounds up to 128 keys: the warps
-             * kernel with an F16 cache), one with a window, and past them (the split kernel) */
+            /* llama-3.2-1b's, qwen3-1.7b's and qwen3-8b's shapes at tg128's depths (bounds up
+             * to 128 keys: the warps kernel with an F16 cache), one with a window, and past
+             * them (the split kernel) */
             rope_attention_case(short_f16, ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 100, 0, false);
             rope_attention_case(short_f16, ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 63, 0, false);
             rope_attention_case(short_f16, ct, 128, 32, 8, 128, ST_ROPE_MODE_NEOX, norms, 127, 0, false);
@@ -1444,27 +1427,11 @@ static void run_rope_attention(bool short_f16) {
     }
 }
 
-/* One token's attention over a short F16 cache, against the CPU: run by the split kernel,
- * where the warps kernel takes it by default (STRIDE_CUDA_ATTN_WARPS=0, a measurement
- * setting), and by the warps kernel's other grids (STRIDE_CUDA_ATTN_ROWS, below). */
-static void run_one_token_attention(void) {
-    run_rope_attention(true);
-    test_attention_decode(true);
-}
-/* The same short F16 rope_attention cases with the warps kernel launched plainly
- * (STRIDE_CUDA_PDL=0; by default it is launched early where it takes the rotations from a
- * rope_table): the "table=formed" rows compare the two launches bitwise, the kernel
- * launched early forming them from the table, the one launched plainly forming them itself. */
+/* The short F16 rope_attention cases with the warps kernel launched plainly (by default
+ * it is launched early where it takes the rotations from a rope table): the
+ * "table=formed" rows compare the two launches bitwise, the kernel launched early forming
+ * them from the table, the one launched plainly forming them itself. */
 static void run_one_token_attention_plain(void) { run_rope_attention(true); }
-/* ... and both, with a block of the warps kernel taking the whole group, 2 or 4 of its
- * query rows instead of one (STRIDE_CUDA_ATTN_ROWS=0, 2, 4; the groups of 2-8 in one or
- * several blocks a kv head, a group of 3 in blocks of 2 and 1, a group of 8 in blocks of 4
- * up to 128 keys): against the CPU, and the fused rope_attention bitwise against
- * rope_store then the attention. */
-static void run_one_token_attention_rows(void) {
-    run_one_token_attention();
-    with_cuda_env("STRIDE_CUDA_PDL", "0", run_one_token_attention_plain);
-}
 
 /* The weight types every op is tested in. */
 static const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16};
@@ -1499,7 +1466,7 @@ static void run_fused_products(void) {
     /* the block-a-row kernel's other widths (cuda_gemv_rowblock.cu: 3 and 4 pieces a thread,
      * the down products of qwen3-1.7b and llama-3.2-1b; 2 above at K = 4096), packed and
      * padded, with a norm and without; residual adds of 3 and 4 pieces are the ones
-     * STRIDE_CUDA_PDL launches early by bit 16, not 2 */
+     * early_launch launches early by CUDA_EARLY_LONG_ADD, not CUDA_ROWBLOCK_ADD */
     for (int ti = 0; ti < 3; ti++)
         for (size_t pad = 0; pad <= 64; pad += 64)
             for (int norm = 0; norm <= 1; norm++) {
@@ -1549,11 +1516,7 @@ static void run_all(void) {
     test_graph_outlives_growth(); /* before any other attention: see there */
 
     run_rope_attention(false);
-    with_cuda_env("STRIDE_CUDA_ATTN_WARPS", "0", run_one_token_attention);
-    with_cuda_env("STRIDE_CUDA_PDL", "0", run_one_token_attention_plain);
-    with_cuda_env("STRIDE_CUDA_ATTN_ROWS", "0", run_one_token_attention_rows);
-    with_cuda_env("STRIDE_CUDA_ATTN_ROWS", "2", run_one_token_attention_rows);
-    with_cuda_env("STRIDE_CUDA_ATTN_ROWS", "4", run_one_token_attention_rows);
+    with_cuda_tuning("early_launch=0", run_one_token_attention_plain);
 
     /* rope_store: per-head norms or none, NORM/NEOX, partial rotary, GQA, both caches */
     for (int ci = 0; ci < 2; ci++)
@@ -1567,10 +1530,10 @@ static void run_all(void) {
 
     /* the one-column products under each decode kernel: the block-a-row kernel wherever it
      * can take them (a mask of every kind of product), then the warp-a-row kernel alone */
-    with_cuda_env("STRIDE_CUDA_ROWBLOCK_STAGED", "7", run_fused_products_every_kind);
+    with_cuda_tuning("rowblock=7,rowblock_staged=7", run_fused_products_staged_and_registers);
     /* ... staged and launched early (sm_90; plain launches before): the same bits */
-    with_cuda_env("STRIDE_CUDA_PDL", "23", run_fused_products_every_kind);
-    with_cuda_env("STRIDE_CUDA_GEMV_ROWBLOCK", "0", run_fused_products);
+    with_cuda_tuning("rowblock=7,early_launch=23", run_fused_products_staged_and_registers);
+    with_cuda_tuning("rowblock=0", run_fused_products);
     /* a residual add preparing the next product's norm, then that product: model shapes
      * (llama-3.2-1b's o then q/k/v or gate/up; qwen3-8b's down then q/k/v) and rows that
      * end a group of 4 early (N = 1002) */
@@ -1583,8 +1546,9 @@ static void run_all(void) {
             test_fused_chain(types[ti], 256, 1002, 300, pad, ST_FUSED_EPILOGUE_STORE);
         }
     test_prepared_norm_rule();
-    /* an output head's shape, 40,000 rows at K = 2048 and M = 1: at least GEMV_NORM_APART_WAVES
-     * waves of blocks on an H200, so its norm runs apart (cuda_gemv.cu); packed and padded */
+    /* an output head's shape, 40,000 rows at K = 2048 and M = 1: at least norm_apart_waves
+     * (st_cuda_tuning) waves of blocks on an H200, so its norm runs apart (cuda_gemv.cu);
+     * packed and padded */
     for (int ti = 0; ti < 3; ti++)
         for (size_t pad = 0; pad <= 64; pad += 64)
             test_mul_mat_fused(types[ti], 2048, 40000, 1, pad, 1, 1, ST_FUSED_EPILOGUE_STORE, pad > 0);

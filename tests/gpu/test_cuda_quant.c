@@ -1,5 +1,5 @@
 /*
- * Quantized weights on the CUDA backend (cuda_quant.cu) against the CPU backend, which
+ * Quantized weights on the CUDA backend (cuda_quant_*.cu) against the CPU backend, which
  * dequantizes bit-exactly like the gguf package (tests/python/test_quant_vectors.py):
  * every type stride reads, odd N, K of one block, an odd number of blocks and a model-sized
  * row, M = 1, 2, 3, 7 (the matrix-vector kernel; at M = 1 also more rows than its grid
@@ -457,9 +457,9 @@ static void test_fused(st_type t, int64_t K, int64_t N, int64_t M, int n_w, bool
     fused_bind(&og, &f, vy, &vh, &vo, true, yg, &hg, &outg, &nextg);
     fused_bind(&ogc, &fc, vy, &vh, &vo, true, ygc, &hgc, &outgc, &nextgc);
     st_error err = {0};
-    if (st_backend_mul_mat_fused_composite(g_cpu, &oc, &err) != ST_OK) test_die("cpu mul_mat_fused", &err);
-    if (st_backend_mul_mat_fused(g_gpu, &og, &err) != ST_OK) test_die("cuda mul_mat_fused", &err);
-    if (st_backend_mul_mat_fused_composite(g_gpu, &ogc, &err) != ST_OK) test_die("cuda composite", &err);
+    if (st_fused_mul_mat_composite(g_cpu, &oc, &err) != ST_OK) test_die("cpu mul_mat_fused", &err);
+    if (st_cuda_mul_mat_fused(g_gpu, &og, &err) != ST_OK) test_die("cuda mul_mat_fused", &err);
+    if (st_fused_mul_mat_composite(g_gpu, &ogc, &err) != ST_OK) test_die("cuda composite", &err);
     /* the path's tolerance; a GLU's product of two results doubles the relative error */
     const double tol = mm_tol(M) * (glu ? 2 : 1);
     char desc[128];

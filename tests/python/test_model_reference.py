@@ -1,7 +1,10 @@
 """stride's CPU backend against Hugging Face transformers (the reference implementation).
 
 For every committed fixture (tests/fixtures/<arch>-<type>.ref.json, made by
-tests/fixtures/make_fixtures.py from tiny random models of the real transformers classes):
+tests/fixtures/make_fixtures.py from tiny random models of the real transformers classes),
+on both of the CPU backend's paths (the fast path, the default, and the reference ops with
+--exact; the fixtures' weights are float, so both compute every product in f32 and the
+same tolerances hold):
   - the logits of the 12 prompt positions (prefill) and of 4 teacher-forced decode steps
     match the reference logits;
   - the greedy continuation of 16 tokens matches token for token;
@@ -34,9 +37,12 @@ CHECKS = Checks()
 check = CHECKS.check
 
 
-def run_stride(stride, model, ref, out, kv, extra_env=None, pad=None):
+PATHS = (("fast", []), ("exact", ["--exact"]))
+
+
+def run_stride(stride, model, ref, out, kv, extra_env=None, pad=None, path=()):
     env = clean_env(extra_env)
-    args = [stride, "run", "-m", model, "--backend", "cpu", "--kv-type", kv,
+    args = [stride, "run", "-m", model, "--backend", "cpu", *path, "--kv-type", kv,
             "--tokens", ",".join(map(str, ref["prompt"])),
             "--decode-tokens", ",".join(map(str, ref["decode_tokens"])),
             "-n", "0", "--logits-out", out]
@@ -48,9 +54,9 @@ def run_stride(stride, model, ref, out, kv, extra_env=None, pad=None):
     return np.load(out)
 
 
-def greedy(stride, model, ref, n, extra_env=None, pad=None):
+def greedy(stride, model, ref, n, extra_env=None, pad=None, path=()):
     env = clean_env(extra_env)
-    args = [stride, "run", "-m", model, "--backend", "cpu", "--kv-type", "f32",
+    args = [stride, "run", "-m", model, "--backend", "cpu", *path, "--kv-type", "f32",
             "--tokens", ",".join(map(str, ref["prompt"])), "-n", str(n)]
     if pad:
         args += ["--pad-weights", pad]
@@ -64,9 +70,9 @@ def norm_err(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def test_fixture(stride, fixtures, work, ref_path):
+def test_fixture(stride, fixtures, work, ref_path, path_name, path):
     ref = json.load(open(ref_path))
-    name = os.path.basename(ref_path).replace(".ref.json", "")
+    name = os.path.basename(ref_path).replace(".ref.json", "") + "-" + path_name
     model = os.path.join(fixtures, ref["model"])
     V = ref["n_vocab"]
     want = np.fromfile(os.path.join(fixtures, ref["logits_file"]), dtype="<f4")
@@ -75,7 +81,7 @@ def test_fixture(stride, fixtures, work, ref_path):
     want = want.reshape(positions, V)
 
     for kv in ("f32", "f16"):
-        got = run_stride(stride, model, ref, os.path.join(work, f"{name}-{kv}.npy"), kv)
+        got = run_stride(stride, model, ref, os.path.join(work, f"{name}-{kv}.npy"), kv, path=path)
         if got is None:
             continue
         check(got.shape == want.shape, f"{name}: logits shape {got.shape} vs {want.shape}")
@@ -84,12 +90,12 @@ def test_fixture(stride, fixtures, work, ref_path):
         err = norm_err(got, want)
         maxabs = float(np.abs(got - want).max())
         ok = np.isfinite(got).all() and err <= TOL[kv]
-        print(f"{name:14s} kv {kv}: normalised error {err:.2e} (max abs {maxabs:.2e}, tolerance {TOL[kv]:.0e})"
+        print(f"{name:20s} kv {kv}: normalised error {err:.2e} (max abs {maxabs:.2e}, tolerance {TOL[kv]:.0e})"
               f" {'ok' if ok else 'FAIL'}", flush=True)
         check(ok, f"{name} kv {kv}: normalised error {err:.3e} > {TOL[kv]:.0e}")
         check(np.array_equal(got.argmax(1), want.argmax(1)), f"{name} kv {kv}: argmax at every position")
 
-    toks = greedy(stride, model, ref, len(ref["greedy"]))
+    toks = greedy(stride, model, ref, len(ref["greedy"]), path=path)
     if toks is not None:
         check(toks == ref["greedy"], f"{name}: greedy {toks} vs transformers {ref['greedy']}")
 
@@ -100,12 +106,12 @@ def test_fixture(stride, fixtures, work, ref_path):
     if check(ins.returncode == 0, f"{name}: inspect --layout: {ins.stderr.strip()}"):
         n_padded = json.loads(ins.stdout)["layout"]["n_padded"]
         check(n_padded > 0, f"{name}: the padded run really pads ({n_padded} tensors)")
-    on = run_stride(stride, model, ref, os.path.join(work, f"{name}-on.npy"), "f16", env, "on")
-    off = run_stride(stride, model, ref, os.path.join(work, f"{name}-off.npy"), "f16", env, "off")
+    on = run_stride(stride, model, ref, os.path.join(work, f"{name}-on.npy"), "f16", env, "on", path)
+    off = run_stride(stride, model, ref, os.path.join(work, f"{name}-off.npy"), "f16", env, "off", path)
     if on is not None and off is not None:
         check(on.tobytes() == off.tobytes(), f"{name}: logits bit-identical with padding on and off")
-    g_on = greedy(stride, model, ref, 16, env, "on")
-    g_off = greedy(stride, model, ref, 16, env, "off")
+    g_on = greedy(stride, model, ref, 16, env, "on", path)
+    g_off = greedy(stride, model, ref, 16, env, "off", path)
     check(g_on is not None and g_on == g_off, f"{name}: greedy tokens identical on vs off")
 
 
@@ -119,7 +125,8 @@ def main():
     refs = sorted(glob.glob(os.path.join(a.fixtures, "*.ref.json")))
     check(len(refs) >= 15, f"expected 5 architectures x 3 weight types of fixtures, found {len(refs)}")
     for r in refs:
-        test_fixture(a.stride, a.fixtures, a.work, r)
+        for path_name, path in PATHS:
+            test_fixture(a.stride, a.fixtures, a.work, r, path_name, path)
     return CHECKS.exit_code()
 
 

@@ -30,6 +30,12 @@ TINY = {
     "tiny-gemma3": dict(arch="gemma3", tied=True, n_embd=64, n_head=4, n_head_kv=2, head_dim=16),
     "tiny-phi3": dict(arch="phi3", tied=True, n_embd=64, n_head=4, n_head_kv=2, head_dim=16),
     "tiny-olmoe": dict(arch="olmoe", tied=False, n_embd=64, n_head=4, n_head_kv=4, head_dim=16),
+    # four KV heads, for the -tp 2 and -tp 4 tests (tests/python/test_tensor_parallel.py)
+    "tiny-llama-kv4": dict(arch="llama", tied=False, n_embd=128, n_head=8, n_head_kv=4, head_dim=16,
+                           n_ctx_orig=1024),
+    "tiny-qwen3-kv4": dict(arch="qwen3", tied=True, n_embd=128, n_head=8, n_head_kv=4, head_dim=16),
+    "tiny-gemma3-kv4": dict(arch="gemma3", tied=True, n_embd=128, n_head=8, n_head_kv=4, head_dim=16),
+    "tiny-phi3-kv4": dict(arch="phi3", tied=True, n_embd=128, n_head=8, n_head_kv=4, head_dim=16),
 }
 TYPES = {"f32": GGMLQuantizationType.F32, "f16": GGMLQuantizationType.F16,
          "bf16": GGMLQuantizationType.BF16, "q8_0": GGMLQuantizationType.Q8_0}
@@ -300,7 +306,7 @@ def main():
     p = run([args.stride, "synth", "no-such-preset", "-o", out])
     c.check("tiny-qwen3" in p.stderr, "unknown preset: the valid presets are listed")
     p = run([args.stride, "synth", "--help"])
-    c.check(p.returncode == 0 and all(n in p.stdout for n in ("llama-3.2-1b", "qwen3-8b", "gemma-3-270m",
+    c.check(p.returncode == 0 and all(n in p.stdout for n in ("llama-3.2-1b", "qwen3-8b", "qwen3-32b", "gemma-3-270m",
                                                               "phi-4-mini", "olmoe-1b-7b")),
             "synth --help lists the full-size presets")
 

@@ -206,6 +206,35 @@ static void test_topk_route(void **state) {
     st_cpu_set_threads(0);
 }
 
+/* NaN router logits (a model with NaN weights) rank below every number: they are chosen
+ * only when fewer than k logits are numbers, the softmax over all experts turns every
+ * weight NaN, and nothing aborts. */
+static void test_topk_route_nan(void **state) {
+    (void)state;
+    const int64_t e = 6, m = 2;
+    const int32_t k = 2;
+    tt logits = tt_new(ST_TYPE_F32, e, m, 1, 1, 0);
+    const double l0[6] = {NAN, 1.0, NAN, 0.5, -1.0, 2.0};
+    for (int64_t i = 0; i < e; i++) {
+        tt_set(&logits, i, l0[i]);
+        tt_set(&logits, e + i, i == 4 ? 3.0 : NAN); /* token 1: one number */
+    }
+    for (int softmax_first = 0; softmax_first < 2; softmax_first++) {
+        tt w = tt_new(ST_TYPE_F32, k, m, 1, 1, 0);
+        int32_t ids[2 * 2];
+        st_cpu_topk_route(ids, &w.t, &logits.t, k, softmax_first, true);
+        assert_int_equal(ids[0], 5); /* token 0: 2.0, 1.0 */
+        assert_int_equal(ids[1], 1);
+        assert_int_equal(ids[2], 4); /* token 1: 3.0, then the first NaN */
+        assert_int_equal(ids[3], 0);
+        assert_true(softmax_first ? isnan(tt_get(&w, 0)) && isnan(tt_get(&w, 1))
+                                  : !isnan(tt_get(&w, 0)) && !isnan(tt_get(&w, 1)));
+        assert_true(isnan(tt_get(&w, 2)) && isnan(tt_get(&w, 3)));
+        tt_free(&w);
+    }
+    tt_free(&logits);
+}
+
 static void test_moe_combine(void **state) {
     (void)state;
     const int64_t d = 18, k = 3, m = 5;
@@ -249,6 +278,7 @@ int main(void) {
         cmocka_unit_test(test_gated_units),
         cmocka_unit_test(test_add_mul_scale),
         cmocka_unit_test(test_topk_route),
+        cmocka_unit_test(test_topk_route_nan),
         cmocka_unit_test(test_moe_combine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

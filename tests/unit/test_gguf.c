@@ -455,7 +455,7 @@ static void test_writer_tensor_errors(void **state) {
     ASSERT_ERR(st_gguf_writer_write_data(w, bytes, 256 + 6 + 1, &err), ST_ERROR_INVALID,
                "263 bytes of tensor data given but only 262 remain");
     ASSERT_OK(st_gguf_writer_write_data(w, bytes, 256 + 2, &e_)); /* first tensor + 2 of 6 bytes */
-    assert_true(file_exists(path));
+    assert_false(file_exists(path)); /* the bytes go to a temporary file until close */
     ASSERT_ERR(st_gguf_writer_close(w, &err), ST_ERROR_INVALID, "tensor 'b' (index 1 of 2) received 2 of its 6 bytes");
     assert_false(file_exists(path)); /* the partial file is removed */
 

@@ -267,7 +267,7 @@ static void test_auto_builtin(void **state) {
         {ST_DEVICE_KIND_CPU, false, "bench/cpu-pad-auto.md"},
         {ST_DEVICE_KIND_NVIDIA_HOPPER, false, "H200"},
         {ST_DEVICE_KIND_NVIDIA_OTHER, false, "not measured"},
-        {ST_DEVICE_KIND_AMD_RDNA35, true, "8060S"},
+        {ST_DEVICE_KIND_AMD_RDNA35, true, "alias 2048 B, pad 128 B) as measured on a Radeon 8060S"},
         {ST_DEVICE_KIND_AMD_OTHER, false, "not measured"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -430,8 +430,57 @@ static void test_plan_auto_per_shape(void **state) {
     unlink(path);
 }
 
+/* auto with no calibration on each device kind: the built-in table alone. On RDNA3.5 the
+ * seed's rule pads every aliased float GEMM weight by 128 B at the default geometry
+ * (alias 2048); every other kind keeps the packed layout until a calibration says otherwise. */
+static void test_plan_auto_builtin_per_device(void **state) {
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof(path), "/tmp/stride_test_layout_policy_dev_%d.gguf", (int)getpid());
+    /* F32 tiny-llama-hd64: attn_output (K = 8 x 64) and ffn_down (K = 512) have rows of
+     * 2048 B; q/k/v, gate/up (K = 256) and the output head rows of 1024 B */
+    st_synth_options opt = {.weight_type = ST_TYPE_F32, .seed = 5};
+    assert_int_equal(st_synth_write(st_synth_find_preset("tiny-llama-hd64"), &opt, path, NULL), ST_OK);
+    st_gguf_file *f = NULL;
+    assert_int_equal(st_gguf_open(path, &f, NULL), ST_OK);
+    env_table none = {{{0}}};
+    st_layout_policy pol;
+    assert_int_equal(st_layout_policy_resolve(&pol, NULL, table_getenv, &none, NULL), ST_OK);
+    assert_int_equal(pol.mode, ST_PAD_MODE_AUTO);
+    for (int kind = 0; kind < ST_DEVICE_KIND_COUNT; kind++) {
+        const bool rdna35 = kind == ST_DEVICE_KIND_AMD_RDNA35;
+        st_layout_plan plan;
+        assert_int_equal(st_layout_plan_gguf_auto(f, &pol, (st_device_kind)kind, ST_TYPE_COUNT, NULL, &plan, NULL),
+                         ST_OK);
+        assert_int_equal(plan.alias, 2048);
+        assert_int_equal(plan.n_padded, rdna35 ? 4 : 0); /* 2 layers x (attn_output, ffn_down) */
+        assert_int_equal(plan.n_auto_builtin, 4);
+        assert_int_equal(plan.n_auto_calibrated, 0);
+        static const char *const aliased[] = {"blk.0.attn_output.weight", "blk.1.ffn_down.weight"};
+        for (size_t i = 0; i < sizeof(aliased) / sizeof(aliased[0]); i++) {
+            const st_layout_entry *e = entry_named(&plan, aliased[i]);
+            char why[320];
+            st_layout_entry_explain(e, plan.alias, why, sizeof(why));
+            assert_int_equal(e->packed_row_bytes, 2048);
+            assert_int_equal(e->padded, rdna35);
+            assert_int_equal(e->tensor.nb[1], 2048 + (rdna35 ? 128 : 0));
+            assert_int_equal(e->auto_source, ST_PAD_AUTO_BUILTIN);
+            assert_int_equal(e->reason, rdna35 ? ST_PAD_REASON_PADDED : ST_PAD_REASON_AUTO_OFF);
+            assert_non_null(strstr(why, "auto: built-in table"));
+        }
+        /* a row of 1024 B is never padded (without calibrations it keeps the device's reason) */
+        const st_layout_entry *q = entry_named(&plan, "blk.0.attn_q.weight");
+        assert_false(q->padded);
+        assert_int_equal(q->reason, rdna35 ? ST_PAD_REASON_ROW_NOT_ALIASED : ST_PAD_REASON_AUTO_OFF);
+        st_layout_plan_free(&plan);
+    }
+    st_gguf_close(f);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_auto_builtin_per_device),
         cmocka_unit_test(test_policy_is_auto),
         cmocka_unit_test(test_plan_auto_per_shape),
         cmocka_unit_test(test_resolve_valid),

@@ -177,14 +177,32 @@ static void test_errors(void **state) {
     o.n_ctx = 80;
     assert_int_equal(st_perplexity_eval(f->session, tokens, 100, &o, &r, &err), ST_ERROR_INVALID);
     assert_non_null(strstr(err.message, "context"));
-    /* a token outside the vocabulary */
+    /* a token outside the vocabulary: found before anything is evaluated, wherever it is */
     tokens[40] = (int32_t)f->model->hp.n_vocab;
     o.n_ctx = 32;
     o.max_chunks = 0;
     assert_int_equal(st_perplexity_eval(f->session, tokens, 64, &o, &r, &err), ST_ERROR_INVALID);
     assert_non_null(strstr(err.message, "vocabulary"));
-    assert_int_equal(r.n_chunks, 1); /* chunk 1 was scored, chunk 2 failed and is named */
-    assert_non_null(strstr(err.message, "chunk 2"));
+    assert_non_null(strstr(err.message, "position 40"));
+    assert_int_equal(r.n_chunks, 0);
+    /* in the last, scored-only slot of a chunk (a target that is never evaluated) */
+    tokens[40] = 5;
+    tokens[31] = (int32_t)f->model->hp.n_vocab + 1000;
+    assert_int_equal(st_perplexity_eval(f->session, tokens, 64, &o, &r, &err), ST_ERROR_INVALID);
+    assert_non_null(strstr(err.message, "position 31"));
+    /* a chunk's first slot is BOS when the vocabulary adds one: what the input held there is never read */
+    assert_int_equal(st_perplexity_eval(f->session, tokens + 32, 32, &o, &r, &err), ST_OK);
+    tokens[31] = 5;
+    tokens[32] = -7;
+    assert_int_equal(st_perplexity_eval(f->session, tokens + 32, 32, &o, &r, &err), ST_OK);
+    o.bos = -1;
+    assert_int_equal(st_perplexity_eval(f->session, tokens + 32, 32, &o, &r, &err), ST_ERROR_INVALID);
+    assert_non_null(strstr(err.message, "token id -7 at position 0"));
+    /* a BOS id beyond the vocabulary names the model's metadata, not the input */
+    tokens[32] = 5;
+    o.bos = (int32_t)f->model->hp.n_vocab;
+    assert_int_equal(st_perplexity_eval(f->session, tokens, 64, &o, &r, &err), ST_ERROR_FORMAT);
+    assert_non_null(strstr(err.message, "tokenizer.ggml.bos_token_id"));
 }
 
 int main(void) {

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "stride/backend.h"
+#include "stride/cpu_path.h"
 #include "stride/gguf.h"
 #include "stride/model.h"
 #include "stride/quant.h"
@@ -184,8 +185,10 @@ static void test_keep_quantized(void **state) {
 }
 
 static void check_converted(st_type to) {
+    /* the reference ops: the comparison below is of weight rounding alone (the fast
+     * path would add the activations' int8 quantization to the quantized model's side) */
     st_backend *b = NULL;
-    assert_int_equal(st_backend_init(ST_BACKEND_CPU, 0, &b, NULL), ST_OK);
+    assert_int_equal(st_backend_cpu_init_path(ST_CPU_PATH_EXACT, &b, NULL), ST_OK);
     st_model_load_options o_keep = options("on", ST_TYPE_COUNT), o_on = options("on", to), o_off = options("off", to);
     st_model *keep = load(b, model_path, &o_keep), *on = load(b, model_path, &o_on), *off = load(b, model_path, &o_off);
 
@@ -288,7 +291,7 @@ static void test_unsupported_quant_type(void **state) {
 
 /* A backend that is not the CPU: the CPU's functions under another name, so that the
  * check runs without a GPU. Quantized weights load kept as stored (CUDA computes with
- * them, cuda_quant.cu) and converted alike; the unreadable type is refused as on the CPU. */
+ * them, cuda_quant_*.cu) and converted alike; the unreadable type is refused as on the CPU. */
 static void test_quantized_loads_on_other_backend(void **state) {
     (void)state;
     st_backend *cpu = NULL;

@@ -59,6 +59,7 @@ typedef struct bench_results {
     int reps;
     int64_t n_ctx; /* KV cache length of every session: the largest depth + n */
     const char *backend;
+    const char *cpu_path; /* the CPU backend's ops (stride/cpu_path.h); NULL elsewhere */
     int threads;
     const char *kv_type;
     const char *weights; /* "as stored", "f16", "bf16" */
@@ -127,6 +128,10 @@ static inline int64_t *bench_order_at(const bench_results *r, int im, int is, in
 st_status bench_run_model(bench_results *r, int im, st_backend *b, const cli_model_setup *setup,
                           const st_layout_policy *policies, bool progress, st_error *err);
 
+/* Loads one model file under one policy (progress on a terminal) and describes it in *l. */
+st_status bench_load_model(const char *path, const char *policy_name, const st_layout_policy *policy, int64_t n_ctx,
+                           st_backend *b, const cli_model_setup *setup, st_model **out, bench_load *l, st_error *err);
+
 /* ---- bench_util.c: what every report shares; it calls no report ---- */
 
 /* "pp512", "tg128", "pp512 @ d4096", "ttft4096 @ d0" (a TTFT always names its depth) */
@@ -141,6 +146,12 @@ void bench_row_name(const bench_results *r, int it, int ib, int iu, char *buf, s
 void bench_csv_field(FILE *out, const char *s);
 /* [x0 * scale, x1 * scale, ...] with fmt per number. */
 void bench_json_numbers(FILE *out, const double *x, int n, const char *fmt, double scale);
+
+/* splitmix64: token ids reproducible from the seed on any platform. */
+uint64_t bench_random(uint64_t *state);
+
+/* The JSON object of a device: {"name": ..., "backend": ..., ...}. */
+void bench_json_device(FILE *out, const st_device_info *d, const char *backend);
 
 /* Mean and sample standard deviation (0 for a single value). */
 void bench_stats(const double *x, int n, double *mean, double *sd);
@@ -191,8 +202,8 @@ void bench_report_json(FILE *out, const bench_results *r);
 /* ---- bench_chart.c: the SVG chart (uses bench_compare.c and bench_util.c) ---- */
 
 /* The on-vs-off table as an SVG bar chart: a group of bars per row, a colour per model,
- * a zero line, sd whiskers and the value on every bar. False when the file cannot be
- * written (errno set). */
-bool bench_chart_svg(const char *path, const bench_results *r);
+ * a zero line, sd whiskers and the value on every bar. Written through st_atomic_file:
+ * the file appears complete or not at all. */
+st_status bench_chart_svg(const char *path, const bench_results *r, st_error *err);
 
 #endif

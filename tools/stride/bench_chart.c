@@ -9,6 +9,7 @@
 
 #include "bench.h"
 #include "cli.h"
+#include "stride/file_io.h"
 
 /* Tableau 10: distinguishable, and the usual default of plotting tools */
 static const char *const PALETTE[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
@@ -59,13 +60,17 @@ static double y_of(const chart_axis *a, double v) { return a->top + (a->hi - v) 
 /* Width of a legend entry: the swatch, the name (about 7 px a character at 11 px), a gap. */
 static int legend_w(const char *name) { return 16 + 7 * (int)strlen(name) + 18; }
 
-bool bench_chart_svg(const char *path, const bench_results *r) {
+st_status bench_chart_svg(const char *path, const bench_results *r, st_error *err) {
     const int n_rows = r->n_tests * r->n_batches * r->n_ubatches, n_cells = n_rows * r->n_models;
     bench_cell *cells = calloc((size_t)n_cells, sizeof(bench_cell));
     double *pct = calloc((size_t)r->reps, sizeof(double));
+    st_atomic_file *file = NULL;
     FILE *out = NULL;
-    bool ok = false;
-    if (!cells || !pct) goto done;
+    st_status st = ST_OK;
+    if (!cells || !pct) {
+        st = st_error_set(err, ST_ERROR_NOMEM, "out of memory for a chart of %d bars", n_cells);
+        goto done;
+    }
     /* cells in row order: (test, -b, -ub), then model */
     double lo = 0.0, hi = 0.0;
     for (int it = 0, k = 0; it < r->n_tests; it++)
@@ -105,7 +110,8 @@ bool bench_chart_svg(const char *path, const bench_results *r) {
     const int width = MARGIN_L + plot_w + MARGIN_R, height = ax.top + PLOT_H + MARGIN_B;
     const double x0 = MARGIN_L + (plot_w - n_rows * group_w) / 2.0;
 
-    if (!(out = fopen(path, "w"))) goto done;
+    if ((st = st_atomic_file_open(path, &file, err)) != ST_OK) goto done;
+    out = st_atomic_file_stream(file);
     fprintf(out,
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
@@ -194,10 +200,11 @@ bool bench_chart_svg(const char *path, const bench_results *r) {
     fprintf(out, "<line class=\"zero\" x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#000\" "
                  "stroke-width=\"1.2\"/>\n</svg>\n",
             MARGIN_L, MARGIN_L + plot_w, y0, y0);
-    ok = !ferror(out);
+    st = st_atomic_file_commit(file, err);
+    file = NULL;
 done:
-    if (out && fclose(out) != 0) ok = false;
+    if (file) st_atomic_file_abort(file);
     free(cells);
     free(pct);
-    return ok;
+    return st;
 }

@@ -52,7 +52,8 @@ static bool has_kind(const bench_results *r, bool ttft) {
 static void md_rates(FILE *out, const bench_results *r, double *v) {
     char backend[64];
     if (r->device.backend == ST_BACKEND_CPU)
-        snprintf(backend, sizeof(backend), "%s, %d threads", r->backend, r->threads);
+        snprintf(backend, sizeof(backend), "%s %s, %d threads", r->backend, r->cpu_path ? r->cpu_path : "",
+                 r->threads);
     else
         snprintf(backend, sizeof(backend), "%s", r->backend);
     const bool batches = bench_shows_batches(r);
@@ -235,46 +236,35 @@ void bench_report_csv(FILE *out, const bench_results *r) {
     for_each_result(out, r, csv_result);
 }
 
-static void json_str(FILE *out, const char *s) { cli_json_string(out, s, strlen(s)); }
-
-static void json_ints(FILE *out, const int64_t *x, int n) {
-    fputc('[', out);
-    for (int i = 0; i < n; i++) fprintf(out, "%s%lld", i ? ", " : "", (long long)x[i]);
-    fputc(']', out);
-}
 
 static void json_header(FILE *out, const bench_results *r) {
     const char *commit = bench_commit();
     const st_device_info *d = &r->device;
     fprintf(out, "{\n  \"stride_version\": ");
-    json_str(out, STRIDE_VERSION_STRING);
+    cli_json_str(out, STRIDE_VERSION_STRING);
     fprintf(out, ",\n  \"commit\": ");
     if (commit)
-        json_str(out, commit);
+        cli_json_str(out, commit);
     else
         fputs("null", out);
     fprintf(out, ",\n  \"date\": ");
-    json_str(out, r->date);
+    cli_json_str(out, r->date);
     fprintf(out, ",\n  \"command\": ");
-    json_str(out, r->argv);
-    fprintf(out, ",\n  \"device\": {\"name\": ");
-    json_str(out, d->name);
-    fprintf(out,
-            ", \"backend\": \"%s\", \"kind\": \"%s\", \"compute_capability\": \"%d.%d\", \"total_memory\": %zu, "
-            "\"l2_bytes\": %zu, \"driver_version\": %d, \"runtime_version\": %d},\n",
-            r->backend, st_device_kind_name(d->kind), d->compute_major, d->compute_minor, d->total_memory,
-            d->l2_bytes, d->driver_version, d->runtime_version);
+    cli_json_str(out, r->argv);
+    fprintf(out, ",\n  \"device\": ");
+    bench_json_device(out, d, r->backend);
+    fprintf(out, ",\n");
     fprintf(out, "  \"params\": {\"models\": [");
     for (int im = 0; im < r->n_models; im++) {
         if (im) fputs(", ", out);
-        json_str(out, r->models[im]);
+        cli_json_str(out, r->models[im]);
     }
     fprintf(out, "], \"pad_weights\": [");
     for (int ip = 0; ip < r->n_policies; ip++) fprintf(out, "%s\"%s\"", ip ? ", " : "", r->policies[ip]);
     fprintf(out, "], \"n_batch\": ");
-    json_ints(out, r->batches, r->n_batches);
+    cli_json_ints(out, r->batches, r->n_batches);
     fprintf(out, ", \"n_ubatch\": ");
-    json_ints(out, r->ubatches, r->n_ubatches);
+    cli_json_ints(out, r->ubatches, r->n_ubatches);
     fprintf(out, ", \"tests\": [");
     for (int it = 0; it < r->n_tests; it++) {
         char test[64];
@@ -282,10 +272,11 @@ static void json_header(FILE *out, const bench_results *r) {
         fprintf(out, "%s\"%s\"", it ? ", " : "", test);
     }
     fprintf(out,
-            "], \"repetitions\": %d, \"n_ctx\": %lld, \"backend\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", "
-            "\"weights\": \"%s\", \"seed\": %" PRIu64 ", \"warmup_runs\": 1, \"interleaved\": true, "
+            "], \"repetitions\": %d, \"n_ctx\": %lld, \"backend\": \"%s\", \"cpu_path\": %s%s%s, \"threads\": %d, "
+            "\"kv_type\": \"%s\", \"weights\": \"%s\", \"seed\": %" PRIu64 ", \"warmup_runs\": 1, \"interleaved\": true, "
             "\"compare\": %s, \"clock\": {\"pp\": \"%s\", \"tg\": \"%s\", \"ttft\": \"host wall clock\"}},\n",
-            r->reps, (long long)r->n_ctx, r->backend, r->threads, r->kv_type, r->weights, r->seed,
+            r->reps, (long long)r->n_ctx, r->backend, r->cpu_path ? "\"" : "", r->cpu_path ? r->cpu_path : "null",
+            r->cpu_path ? "\"" : "", r->threads, r->kv_type, r->weights, r->seed,
             r->compare ? "true" : "false",
             d->backend == ST_BACKEND_CUDA ? "backend timer (CUDA events)" : "backend timer (host clock)",
             d->backend == ST_BACKEND_CUDA ? "backend timer (CUDA events)" : "backend timer (host clock)");
@@ -295,7 +286,7 @@ static void json_result(FILE *out, const bench_results *r, const bench_result_vi
     const bench_load *l = x->l;
     const bench_test *t = x->t;
     fprintf(out, "%s\n    {\"model_file\": ", x->first ? "" : ",");
-    json_str(out, r->models[x->im]);
+    cli_json_str(out, r->models[x->im]);
     fprintf(out,
             ", \"arch\": \"%s\", \"model_size\": %" PRIu64 ", \"model_params\": %" PRIu64
             ", \"pad_weights\": \"%s\", \"pad_enabled\": %s, \"n_padded\": %" PRIu64
@@ -318,7 +309,7 @@ static void json_result(FILE *out, const bench_results *r, const bench_result_vi
     fprintf(out, ", \"t_s\": ");
     bench_json_numbers(out, x->v, r->reps, "%.6f", 1.0);
     fprintf(out, ", \"run_order\": ");
-    json_ints(out, bench_order_at(r, x->im, x->is, x->it), r->reps);
+    cli_json_ints(out, bench_order_at(r, x->im, x->is, x->it), r->reps);
     fputc('}', out);
 }
 
@@ -334,7 +325,7 @@ void bench_report_json(FILE *out, const bench_results *r) {
             char test[64];
             bench_test_name(&r->tests[it], test, sizeof(test));
             fprintf(out, "%s{\"model_file\": ", first ? "" : ", ");
-            json_str(out, r->models[im]);
+            cli_json_str(out, r->models[im]);
             fprintf(out, ", \"test\": \"%s\", \"reason\": \"context_length\"}", test);
             first = false;
         }

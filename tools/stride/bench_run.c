@@ -33,14 +33,6 @@ typedef struct bench_inputs {
     float *logits;               /* [n_vocab]: the last row, as a real prompt or decode step asks */
 } bench_inputs;
 
-/* splitmix64: token ids reproducible from the seed on any platform. */
-static uint64_t next_random(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* The prompt in -b sized calls, as an application feeding a long prompt would; only the
  * last call asks for logits (of its last token). */
 static st_status eval_prompt(st_session *s, const int32_t *tokens, int64_t n, int64_t n_batch, float *logits,
@@ -100,24 +92,22 @@ static void show_progress(bool on, int im, int n_models, const bench_test *t, in
     fflush(stderr);
 }
 
-static st_status load_policy(bench_results *r, int im, int ip, int64_t n_ctx, st_backend *b,
-                             const cli_model_setup *setup, const st_layout_policy *policy, st_model **out,
-                             st_error *err) {
+st_status bench_load_model(const char *path, const char *policy_name, const st_layout_policy *policy, int64_t n_ctx,
+                           st_backend *b, const cli_model_setup *setup, st_model **out, bench_load *l, st_error *err) {
     st_model_load_options lo = setup->load;
     lo.policy = *policy;
     lo.n_ctx = n_ctx;
     cli_progress progress;
     char label[64];
-    snprintf(label, sizeof(label), "loading (pad %s)", r->policies[ip]);
+    snprintf(label, sizeof(label), "loading (pad %s)", policy_name);
     cli_progress_begin(&progress, label);
     lo.progress = cli_progress_update;
     lo.progress_ctx = &progress;
-    st_status s = st_model_load(r->models[im], b, &lo, out, err);
+    st_status s = st_model_load(path, b, &lo, out, err);
     cli_progress_end(&progress);
-    if (s != ST_OK) return st_error_wrap(err, "loading %s with --pad-weights %s", r->models[im], r->policies[ip]);
+    if (s != ST_OK) return st_error_wrap(err, "with --pad-weights %s", policy_name); /* names the path */
     const st_model *m = *out;
-    bench_load *l = bench_load_at(r, im, ip);
-    l->policy = r->policies[ip];
+    l->policy = policy_name;
     l->arch = st_arch_name(m->hp.arch);
     l->pad_enabled = m->plan.pad_enabled;
     l->n_padded = m->plan.n_padded;
@@ -125,6 +115,13 @@ static st_status load_policy(bench_results *r, int im, int ip, int64_t n_ctx, st
     l->n_params = 0;
     for (uint64_t i = 0; i < m->n_tensors; i++) l->n_params += (uint64_t)st_tensor_nelements(&m->tensors[i]);
     return ST_OK;
+}
+
+static st_status load_policy(bench_results *r, int im, int ip, int64_t n_ctx, st_backend *b,
+                             const cli_model_setup *setup, const st_layout_policy *policy, st_model **out,
+                             st_error *err) {
+    return bench_load_model(r->models[im], r->policies[ip], policy, n_ctx, b, setup, out, bench_load_at(r, im, ip),
+                            err);
 }
 
 /* One session per (policy, effective micro-batch); settings that differ only in -b share it. */
@@ -196,8 +193,8 @@ st_status bench_run_model(bench_results *r, int im, st_backend *b, const cli_mod
         goto done;
     }
     uint64_t state = r->seed;
-    for (int64_t i = 0; i < max_depth; i++) depth_tokens[i] = (int32_t)(next_random(&state) % (uint64_t)V);
-    for (int64_t i = 0; i < max_n; i++) tokens[i] = (int32_t)(next_random(&state) % (uint64_t)V);
+    for (int64_t i = 0; i < max_depth; i++) depth_tokens[i] = (int32_t)(bench_random(&state) % (uint64_t)V);
+    for (int64_t i = 0; i < max_n; i++) tokens[i] = (int32_t)(bench_random(&state) % (uint64_t)V);
     const bench_inputs in = {depth_tokens, tokens, logits};
 
     int64_t n_runs = 0;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "cli.h"
 
 const char *bench_kind_name(bench_kind k) {
     switch (k) {
@@ -69,4 +70,21 @@ void bench_json_numbers(FILE *out, const double *x, int n, const char *fmt, doub
         fprintf(out, fmt, x[i] * scale);
     }
     fputc(']', out);
+}
+
+void bench_json_device(FILE *out, const st_device_info *d, const char *backend) {
+    fprintf(out, "{\"name\": ");
+    cli_json_string(out, d->name, strlen(d->name));
+    fprintf(out,
+            ", \"backend\": \"%s\", \"kind\": \"%s\", \"compute_capability\": \"%d.%d\", \"total_memory\": %zu, "
+            "\"l2_bytes\": %zu, \"driver_version\": %d, \"runtime_version\": %d}",
+            backend, st_device_kind_name(d->kind), d->compute_major, d->compute_minor, d->total_memory, d->l2_bytes,
+            d->driver_version, d->runtime_version);
+}
+
+uint64_t bench_random(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
 }

@@ -1,16 +1,67 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "stride/gguf.h"
+
+/* A message on one line, whatever it holds: control bytes (a newline, an escape sequence
+ * that came from a file) as \xNN. The library escapes what it quotes from files; this is
+ * the last guard before the terminal. */
+static void put_line_escaped(FILE *out, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f) fprintf(out, "\\x%02x", *p);
+        else fputc(*p, out);
+    }
+}
+
 int cli_fail(const char *cmd, const st_error *err) {
-    fprintf(stderr, "stride %s: %s\n", cmd, err->message[0] ? err->message : st_status_name(err->status));
+    fprintf(stderr, "stride %s: ", cmd);
+    put_line_escaped(stderr, err->message[0] ? err->message : st_status_name(err->status));
+    fputc('\n', stderr);
     return ST_EXIT_FAILURE;
 }
+
+void cli_escape(const char *data, size_t len, char *buf, size_t cap) {
+    st_gguf_format_string(buf, cap, data, len);
+}
+
+/* ---- signals ---- */
+
+volatile sig_atomic_t cli_interrupted = 0;
+
+static void on_interrupt(int sig) { cli_interrupted = sig; }
+
+void cli_catch_interrupts(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND; /* a second signal acts as if nothing were caught */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+static void termination_signals(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGHUP);
+}
+
+void cli_hold_interrupts(sigset_t *saved) {
+    sigset_t set;
+    termination_signals(&set);
+    sigprocmask(SIG_BLOCK, &set, saved);
+}
+
+void cli_release_interrupts(const sigset_t *saved) { sigprocmask(SIG_SETMASK, saved, NULL); }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -128,4 +179,12 @@ void cli_json_string(FILE *out, const char *s, size_t len) {
         }
     }
     fputc('"', out);
+}
+
+void cli_json_str(FILE *out, const char *s) { cli_json_string(out, s, strlen(s)); }
+
+void cli_json_ints(FILE *out, const int64_t *x, int n) {
+    fputc('[', out);
+    for (int i = 0; i < n; i++) fprintf(out, "%s%lld", i ? ", " : "", (long long)x[i]);
+    fputc(']', out);
 }

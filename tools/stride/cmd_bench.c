@@ -1,6 +1,8 @@
 /* stride bench: the command line (flags, lists, checks) of the benchmark in the style of
  * llama-bench, with the weight layout policy, -b and -ub as swept parameters. The measuring
- * loop is bench_run.c, the reports bench_report.c, bench_compare.c and bench_chart.c. */
+ * loop is bench_run.c, the reports bench_report.c, bench_compare.c and bench_chart.c; the
+ * batched mode (-np, llama-batched-bench's form) is bench_batched.c and
+ * bench_batched_report.c. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,11 +12,13 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "bench_batched.h"
 #include "cli.h"
 #include "commands.h"
 #include "model_flags.h"
 #include "stride/backend.h"
 #include "stride/cpu_ops.h"
+#include "stride/file_io.h"
 #include "stride/model.h"
 
 static const char *CMD = "bench";
@@ -67,10 +71,22 @@ static void usage(FILE *out) {
             "  -oe, --output-err FORMAT also write a report in md, csv or json to stderr (as\n"
             "                           llama-bench does; e.g. -o md -oe json: both of one run)\n"
             "  --seed N                 seed of the random token ids (default 1234)\n"
+            "batched mode (llama-batched-bench's form; -p, -n, -d, -b, --ttft, --compare and --chart\n"
+            "do not apply): B sequences of PP prompt tokens each are prefilled together, in forward\n"
+            "passes of up to max(-ub, B) tokens (one -ub) holding runs of several sequences, then decoded\n"
+            "together for TG steps of B tokens. Reported per case: PP, TG, B, N_KV = B x (PP + TG),\n"
+            "T_PP s, S_PP t/s, T_TG s, S_TG t/s with the decode steps' roofline (the weights once and\n"
+            "every sequence's KV against 4.3 TB/s, or the FLOPs against 790 TFLOP/s: an H200), T s,\n"
+            "S t/s; every case and --pad-weights value interleaved as above.\n"
+            "  -np LIST                 parallel sequences B (turns the batched mode on)\n"
+            "  -npp LIST                prompt tokens of each sequence (default 128)\n"
+            "  -ntg LIST                generated tokens of each sequence (default 128)\n"
             "  --kv-type f16|f32        KV cache type (default f16)\n"
             "  --backend cpu|cuda       (default: cuda when a GPU is present, else cpu)\n"
+            "  --exact                  the CPU reference ops instead of the fast path\n"
             "  -t, --threads N          CPU threads (default: all cores)\n"
-            "  --weights f16|bf16       convert quantized weights to this type at load\n");
+            "  --weights f16|bf16       convert quantized weights to this type at load\n"
+            CLI_TP_FLAG_HELP);
 }
 
 /* "128,512" -> values in [0, max]; false on anything else (empty items included). */
@@ -142,20 +158,11 @@ static char *join_command(int argc, char **argv) {
     return s;
 }
 
-/* The chart is written after the measurement: a path that cannot be written is reported
- * before it, without leaving a file behind. */
-static bool chart_path_writable(const char *path) {
-    const bool existed = access(path, F_OK) == 0;
-    FILE *f = fopen(path, "a");
-    if (!f) return false;
-    fclose(f);
-    if (!existed) remove(path);
-    return true;
-}
-
 typedef struct bench_flags {
     const char *p, *n, *d, *r, *b, *ub, *ttft, *ttft_depth, *pad, *o, *oe, *seed, *chart;
+    const char *np, *npp, *ntg; /* the batched mode (-np) */
     bool compare;
+    const char *single;         /* a flag of the single-sequence tests, when one was given */
 } bench_flags;
 
 /* Tests by depth, prompts before generation; then the TTFT tests by depth. */
@@ -262,6 +269,130 @@ static int check_contexts(bench_results *r, char **models, int n_models, bool no
     return rc;
 }
 
+/* ---- the batched mode (-np) ---------------------------------------------------------- */
+
+typedef void (*bb_report_fn)(FILE *out, const bb_results *r);
+
+static bb_report_fn bb_report_by_name(const char *name) {
+    if (strcmp(name, "md") == 0) return bb_report_md;
+    if (strcmp(name, "csv") == 0) return bb_report_csv;
+    if (strcmp(name, "json") == 0) return bb_report_json;
+    return NULL;
+}
+
+/* Which cases fit each model's context (PP + TG); a case no model fits is an error. */
+static int bb_check_contexts(bb_results *b, char **models) {
+    for (int im = 0; im < b->n_models; im++) {
+        st_error err = {0};
+        st_gguf_file *gf = NULL;
+        st_hparams hp;
+        st_status s = st_gguf_open(models[im], &gf, &err);
+        if (s == ST_OK) s = st_hparams_from_gguf(gf, &hp, &err);
+        st_gguf_close(gf);
+        if (s != ST_OK) return cli_fail(CMD, &err);
+        for (int ic = 0; ic < b->n_cases; ic++)
+            b->fits[(size_t)im * (size_t)b->n_cases + (size_t)ic] = b->cases[ic].pp + b->cases[ic].tg <= hp.n_ctx_train;
+    }
+    for (int ic = 0; ic < b->n_cases; ic++) {
+        bool any = false;
+        for (int im = 0; im < b->n_models; im++) any = any || bb_fits(b, im, ic);
+        if (!any)
+            return cli_usage_error(CMD, "pp%lld tg%lld needs a context of %lld tokens, longer than every model's "
+                                        "context_length: lower -npp or -ntg",
+                                   (long long)b->cases[ic].pp, (long long)b->cases[ic].tg,
+                                   (long long)(b->cases[ic].pp + b->cases[ic].tg));
+    }
+    return ST_EXIT_OK;
+}
+
+/* bench -np: the cases, the measurement and the reports (bench_batched.h). r carries the
+ * parsed common numbers (repetitions, -ub, seed). */
+static int bench_batched(const bench_flags *f, const bench_results *r, char **models, int n_models,
+                         char **policy_names, int n_policies, const st_layout_policy *policies,
+                         const cli_model_setup *setup, const char *command) {
+    int64_t np[BENCH_MAX_LIST], npp[BENCH_MAX_LIST], ntg[BENCH_MAX_LIST];
+    int n_np = 0, n_npp = 0, n_ntg = 0;
+    if (!parse_sizes(f->np, 1, 65536, true, np, &n_np))
+        return cli_usage_error(CMD, "-np: '%s' is not a comma-separated list of distinct sequence counts (1..65536)",
+                               f->np);
+    if (!parse_sizes(f->npp ? f->npp : "128", 1, 1u << 20, true, npp, &n_npp))
+        return cli_usage_error(CMD, "-npp: '%s' is not a comma-separated list of distinct prompt sizes (1..%u)",
+                               f->npp, 1u << 20);
+    if (!parse_sizes(f->ntg ? f->ntg : "128", 1, 1u << 20, true, ntg, &n_ntg))
+        return cli_usage_error(CMD, "-ntg: '%s' is not a comma-separated list of distinct token counts (1..%u)",
+                               f->ntg, 1u << 20);
+    if (r->n_ubatches != 1) return cli_usage_error(CMD, "-ub: the batched mode takes one value");
+    bb_report_fn report = bb_report_by_name(f->o), report_err = f->oe ? bb_report_by_name(f->oe) : NULL;
+    bb_results b = {.models = (const char **)models, .n_models = n_models, .policies = (const char **)policy_names,
+                    .n_policies = n_policies, .reps = r->reps, .n_ubatch = r->ubatches[0], .seed = r->seed,
+                    .argv = command};
+    char date[32];
+    st_backend *backend = NULL;
+    st_error err = {0};
+    int rc = ST_EXIT_FAILURE;
+    b.cases = calloc((size_t)(n_np * n_npp * n_ntg), sizeof(bb_case));
+    b.fits = calloc((size_t)(n_np * n_npp * n_ntg) * (size_t)n_models, sizeof(bool));
+    if (!b.cases || !b.fits || !command) {
+        st_error_set(&err, ST_ERROR_NOMEM, "out of memory");
+        cli_fail(CMD, &err);
+        goto done;
+    }
+    for (int i = 0; i < n_npp; i++) /* llama-batched-bench's order: PP, then TG, then B */
+        for (int j = 0; j < n_ntg; j++)
+            for (int k = 0; k < n_np; k++) b.cases[b.n_cases++] = (bb_case){.pp = npp[i], .tg = ntg[j], .b = np[k]};
+    if ((rc = bb_check_contexts(&b, models)) != ST_EXIT_OK) goto done;
+    rc = ST_EXIT_FAILURE;
+    const size_t n_samples = (size_t)n_models * (size_t)n_policies * (size_t)b.n_cases * (size_t)b.reps;
+    b.loads = calloc((size_t)n_models * (size_t)n_policies, sizeof(bench_load));
+    b.cost = calloc((size_t)n_models, sizeof(bb_model_cost));
+    b.t_pp = calloc(n_samples, sizeof(double));
+    b.t_tg = calloc(n_samples, sizeof(double));
+    b.wall = calloc(n_samples, sizeof(double));
+    b.order = calloc(n_samples, sizeof(int64_t));
+    if (!b.loads || !b.cost || !b.t_pp || !b.t_tg || !b.wall || !b.order) {
+        st_error_set(&err, ST_ERROR_NOMEM, "out of memory");
+        cli_fail(CMD, &err);
+        goto done;
+    }
+    const time_t now = time(NULL);
+    struct tm utc;
+    strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &utc));
+    b.date = date;
+    if (cli_backend_init(setup, &backend, &err) != ST_OK) {
+        cli_fail(CMD, &err);
+        goto done;
+    }
+    b.device = backend->device;
+    b.backend = st_backend_name(setup->backend);
+    b.threads = setup->backend == ST_BACKEND_CPU ? st_cpu_get_threads() : 0;
+    b.kv_type = st_type_name(setup->kv_type);
+    b.weights = setup->load.weights_type == ST_TYPE_COUNT ? "as stored" : st_type_name(setup->load.weights_type);
+    const bool tty = isatty(STDERR_FILENO) == 1;
+    for (int im = 0; im < n_models; im++)
+        if (bb_run_model(&b, im, backend, setup, policies, tty, &err) != ST_OK) {
+            cli_fail(CMD, &err);
+            goto done;
+        }
+    report(stdout, &b);
+    fflush(stdout);
+    if (report_err) {
+        report_err(stderr, &b);
+        fflush(stderr);
+    }
+    rc = ST_EXIT_OK;
+done:
+    st_backend_free(backend);
+    free(b.cases);
+    free(b.fits);
+    free(b.loads);
+    free(b.cost);
+    free(b.t_pp);
+    free(b.t_tg);
+    free(b.wall);
+    free(b.order);
+    return rc;
+}
+
 int st_cmd_bench(int argc, char **argv) {
     char *models[BENCH_MAX_LIST], *policy_names[BENCH_MAX_LIST];
     int n_models = 0, n_policy_names = 0;
@@ -285,6 +416,23 @@ int st_cmd_bench(int argc, char **argv) {
         }
         if (strcmp(a, "--compare") == 0) {
             f.compare = true;
+            f.single = a;
+        } else if (cli_take_value(argc, argv, &i, "-p", &f.p, &missing) ||
+                   cli_take_value(argc, argv, &i, "--n-prompt", &f.p, &missing) ||
+                   cli_take_value(argc, argv, &i, "-n", &f.n, &missing) ||
+                   cli_take_value(argc, argv, &i, "--n-gen", &f.n, &missing) ||
+                   cli_take_value(argc, argv, &i, "-d", &f.d, &missing) ||
+                   cli_take_value(argc, argv, &i, "--n-depth", &f.d, &missing) ||
+                   cli_take_value(argc, argv, &i, "-b", &f.b, &missing) ||
+                   cli_take_value(argc, argv, &i, "--batch-size", &f.b, &missing) ||
+                   cli_take_value(argc, argv, &i, "--ttft", &f.ttft, &missing) ||
+                   cli_take_value(argc, argv, &i, "--ttft-depth", &f.ttft_depth, &missing) ||
+                   cli_take_value(argc, argv, &i, "--chart", &f.chart, &missing)) {
+            if (missing) {
+                rc = cli_usage_error(CMD, "%s needs a value", a);
+                goto done;
+            }
+            f.single = a;
         } else if (cli_take_value(argc, argv, &i, "-m", &m_arg, &missing) ||
                    cli_take_value(argc, argv, &i, "--model", &m_arg, &missing)) {
             if (missing) {
@@ -295,22 +443,14 @@ int st_cmd_bench(int argc, char **argv) {
                 rc = cli_usage_error(CMD, "-m: '%s' is not a comma-separated list of files", m_arg);
                 goto done;
             }
-        } else if (cli_take_value(argc, argv, &i, "-p", &f.p, &missing) ||
-                   cli_take_value(argc, argv, &i, "--n-prompt", &f.p, &missing) ||
-                   cli_take_value(argc, argv, &i, "-n", &f.n, &missing) ||
-                   cli_take_value(argc, argv, &i, "--n-gen", &f.n, &missing) ||
-                   cli_take_value(argc, argv, &i, "-d", &f.d, &missing) ||
-                   cli_take_value(argc, argv, &i, "--n-depth", &f.d, &missing) ||
-                   cli_take_value(argc, argv, &i, "-r", &f.r, &missing) ||
+        } else if (cli_take_value(argc, argv, &i, "-r", &f.r, &missing) ||
                    cli_take_value(argc, argv, &i, "--repetitions", &f.r, &missing) ||
-                   cli_take_value(argc, argv, &i, "-b", &f.b, &missing) ||
-                   cli_take_value(argc, argv, &i, "--batch-size", &f.b, &missing) ||
                    cli_take_value(argc, argv, &i, "-ub", &f.ub, &missing) ||
                    cli_take_value(argc, argv, &i, "--ubatch-size", &f.ub, &missing) ||
-                   cli_take_value(argc, argv, &i, "--ttft", &f.ttft, &missing) ||
-                   cli_take_value(argc, argv, &i, "--ttft-depth", &f.ttft_depth, &missing) ||
+                   cli_take_value(argc, argv, &i, "-np", &f.np, &missing) ||
+                   cli_take_value(argc, argv, &i, "-npp", &f.npp, &missing) ||
+                   cli_take_value(argc, argv, &i, "-ntg", &f.ntg, &missing) ||
                    cli_take_value(argc, argv, &i, "--pad-weights", &f.pad, &missing) ||
-                   cli_take_value(argc, argv, &i, "--chart", &f.chart, &missing) ||
                    cli_take_value(argc, argv, &i, "-o", &f.o, &missing) ||
                    cli_take_value(argc, argv, &i, "--output", &f.o, &missing) ||
                    cli_take_value(argc, argv, &i, "-oe", &f.oe, &missing) ||
@@ -365,7 +505,15 @@ int st_cmd_bench(int argc, char **argv) {
         rc = cli_usage_error(CMD, "-oe: '%s' is not md, csv or json", f.oe);
         goto done;
     }
-    if ((rc = build_tests(&f, &r)) != ST_EXIT_OK) goto done;
+    if (f.np && f.single) {
+        rc = cli_usage_error(CMD, "%s is a flag of the single-sequence tests, not of the batched mode (-np)", f.single);
+        goto done;
+    }
+    if (!f.np && (f.npp || f.ntg)) {
+        rc = cli_usage_error(CMD, "%s needs -np (the parallel sequences of the batched mode)", f.npp ? "-npp" : "-ntg");
+        goto done;
+    }
+    if (!f.np && (rc = build_tests(&f, &r)) != ST_EXIT_OK) goto done;
     rc = ST_EXIT_USAGE;
 
     /* ---- shared model flags, then one layout policy per --pad-weights value ---- */
@@ -401,6 +549,11 @@ int st_cmd_bench(int argc, char **argv) {
             goto done;
         }
     }
+    if (f.np) {
+        command = join_command(argc, argv);
+        rc = bench_batched(&f, &r, models, n_models, policy_names, n_policy_names, policies, &setup, command);
+        goto done;
+    }
     r.models = (const char **)models;
     r.n_models = n_models;
     r.policies = (const char **)policy_names;
@@ -411,8 +564,9 @@ int st_cmd_bench(int argc, char **argv) {
                              f.compare ? "--compare" : "--chart");
         goto done;
     }
-    if (f.chart && !chart_path_writable(f.chart)) {
-        rc = cli_usage_error(CMD, "--chart: cannot write '%s': %s", f.chart, strerror(errno));
+    /* the chart is written after the measurement: a target it cannot replace is reported first */
+    if (f.chart && st_atomic_file_check(f.chart, &err) != ST_OK) {
+        rc = cli_usage_error(CMD, "--chart: %s", err.message);
         goto done;
     }
     if ((rc = check_contexts(&r, models, n_models, !f.oe)) != ST_EXIT_OK) goto done;
@@ -436,12 +590,13 @@ int st_cmd_bench(int argc, char **argv) {
     struct tm utc;
     strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &utc));
     r.date = date;
-    if (st_backend_init(setup.backend, 0, &backend, &err) != ST_OK) {
+    if (cli_backend_init(&setup, &backend, &err) != ST_OK) {
         cli_fail(CMD, &err);
         goto done;
     }
     r.device = backend->device;
     r.backend = st_backend_name(setup.backend);
+    r.cpu_path = st_backend_cpu_path_name(backend);
     r.threads = setup.backend == ST_BACKEND_CPU ? st_cpu_get_threads() : 0;
     r.kv_type = st_type_name(setup.kv_type);
     r.weights = setup.load.weights_type == ST_TYPE_COUNT ? "as stored" : st_type_name(setup.load.weights_type);
@@ -458,8 +613,8 @@ int st_cmd_bench(int argc, char **argv) {
         report_err(stderr, &r);
         fflush(stderr);
     }
-    if (f.chart && !bench_chart_svg(f.chart, &r)) {
-        fprintf(stderr, "stride %s: writing the chart %s: %s\n", CMD, f.chart, strerror(errno));
+    if (f.chart && bench_chart_svg(f.chart, &r, &err) != ST_OK) {
+        fprintf(stderr, "stride %s: writing the chart: %s\n", CMD, err.message);
         goto done;
     }
     rc = ST_EXIT_OK;

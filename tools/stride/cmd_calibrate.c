@@ -34,6 +34,7 @@ static void usage(FILE *out) {
             "  --type f16|bf16|f32      weight type of the preset shapes (default f16)\n"
             "  --weights f16|bf16       plan quantized model weights as converted to this type\n"
             "  --backend cpu|cuda       (default: cuda when a GPU is present, else cpu)\n"
+            "  --exact                  time the CPU reference ops instead of the fast path\n"
             "  -t, --threads N          CPU threads (default: all cores)\n"
             "  --prefill-batch M        prefill batch (default 512 on a GPU, 32 on the CPU)\n"
             "  -r, --reps N             packed/padded pairs per batch and shape (default %d)\n"
@@ -149,7 +150,7 @@ static void print_table(const st_backend *b, const st_calib_key *key, const st_c
 int st_cmd_calibrate(int argc, char **argv) {
     const char *models[MAX_SOURCES], *presets[MAX_SOURCES];
     int n_models = 0, n_presets = 0;
-    cli_model_flags mf = {0}; /* --backend, -t, --weights (the layout and KV flags do not apply) */
+    cli_model_flags mf = {0}; /* --backend, -t, --weights (the layout, KV and -tp flags do not apply) */
     const char *type_name = NULL, *prefill = NULL, *reps_s = NULL, *budget_s = NULL, *llc_s = NULL;
     bool all_presets = false, save = true;
     for (int i = 1; i < argc; i++) {
@@ -171,8 +172,8 @@ int st_cmd_calibrate(int argc, char **argv) {
             if (missing) return cli_usage_error(CMD, "%s needs a value", a);
             if (n_presets == MAX_SOURCES) return cli_usage_error(CMD, "at most %d presets", MAX_SOURCES);
             presets[n_presets++] = v;
-        } else if ((strcmp(a, "--pad-weights") != 0 && strcmp(a, "--kv-type") != 0 &&
-                    cli_take_model_flag(argc, argv, &i, &mf, &missing)) ||
+        } else if ((strcmp(a, "--pad-weights") != 0 && strcmp(a, "--kv-type") != 0 && strcmp(a, "-tp") != 0 &&
+                    strcmp(a, "--tensor-parallel") != 0 && cli_take_model_flag(argc, argv, &i, &mf, &missing)) ||
                    cli_take_value(argc, argv, &i, "--type", &type_name, &missing) ||
                    cli_take_value(argc, argv, &i, "--prefill-batch", &prefill, &missing) ||
                    cli_take_value(argc, argv, &i, "-r", &reps_s, &missing) ||
@@ -219,7 +220,6 @@ int st_cmd_calibrate(int argc, char **argv) {
     int src = cli_model_setup_resolve(CMD, &mf, &setup);
     if (src != ST_EXIT_OK) return src;
     const st_type quantized_as = setup.load.weights_type;
-    const st_backend_kind bk = setup.backend;
     const st_layout_policy policy = setup.load.policy;
     st_error err = {0};
     for (int i = 0; i < n_presets; i++)
@@ -274,7 +274,7 @@ int st_cmd_calibrate(int argc, char **argv) {
     }
 
     /* measure */
-    if (st_backend_init(bk, 0, &b, &err) != ST_OK) {
+    if (cli_backend_init(&setup, &b, &err) != ST_OK) {
         rc = cli_fail(CMD, &err);
         goto done;
     }

@@ -7,10 +7,13 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "inspect_tp.h"
 #include "stride/calibrate.h"
 #include "stride/device.h"
 #include "stride/gguf.h"
 #include "stride/layout.h"
+#include "stride/model.h"
+#include "stride/tp.h"
 
 static const char *CMD = "inspect";
 
@@ -30,6 +33,9 @@ static void usage(FILE *out) {
             "                           nvidia-hopper, nvidia-other, amd-rdna3.5, amd-other\n"
             "  --weights f16|bf16       plan quantized weights as converted to this type at load\n"
             "                           (as `stride run --weights` does)\n"
+            "  -tp, --tensor-parallel N  with --layout: the model split into N shards (as `stride run\n"
+            "                           -tp N` splits it): what each shard owns, and every split\n"
+            "                           weight's shards, each laid out by the rule from its own shape\n"
             "  --max-array N            array elements shown per metadata value (default 8)\n\n"
             "environment: STRIDE_PAD_WEIGHTS, STRIDE_NO_PAD_WEIGHTS=1 (kill switch; also\n"
             "GGML_CUDA_NO_PAD_WEIGHTS=1), STRIDE_ROW_ALIAS (default 2048), STRIDE_ROW_PAD (default 128)\n");
@@ -101,13 +107,6 @@ static const char *value_type_name(const st_gguf_value *v, char *buf, size_t siz
     return buf;
 }
 
-static void format_shape(const int64_t *ne, uint32_t n_dims, char *buf, size_t size) {
-    size_t used = 0;
-    buf[0] = '\0';
-    for (uint32_t d = 0; d < n_dims && used < size; d++)
-        used += (size_t)snprintf(buf + used, size - used, d ? " x %" PRId64 : "%" PRId64, ne[d]);
-}
-
 /* ---- text output -------------------------------------------------------------------- */
 
 static void print_text_summary(const st_gguf_file *f, const char *path, uint64_t max_items) {
@@ -119,8 +118,9 @@ static void print_text_summary(const st_gguf_file *f, const char *path, uint64_t
     printf("metadata:  %" PRIu64 " keys\n", st_gguf_n_kv(f));
     for (uint64_t i = 0; i < st_gguf_n_kv(f); i++) {
         const st_gguf_kv *kv = st_gguf_get_kv(f, i);
-        char tbuf[48];
-        printf("  %-44.*s %-14s = ", (int)kv->key.len, kv->key.data, value_type_name(&kv->value, tbuf, sizeof(tbuf)));
+        char tbuf[48], key[160];
+        cli_escape(kv->key.data, (size_t)kv->key.len, key, sizeof(key)); /* bytes from the file: escaped */
+        printf("  %-44s %-14s = ", key, value_type_name(&kv->value, tbuf, sizeof(tbuf)));
         print_value(stdout, &kv->value, max_items, false);
         putchar('\n');
     }
@@ -131,10 +131,10 @@ static void print_text_tensors(const st_gguf_file *f) {
     printf("  %-36s %-6s %-22s %14s %12s\n", "name", "type", "shape (ne)", "offset", "bytes");
     for (uint64_t i = 0; i < st_gguf_n_tensors(f); i++) {
         const st_gguf_tensor_info *t = st_gguf_get_tensor(f, i);
-        char shape[96];
-        format_shape(t->ne, t->n_dims, shape, sizeof(shape));
-        printf("  %-36.*s %-6s %-22s %14" PRIu64 " %12zu\n", (int)t->name.len, t->name.data,
-               st_type_name(t->type), shape, t->offset, t->nbytes);
+        char shape[96], name[300];
+        inspect_format_shape(t->ne, t->n_dims, shape, sizeof(shape));
+        cli_escape(t->name.data, (size_t)t->name.len, name, sizeof(name)); /* a NUL or ESC shows as \xNN */
+        printf("  %-36s %-6s %-22s %14" PRIu64 " %12zu\n", name, st_type_name(t->type), shape, t->offset, t->nbytes);
     }
 }
 
@@ -152,11 +152,12 @@ static void print_text_layout(const st_layout_plan *plan, const st_layout_policy
            "nb1", "padded", "why");
     for (uint64_t i = 0; i < plan->n_entries; i++) {
         const st_layout_entry *e = &plan->entries[i];
-        char shape[96], why[256];
+        char shape[96], why[256], name[300];
         int n_dims = e->tensor.ne[2] > 1 ? 3 : (e->tensor.ne[1] > 1 ? 2 : 1);
-        format_shape(e->tensor.ne, (uint32_t)n_dims, shape, sizeof(shape));
+        inspect_format_shape(e->tensor.ne, (uint32_t)n_dims, shape, sizeof(shape));
         st_layout_entry_explain(e, plan->alias, why, sizeof(why));
-        printf("  %-36.*s %-12s %-5s %-22s %10zu %10zu %-6s %s\n", (int)e->name_len, e->name,
+        cli_escape(e->name, e->name_len, name, sizeof(name));
+        printf("  %-36s %-12s %-5s %-22s %10zu %10zu %-6s %s\n", name,
                st_tensor_role_name(e->role), st_type_name(e->tensor.type), shape, e->packed_row_bytes,
                e->tensor.nb[1], e->padded ? "yes" : "no", why);
     }
@@ -170,8 +171,15 @@ static void print_text_layout(const st_layout_plan *plan, const st_layout_policy
 
 /* ---- JSON output -------------------------------------------------------------------- */
 
+/* The tensor parallel plan, when -tp was given. */
+typedef struct inspect_tp {
+    bool on;
+    st_tp_plan plan;
+    st_tp_layout layout;
+} inspect_tp;
+
 static void print_json(const st_gguf_file *f, const char *path, const st_layout_plan *plan,
-                       const st_layout_policy *pol, uint64_t max_items) {
+                       const st_layout_policy *pol, const inspect_tp *tp, uint64_t max_items) {
     printf("{\n  \"file\": ");
     cli_json_string(stdout, path, strlen(path));
     printf(",\n  \"size\": %" PRIu64 ",\n  \"version\": %u,\n  \"alignment\": %zu,\n  \"data_offset\": %" PRIu64 ",\n",
@@ -226,14 +234,30 @@ static void print_json(const st_gguf_file *f, const char *path, const st_layout_
                plan->alias, plan->pad, plan->n_padded, plan->total_packed_bytes, plan->total_planned_bytes,
                plan->total_extra_bytes, plan->n_auto_calibrated, plan->n_auto_builtin);
     }
+    if (tp->on) {
+        printf(",\n  \"tensor_parallel\": ");
+        inspect_tp_print_json(&tp->plan, &tp->layout, plan);
+    }
     printf("\n}\n");
 }
 
 /* ---- command ------------------------------------------------------------------------ */
 
+/* The model split into n shards, each split weight laid out by the rule as `whole` was (the
+ * file validated as a model first: the plan needs its hyperparameters). */
+static st_status plan_shards(const st_gguf_file *f, int n, const st_layout_plan *whole, const st_layout_policy *pol,
+                             st_device_kind kind, const st_layout_auto_source *src, inspect_tp *tp, st_error *err) {
+    st_hparams hp;
+    st_status s = st_model_validate(f, &hp, err);
+    if (s == ST_OK) s = st_tp_plan_init(&hp, n, &tp->plan, err);
+    if (s == ST_OK) s = st_tp_layout_plan(&tp->plan, whole, pol, kind, src, &tp->layout, err);
+    tp->on = s == ST_OK;
+    return s;
+}
+
 int st_cmd_inspect(int argc, char **argv) {
     const char *path = NULL, *pad_flag = NULL, *backend_name = NULL, *kind_name = NULL, *max_array = NULL,
-               *weights = NULL;
+               *weights = NULL, *tp_arg = NULL;
     bool layout = false, json = false;
     for (int i = 1; i < argc; i++) {
         bool missing = false;
@@ -249,7 +273,9 @@ int st_cmd_inspect(int argc, char **argv) {
                    cli_take_value(argc, argv, &i, "--backend", &backend_name, &missing) ||
                    cli_take_value(argc, argv, &i, "--device-kind", &kind_name, &missing) ||
                    cli_take_value(argc, argv, &i, "--max-array", &max_array, &missing) ||
-                   cli_take_value(argc, argv, &i, "--weights", &weights, &missing)) {
+                   cli_take_value(argc, argv, &i, "--weights", &weights, &missing) ||
+                   cli_take_value(argc, argv, &i, "-tp", &tp_arg, &missing) ||
+                   cli_take_value(argc, argv, &i, "--tensor-parallel", &tp_arg, &missing)) {
             if (missing) return cli_usage_error(CMD, "%s needs a value", a);
         } else if (a[0] == '-' && a[1] != '\0') {
             return cli_usage_error(CMD, "unknown option '%s'", a);
@@ -263,6 +289,10 @@ int st_cmd_inspect(int argc, char **argv) {
     uint64_t max_items = 8;
     if (max_array && !cli_parse_u64(max_array, &max_items))
         return cli_usage_error(CMD, "--max-array: '%s' is not a non-negative integer", max_array);
+    uint64_t shards = 1;
+    if (tp_arg && (!cli_parse_u64(tp_arg, &shards) || shards < 1 || shards > ST_TP_MAX_SHARDS))
+        return cli_usage_error(CMD, "-tp: '%s' is not a number of shards (1 to %d)", tp_arg, ST_TP_MAX_SHARDS);
+    if (tp_arg && !layout) return cli_usage_error(CMD, "-tp shows each shard's layout: it needs --layout");
 
     st_type quantized_as = ST_TYPE_COUNT; /* as stored */
     if (weights && (!st_type_from_name(weights, &quantized_as) ||
@@ -291,6 +321,7 @@ int st_cmd_inspect(int argc, char **argv) {
     if (st_gguf_open(path, &f, &err) != ST_OK) return cli_fail(CMD, &err);
     st_layout_plan plan;
     bool have_plan = false;
+    inspect_tp tp = {0};
     if (layout) {
         /* `auto` on a real device: the per-shape decisions of its calibration cache (inspect
          * never measures); the built-in table for shapes the cache lacks, said in one line */
@@ -298,19 +329,21 @@ int st_cmd_inspect(int argc, char **argv) {
         st_calibrate_table_init(&calib, NULL);
         st_layout_auto_source source;
         const st_layout_auto_source *src = NULL;
-        char notice[1600] = "";
+        char notice[4096] = "";
         if (have_device && st_layout_policy_is_auto(&policy)) {
             st_calibrate_for_inspect(&info, &policy, &calib, notice, sizeof(notice));
             source = st_calibrate_auto_source(&calib, "from the cache");
             src = &source;
         }
         st_status s = st_layout_plan_gguf_auto(f, &policy, kind, quantized_as, src, &plan, &err);
+        have_plan = s == ST_OK;
+        if (s == ST_OK && tp_arg) s = plan_shards(f, (int)shards, &plan, &policy, kind, src, &tp, &err);
         st_calibrate_table_free(&calib);
         if (s != ST_OK) {
+            if (have_plan) st_layout_plan_free(&plan);
             st_gguf_close(f);
             return cli_fail(CMD, &err);
         }
-        have_plan = true;
         if (src && plan.n_auto_builtin > 0) {
             if (!notice[0])
                 snprintf(notice, sizeof(notice),
@@ -321,12 +354,14 @@ int st_cmd_inspect(int argc, char **argv) {
         }
     }
     if (json) {
-        print_json(f, path, layout ? &plan : NULL, &policy, max_items);
+        print_json(f, path, layout ? &plan : NULL, &policy, &tp, max_items);
     } else {
         print_text_summary(f, path, max_items);
         if (layout) print_text_layout(&plan, &policy);
         else print_text_tensors(f);
+        if (tp.on) inspect_tp_print_text(&tp.plan, &tp.layout, &plan);
     }
+    st_tp_layout_free(&tp.layout);
     if (have_plan) st_layout_plan_free(&plan);
     st_gguf_close(f);
     return ST_EXIT_OK;

@@ -54,7 +54,8 @@ static void on_chunk(void *ctx, int64_t chunk, int64_t total, const st_perplexit
 }
 
 /* Whether the vocabulary puts BOS first: asked of the tokenizer (an empty text encoded
- * with specials), or, when stride cannot build it, read from tokenizer.ggml.add_bos_token. */
+ * with specials), or, when stride cannot build it, read from tokenizer.ggml.add_bos_token
+ * (st_model_validate checked that tokenizer.ggml.bos_token_id is inside the vocabulary). */
 static int32_t chunk_bos(const st_gguf_file *f, const st_tokenizer *tok) {
     if (tok) {
         int32_t *ids = NULL;
@@ -129,8 +130,15 @@ int st_cmd_perplexity(int argc, char **argv) {
 
     /* Input and tokenization first: a missing file or a text shorter than a chunk fails
      * before the weights load. */
-    if (cli_read_file(text_path ? text_path : ids_path, &text, &text_len, &err) != ST_OK) goto done;
+    if (cli_read_file(text_path ? text_path : ids_path, text_path ? "text file" : "token file", &text, &text_len,
+                      &err) != ST_OK)
+        goto done;
     if (st_gguf_open(model_path, &gf, &err) != ST_OK) goto done;
+    st_hparams hp; /* the model's metadata checked first: the BOS id below comes from it */
+    if (st_model_validate(gf, &hp, &err) != ST_OK) {
+        st_error_wrap(&err, "loading %s", model_path);
+        goto done;
+    }
     double t0 = st_clock_seconds();
     if (text_path) {
         if (st_tokenizer_from_gguf(gf, &tok, &err) != ST_OK) goto done;
@@ -169,10 +177,12 @@ int st_cmd_perplexity(int argc, char **argv) {
     if (st_session_init(model, &so, &session, &err) != ST_OK) goto done;
     int64_t n_chunks = n_tokens / (int64_t)n_ctx;
     if (max_chunks && (int64_t)max_chunks < n_chunks) n_chunks = (int64_t)max_chunks;
+    char label[64];
+    cli_backend_label(backend, label, sizeof(label));
     fprintf(stderr,
-            "stride perplexity: loaded in %.2f s (%s, %s); %lld chunks of %llu tokens, scoring the last %llu of each, "
-            "BOS per chunk: %s\n",
-            t_load, backend->device.name, model->plan.pad_enabled ? "padded layout" : "packed layout",
+            "stride perplexity: loaded in %.2f s (%s, %s, %s); %lld chunks of %llu tokens, scoring the last %llu of "
+            "each, BOS per chunk: %s\n",
+            t_load, backend->device.name, label, model->plan.pad_enabled ? "padded layout" : "packed layout",
             (long long)n_chunks, (unsigned long long)n_ctx, (unsigned long long)(n_ctx - 1 - n_ctx / 2),
             bos >= 0 ? "yes" : "no");
 

@@ -1,6 +1,8 @@
 /* stride run: generate from a prompt. Text in (-p/-f, through the model's tokenizer), text
  * streamed out; or token ids in (--tokens), ids out: the reference mode the tests use. */
 #include <inttypes.h>
+#include <signal.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,11 +13,14 @@
 #include "cli.h"
 #include "commands.h"
 #include "stride/backend.h"
+#include "stride/file_io.h"
 #include "stride/model.h"
 #include "stride/npy.h"
 #include "stride/sample.h"
 #include "stride/tokenizer.h"
 #include "model_flags.h"
+#include "run_parallel.h"
+#include "sampling_flags.h"
 #include "text_input.h"
 
 static const char *CMD = "run";
@@ -40,61 +45,21 @@ static void usage(FILE *out) {
             "  --ignore-eos             keep generating after an end-of-generation token (text mode;\n"
             "                           --tokens mode always generates N)\n"
             "  --echo                   print the prompt text before the generated text\n"
-            "sampling (llama.cpp's chain: penalty, top-k, top-p, min-p, temperature):\n"
-            "  --temp T                 temperature >= 0; 0 = greedy (default 0.8; 0 with --tokens)\n"
-            "  --top-k N                keep the N most likely tokens; 0 = off (default 40)\n"
-            "  --top-p P                keep the smallest set with mass >= P, in (0,1]; 1 = off (default 0.95)\n"
-            "  --min-p P                keep tokens with p >= P * p_max, in [0,1); 0 = off (default 0.05)\n"
-            "  --repeat-penalty X       > 0; divide positive / multiply negative logits of recent\n"
-            "                           tokens; 1 = off (default 1)\n"
-            "  --repeat-last-n N        tokens the penalty looks back over; 0 = off, -1 = context (default 64)\n"
-            "  --seed N                 random seed (default: from the clock, printed at the end);\n"
-            "                           PCG32, so a seed reproduces a run on any platform\n"
+            "  -np, --parallel N        N copies of the prompt at once through the batched engine, seeds\n"
+            "                           seed, seed + 1, ...; printed one after another (a smoke test of\n"
+            "                           the batch path; without it one sequence runs on a session)\n"
+            CLI_SAMPLING_FLAGS_HELP
+            "                           (with --tokens the default is greedy: --temp 0; the seed\n"
+            "                           used is printed at the end)\n"
             "model and backend:\n"
-            "  -c, --ctx-size N         context length (default: prompt + n, at least 512)\n"
+            "  -c, --ctx-size N         context length (default: prompt + n, at least 512, at most the\n"
+            "                           model's trained context, which a longer prompt needs -c to\n"
+            "                           exceed; a -c beyond it warns)\n"
             "  -ub, --ubatch-size N     tokens per forward pass (default 512)\n"
             CLI_MODEL_FLAGS_HELP
             "  --logits-out FILE.npy    write the logits of every evaluated position (prompt and\n"
-            "                           generated) as float32 of shape (positions, vocab)\n");
-}
-
-/* "1,2,3" -> ids; false on anything else. */
-static bool parse_ids(const char *s, int32_t **out, int64_t *n) {
-    int64_t cap = 16, count = 0;
-    int32_t *ids = malloc((size_t)cap * sizeof(int32_t));
-    if (!ids) return false;
-    const char *p = s;
-    while (*p) {
-        char *end = NULL;
-        long long v = strtoll(p, &end, 10);
-        if (end == p || v < 0 || v > INT32_MAX || (*end != ',' && *end != '\0')) {
-            free(ids);
-            return false;
-        }
-        if (count == cap) {
-            cap *= 2;
-            int32_t *grown = realloc(ids, (size_t)cap * sizeof(int32_t));
-            if (!grown) {
-                free(ids);
-                return false;
-            }
-            ids = grown;
-        }
-        ids[count++] = (int32_t)v;
-        p = *end == ',' ? end + 1 : end;
-    }
-    *out = ids;
-    *n = count;
-    return count > 0;
-}
-
-/* Whole string, finite. */
-static bool parse_float(const char *s, float *out) {
-    char *end = NULL;
-    float v = strtof(s, &end);
-    if (end == s || *end != '\0' || !isfinite(v)) return false;
-    *out = v;
-    return true;
+            "                           generated) as float32 of shape (positions, vocab); the file\n"
+            "                           appears complete or not at all\n");
 }
 
 /* Whole string, signed, within [lo, hi]. */
@@ -110,16 +75,36 @@ static bool parse_int(const char *s, long long lo, long long hi, long long *out)
 typedef struct emitter {
     const st_tokenizer *tok; /* NULL: ids */
     st_detokenizer detok;
+    char *buf;               /* room for the longest piece (emitter_init) */
+    size_t cap;
     int64_t n;
 } emitter;
+
+/* The text of one token can be its longest piece's bytes, each turned into U+FFFD (3
+ * bytes) when invalid, plus the bytes held from the token before: the buffer holds that
+ * for every piece of the vocabulary, so that no piece is ever cut. */
+static st_status emitter_init(emitter *e, const st_tokenizer *tok, st_error *err) {
+    memset(e, 0, sizeof(*e));
+    e->tok = tok;
+    if (!tok) return ST_OK;
+    size_t longest = 0;
+    for (int64_t id = 0; id < st_tokenizer_n_vocab(tok); id++) {
+        size_t n = st_tokenizer_token_to_bytes(tok, (int32_t)id, false, NULL, 0);
+        if (n > longest) longest = n;
+    }
+    e->cap = 3 * (longest + sizeof(e->detok.pending)) + 1;
+    e->buf = malloc(e->cap);
+    if (!e->buf) return st_error_set(err, ST_ERROR_NOMEM, "out of memory for a %zu-byte output buffer", e->cap);
+    st_detokenizer_init(&e->detok, tok);
+    return ST_OK;
+}
 
 static void emit(emitter *e, int32_t id) {
     if (!e->tok) {
         printf(e->n ? " %d" : "%d", id);
     } else {
-        char buf[1024];
-        size_t len = st_detokenizer_push(&e->detok, id, buf, sizeof(buf));
-        fwrite(buf, 1, len, stdout);
+        size_t len = st_detokenizer_push(&e->detok, id, e->buf, e->cap);
+        fwrite(e->buf, 1, len, stdout);
     }
     e->n++;
     fflush(stdout);
@@ -127,12 +112,21 @@ static void emit(emitter *e, int32_t id) {
 
 static void emit_end(emitter *e) {
     if (e->tok) {
-        char buf[64];
-        size_t len = st_detokenizer_flush(&e->detok, buf, sizeof(buf));
-        fwrite(buf, 1, len, stdout);
+        size_t len = st_detokenizer_flush(&e->detok, e->buf, e->cap);
+        fwrite(e->buf, 1, len, stdout);
     }
     printf("\n");
     fflush(stdout);
+}
+
+/* Every id of a list the user gave is a token of the model. */
+static st_status check_ids(const char *flag, const int32_t *ids, int64_t n, int64_t n_vocab, st_error *err) {
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_vocab)
+            return st_error_set(err, ST_ERROR_INVALID,
+                                "%s: token id %d (entry %lld) is outside the vocabulary of this model (ids 0..%lld)",
+                                flag, ids[i], (long long)i + 1, (long long)n_vocab - 1);
+    return ST_OK;
 }
 
 /* One decode step of token: its logits into row when the run keeps every row (*last =
@@ -146,11 +140,12 @@ static st_status step(st_session *session, int32_t token, float *row, const floa
 }
 
 int st_cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *tokens_arg = NULL, *n_arg = NULL, *temp_arg = NULL, *ctx_arg = NULL,
-               *ub_arg = NULL, *logits_path = NULL, *decode_arg = NULL, *prompt_arg = NULL, *file_arg = NULL, *top_k_arg = NULL,
-               *top_p_arg = NULL, *min_p_arg = NULL, *penalty_arg = NULL, *last_n_arg = NULL, *seed_arg = NULL;
+    const char *model_path = NULL, *tokens_arg = NULL, *n_arg = NULL, *ctx_arg = NULL,
+               *ub_arg = NULL, *logits_path = NULL, *decode_arg = NULL, *prompt_arg = NULL, *file_arg = NULL,
+               *parallel_arg = NULL;
     bool ignore_eos = false, echo = false;
     cli_model_flags mf = {0};
+    cli_sampling_flags sf = {0};
     for (int i = 1; i < argc; i++) {
         bool missing = false;
         const char *a = argv[i];
@@ -172,17 +167,13 @@ int st_cmd_run(int argc, char **argv) {
                    cli_take_value(argc, argv, &i, "--decode-tokens", &decode_arg, &missing) ||
                    cli_take_value(argc, argv, &i, "-n", &n_arg, &missing) ||
                    cli_take_value(argc, argv, &i, "--n-predict", &n_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--temp", &temp_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--top-k", &top_k_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--top-p", &top_p_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--min-p", &min_p_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--repeat-penalty", &penalty_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--repeat-last-n", &last_n_arg, &missing) ||
-                   cli_take_value(argc, argv, &i, "--seed", &seed_arg, &missing) ||
+                   cli_take_value(argc, argv, &i, "-np", &parallel_arg, &missing) ||
+                   cli_take_value(argc, argv, &i, "--parallel", &parallel_arg, &missing) ||
                    cli_take_value(argc, argv, &i, "-c", &ctx_arg, &missing) ||
                    cli_take_value(argc, argv, &i, "--ctx-size", &ctx_arg, &missing) ||
                    cli_take_value(argc, argv, &i, "-ub", &ub_arg, &missing) ||
                    cli_take_value(argc, argv, &i, "--ubatch-size", &ub_arg, &missing) ||
+                   cli_take_sampling_flag(argc, argv, &i, &sf, &missing) ||
                    cli_take_model_flag(argc, argv, &i, &mf, &missing) ||
                    cli_take_value(argc, argv, &i, "--logits-out", &logits_path, &missing)) {
             if (missing) return cli_usage_error(CMD, "%s needs a value", a);
@@ -205,74 +196,70 @@ int st_cmd_run(int argc, char **argv) {
         return cli_usage_error(CMD, "-c: '%s' is not a context length", ctx_arg);
     if (ub_arg && (!cli_parse_u64(ub_arg, &n_ubatch) || n_ubatch == 0 || n_ubatch > 65536))
         return cli_usage_error(CMD, "-ub: '%s' is not a micro-batch size (1..65536)", ub_arg);
+    uint64_t n_parallel = 0;
+    if (parallel_arg && (!cli_parse_u64(parallel_arg, &n_parallel) || n_parallel == 0 || n_parallel > 65536))
+        return cli_usage_error(CMD, "--parallel: '%s' is not a number of sequences (1..65536)", parallel_arg);
+    if (parallel_arg && (logits_path || decode_arg))
+        return cli_usage_error(CMD, "--parallel runs the engine: --logits-out and --decode-tokens need one sequence");
+    if (parallel_arg && n_predict_ll == 0) return cli_usage_error(CMD, "--parallel with -n 0 generates nothing");
 
-    /* Sampling: parsed here, ranges checked by the library (one set of rules and messages). */
+    /* Sampling (sampling_flags.c); the id mode is a reference, greedy unless asked. */
     st_sampler_params sp = st_sampler_params_default();
-    if (!text_mode) sp.temp = 0.0f; /* the id mode is a reference: greedy unless asked */
-    long long top_k = sp.top_k, last_n = sp.repeat_last_n;
-    if (temp_arg && !parse_float(temp_arg, &sp.temp)) return cli_usage_error(CMD, "--temp: '%s' is not a number", temp_arg);
-    if (top_p_arg && !parse_float(top_p_arg, &sp.top_p))
-        return cli_usage_error(CMD, "--top-p: '%s' is not a number", top_p_arg);
-    if (min_p_arg && !parse_float(min_p_arg, &sp.min_p))
-        return cli_usage_error(CMD, "--min-p: '%s' is not a number", min_p_arg);
-    if (penalty_arg && !parse_float(penalty_arg, &sp.repeat_penalty))
-        return cli_usage_error(CMD, "--repeat-penalty: '%s' is not a number", penalty_arg);
-    if (top_k_arg && !parse_int(top_k_arg, INT32_MIN, INT32_MAX, &top_k))
-        return cli_usage_error(CMD, "--top-k: '%s' is not an integer", top_k_arg);
-    if (last_n_arg && !parse_int(last_n_arg, INT32_MIN, INT32_MAX, &last_n))
-        return cli_usage_error(CMD, "--repeat-last-n: '%s' is not an integer", last_n_arg);
-    if (last_n < -1) return cli_usage_error(CMD, "--repeat-last-n %lld is invalid: it must be >= -1", last_n);
-    sp.top_k = (int32_t)top_k;
-    sp.repeat_last_n = last_n == -1 ? 0 : (int32_t)last_n; /* -1 is resolved once the context is known */
-    bool seed_given = seed_arg != NULL;
-    if (seed_arg && !cli_parse_u64(seed_arg, &sp.seed))
-        return cli_usage_error(CMD, "--seed: '%s' is not a non-negative integer", seed_arg);
-    if (!seed_given) sp.seed = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid();
+    if (!text_mode) sp.temp = 0.0f;
+    bool last_n_context = false;
+    int usage_rc = cli_sampling_resolve(CMD, &sf, &sp, &last_n_context);
+    if (usage_rc != ST_EXIT_OK) return usage_rc;
     st_error err = {0};
-    if (st_sampler_params_check(&sp, &err) != ST_OK) return cli_usage_error(CMD, "%s", err.message);
 
     cli_model_setup setup;
-    int usage_rc = cli_model_setup_resolve(CMD, &mf, &setup);
+    usage_rc = cli_model_setup_resolve(CMD, &mf, &setup);
     if (usage_rc != ST_EXIT_OK) return usage_rc;
     int32_t *prompt = NULL, *forced = NULL;
     int64_t n_prompt = 0, n_forced = 0;
-    if (tokens_arg && !parse_ids(tokens_arg, &prompt, &n_prompt))
-        return cli_usage_error(CMD, "--tokens: '%s' is not a comma-separated list of token ids", tokens_arg);
-    if (decode_arg && !parse_ids(decode_arg, &forced, &n_forced)) {
+    if (tokens_arg && cli_parse_token_ids(tokens_arg, &prompt, &n_prompt, &err) != ST_OK)
+        return cli_usage_error(CMD, "--tokens: %s", err.message);
+    if (decode_arg && cli_parse_token_ids(decode_arg, &forced, &n_forced, &err) != ST_OK) {
         free(prompt);
-        return cli_usage_error(CMD, "--decode-tokens: '%s' is not a comma-separated list of token ids", decode_arg);
+        return cli_usage_error(CMD, "--decode-tokens: %s", err.message);
     }
-
 
     int rc = ST_EXIT_FAILURE;
     char *prompt_text = NULL;
     size_t prompt_len = 0;
+    st_gguf_file *gf = NULL;
     st_backend *backend = NULL;
     st_model *model = NULL;
     st_tokenizer *tok = NULL;
     st_session *session = NULL;
     st_sampler *sampler = NULL;
     float *logits = NULL;
-    if (file_arg && cli_read_file(file_arg, &prompt_text, &prompt_len, &err) != ST_OK) goto done;
+    emitter out = {0};
+    /* where the logits go is checked before the work that makes them */
+    if (logits_path && st_atomic_file_check(logits_path, &err) != ST_OK) goto done;
+    if (file_arg && cli_read_file(file_arg, "prompt file", &prompt_text, &prompt_len, &err) != ST_OK) goto done;
     if (prompt_arg) {
         prompt_len = strlen(prompt_arg);
         prompt_text = malloc(prompt_len + 1);
         if (!prompt_text) {
-            st_error_set(&err, ST_ERROR_NOMEM, "out of memory");
+            st_error_set(&err, ST_ERROR_NOMEM, "out of memory for a prompt of %zu bytes", prompt_len);
             goto done;
         }
         memcpy(prompt_text, prompt_arg, prompt_len + 1);
     }
-    /* The text prompt is tokenized before the weights load: a vocabulary stride cannot
-     * read fails fast, and the prompt's length sizes the default context, which the model
-     * needs at load time (phi3 picks its rope factors by it). */
+    /* The model's metadata is checked and the text prompt tokenized before the weights
+     * load: a model or vocabulary stride cannot run fails fast, and the prompt's length
+     * sizes the default context, which the model needs at load time (phi3 picks its rope
+     * factors by it). */
+    st_hparams hp;
+    if (st_gguf_open(model_path, &gf, &err) != ST_OK) goto done;
+    if (st_model_validate(gf, &hp, &err) != ST_OK) {
+        st_error_wrap(&err, "loading %s", model_path);
+        goto done;
+    }
     if (text_mode) {
-        st_gguf_file *gf = NULL;
-        st_status st = st_gguf_open(model_path, &gf, &err);
-        if (st == ST_OK) st = st_tokenizer_from_gguf(gf, &tok, &err);
-        st_gguf_close(gf);
-        if (st != ST_OK || st_tokenizer_encode(tok, prompt_text, prompt_len, true, true, &prompt, &n_prompt, &err) != ST_OK) {
-            if (st == ST_OK) st_error_wrap(&err, "tokenizing the prompt");
+        if (st_tokenizer_from_gguf(gf, &tok, &err) != ST_OK) goto done;
+        if (st_tokenizer_encode(tok, prompt_text, prompt_len, true, true, &prompt, &n_prompt, &err) != ST_OK) {
+            st_error_wrap(&err, "tokenizing the prompt");
             goto done;
         }
         if (n_prompt == 0) {
@@ -280,26 +267,56 @@ int st_cmd_run(int argc, char **argv) {
             goto done;
         }
     }
+    st_gguf_close(gf);
+    gf = NULL;
+    if (check_ids("--tokens", prompt, tokens_arg ? n_prompt : 0, hp.n_vocab, &err) != ST_OK ||
+        check_ids("--decode-tokens", forced, n_forced, hp.n_vocab, &err) != ST_OK)
+        goto done;
     const int64_t n_predict_req = n_predict_ll < 0 ? -1 : (int64_t)n_predict_ll;
+    const int64_t n_fed = n_prompt + n_forced;
+    const char *arch = st_arch_name(hp.arch);
     if (n_ctx == 0) {
-        int64_t want = n_prompt + n_forced + (n_predict_req > 0 ? n_predict_req : 0);
-        n_ctx = (uint64_t)(want > 512 ? want : 512);
+        /* prompt + generation, at least 512, but within the trained context: a prompt
+         * longer than that runs only when -c asks for it */
+        if (n_fed > hp.n_ctx_train) {
+            st_error_set(&err, ST_ERROR_INVALID,
+                         "the prompt is %lld tokens, longer than the %lld-token context the model was trained on "
+                         "(%s.context_length): shorten it, or give -c to run it past that context anyway",
+                         (long long)n_fed, (long long)hp.n_ctx_train, arch);
+            goto done;
+        }
+        int64_t want = n_fed + (n_predict_req > 0 ? n_predict_req : 0), cap = hp.n_ctx_train > 512 ? hp.n_ctx_train : 512;
+        n_ctx = (uint64_t)(want < 512 ? 512 : want > cap ? cap : want);
+    } else if ((int64_t)n_ctx > hp.n_ctx_train) {
+        fprintf(stderr,
+                "stride %s: warning: the context of %llu tokens (-c) exceeds the %lld the model was trained on "
+                "(%s.context_length): output past them may degrade\n",
+                CMD, (unsigned long long)n_ctx, (long long)hp.n_ctx_train, arch);
     }
     setup.load.n_ctx = (int64_t)n_ctx;
-
-    double t_load = 0.0;
-    if (cli_model_open(model_path, &setup, &backend, &model, &t_load, &err) != ST_OK) goto done;
-    const int64_t n_fed = n_prompt + n_forced;
     if (n_fed > (int64_t)n_ctx) {
         st_error_set(&err, ST_ERROR_INVALID, "prompt is %lld tokens, context is %llu: raise -c", (long long)n_fed,
                      (unsigned long long)n_ctx);
+        goto done;
+    }
+
+    double t_load = 0.0;
+    if (cli_model_open(model_path, &setup, &backend, &model, &t_load, &err) != ST_OK) goto done;
+    if (last_n_context) sp.repeat_last_n = (int32_t)n_ctx;
+    if (parallel_arg) {
+        const run_parallel_args pa = {
+            .model = model, .tok = tok, .prompt = prompt, .n_prompt = n_prompt,
+            .prompt_text = echo ? prompt_text : NULL, .prompt_len = prompt_len, .n_parallel = (int32_t)n_parallel,
+            .n_predict = n_predict_req, .ignore_eos = ignore_eos, .sampling = sp, .n_ctx = (int64_t)n_ctx,
+            .n_ubatch = (int64_t)n_ubatch, .kv_type = setup.kv_type, .t_load = t_load,
+            .device_name = backend->device.name, .padded = model->plan.pad_enabled};
+        if (run_parallel(&pa, &err) == ST_OK) rc = ST_EXIT_OK;
         goto done;
     }
     /* Generated tokens that still fit: the last one needs no slot unless its logits are kept. */
     const bool keep_all = logits_path != NULL;
     int64_t n_room = (int64_t)n_ctx - n_fed + (keep_all ? 0 : 1);
     int64_t n_predict = n_predict_req < 0 || n_predict_req > n_room ? n_room : n_predict_req;
-    if (last_n == -1) sp.repeat_last_n = (int32_t)n_ctx;
 
     st_session_options so = st_session_options_default();
     so.n_ctx = (int64_t)n_ctx;
@@ -308,10 +325,11 @@ int st_cmd_run(int argc, char **argv) {
     if (st_session_init(model, &so, &session, &err) != ST_OK) goto done;
     const int64_t V = model->hp.n_vocab;
     if (st_sampler_init(&sp, V, &sampler, &err) != ST_OK) goto done;
-    const int64_t rows = keep_all ? n_fed + n_predict : 1;
-    logits = malloc((size_t)rows * (size_t)V * sizeof(float));
-    if (!logits) {
-        st_error_set(&err, ST_ERROR_NOMEM, "out of memory for %lld x %lld logits", (long long)rows, (long long)V);
+    const int64_t rows = keep_all ? n_fed + n_predict : 1; /* <= n_ctx + 1 */
+    if ((uint64_t)rows > SIZE_MAX / sizeof(float) / (uint64_t)V ||
+        !(logits = malloc((size_t)rows * (size_t)V * sizeof(float)))) {
+        st_error_set(&err, ST_ERROR_NOMEM, "out of memory for %lld x %lld logits (%.2f GiB)", (long long)rows,
+                     (long long)V, (double)rows * (double)V * 4.0 / (1 << 30));
         goto done;
     }
     if (echo) {
@@ -328,8 +346,7 @@ int st_cmd_run(int argc, char **argv) {
     for (int64_t i = 0; i < n_prompt; i++) st_sampler_accept(sampler, prompt[i]);
     for (int64_t i = 0; i < n_forced; i++) st_sampler_accept(sampler, forced[i]);
 
-    emitter out = {.tok = tok};
-    if (tok) st_detokenizer_init(&out.detok, tok);
+    if (emitter_init(&out, tok, &err) != ST_OK) goto done;
     int64_t n_rows = n_fed; /* logits rows written */
     const char *stop = NULL;
     int64_t n_decoded = 0; /* one-token forward passes: what the generation rate counts */
@@ -351,8 +368,17 @@ int st_cmd_run(int argc, char **argv) {
     emit_end(&out);
     double t_gen = st_clock_seconds() - t2;
     if (!stop && (n_predict_req < 0 || out.n < n_predict_req)) stop = "context full: raise -c";
-    if (keep_all && st_npy_write_f32(logits_path, logits, n_rows, V, &err) != ST_OK) goto done;
-    fprintf(stderr, "stride run: load       %8.2f s  (%s, %s)\n", t_load, backend->device.name,
+    if (keep_all) {
+        /* a Ctrl-C meanwhile takes effect once the file is complete or removed */
+        sigset_t saved;
+        cli_hold_interrupts(&saved);
+        st_status ws = st_npy_write_f32(logits_path, logits, n_rows, V, &err);
+        cli_release_interrupts(&saved);
+        if (ws != ST_OK) goto done;
+    }
+    char label[64];
+    cli_backend_label(backend, label, sizeof(label));
+    fprintf(stderr, "stride run: load       %8.2f s  (%s, %s, %s)\n", t_load, backend->device.name, label,
             model->plan.pad_enabled ? "padded layout" : "packed layout");
     fprintf(stderr, "stride run: prompt      %8.2f s  %6lld tokens  %9.2f tok/s\n", t_prompt, (long long)n_prompt,
             t_prompt > 0 ? (double)n_prompt / t_prompt : 0.0);
@@ -370,6 +396,8 @@ int st_cmd_run(int argc, char **argv) {
     rc = ST_EXIT_OK;
 done:
     if (rc != ST_EXIT_OK) cli_fail(CMD, &err);
+    free(out.buf);
+    st_gguf_close(gf);
     free(logits);
     free(prompt);
     free(forced);

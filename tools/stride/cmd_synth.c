@@ -29,7 +29,9 @@ static void print_help(FILE *out, st_type type) {
             "metadata of a real model (llama.cpp's converter conventions), with a valid\n"
             "synthetic SentencePiece-style vocabulary of the model's size. For benchmarks.\n\n"
             "options:\n"
-            "  -o, --output FILE  where to write (required)\n"
+            "  -o, --output FILE  where to write (required): a new file, or a regular file to\n"
+            "                     replace (through a symbolic link, the file it names); the\n"
+            "                     file appears only when complete, Ctrl-C leaves nothing\n"
             "  --type T           type of the matrices and embeddings: f16 (default), bf16, f32,\n"
             "                     or q8_0 (8-bit blocks, for quantized benchmarks); norms and\n"
             "                     rope factors are always f32\n"
@@ -105,11 +107,20 @@ int st_cmd_synth(int argc, char **argv) {
     char label[128];
     snprintf(label, sizeof(label), "synth %s %s", p->name, st_type_name(type));
     cli_progress_begin(&prog, label);
-    st_synth_options opt = {
-        .weight_type = type, .seed = seed, .progress = cli_progress_update, .progress_ctx = &prog};
+    /* Ctrl-C stops the write between chunks and nothing is left at `out` */
+    cli_catch_interrupts();
+    st_synth_options opt = {.weight_type = type,
+                            .seed = seed,
+                            .progress = cli_progress_update,
+                            .progress_ctx = &prog,
+                            .cancel = &cli_interrupted};
     st_error err = {0};
     st_status st = st_synth_write(p, &opt, out, &err);
     cli_progress_end(&prog);
+    if (st != ST_OK && cli_interrupted) {
+        fprintf(stderr, "stride %s: interrupted: %s is unchanged (nothing was written)\n", CMD, out);
+        return ST_EXIT_INTERRUPTED;
+    }
     if (st != ST_OK) return cli_fail(CMD, &err);
 
     uint64_t n_tensors = 0, n_bytes = 0;

@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "stride/file_io.h"
 #include "stride/gguf.h"
 #include "stride/tokenizer.h"
 
@@ -31,11 +32,10 @@ static void usage(FILE *out) {
 }
 
 static int read_text(const char *path, char **data, size_t *len) {
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "stride %s: cannot open %s: %s\n", CMD, path, strerror(errno));
-        return ST_EXIT_FAILURE;
-    }
+    FILE *f = stdin;
+    st_error err = {0};
+    if (strcmp(path, "-") != 0 && st_file_fopen_read(path, "text file", &f, NULL, &err) != ST_OK)
+        return cli_fail(CMD, &err); /* a regular file only: a FIFO is refused, never waited on */
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     for (;;) {
@@ -66,29 +66,52 @@ static int read_text(const char *path, char **data, size_t *len) {
     return ST_EXIT_OK;
 }
 
+/* The bytes of token id, whole however long (*buf grown as needed; NULL when out of
+ * memory: then nothing). Returns the length. */
+static size_t piece_bytes(const st_tokenizer *tok, int32_t id, char **buf, size_t *cap) {
+    size_t len = st_tokenizer_token_to_bytes(tok, id, true, *buf, *cap);
+    if (len <= *cap) return len;
+    char *grown = realloc(*buf, len);
+    if (!grown) return 0;
+    *buf = grown;
+    *cap = len;
+    return st_tokenizer_token_to_bytes(tok, id, true, *buf, *cap);
+}
+
 static void print_json(const st_tokenizer *tok, const int32_t *ids, int64_t n) {
     printf("{\"ids\": [");
     for (int64_t i = 0; i < n; i++) printf("%s%" PRId32, i ? ", " : "", ids[i]);
     printf("], \"pieces\": [");
-    char piece[1024];
+    char *piece = NULL;
+    size_t piece_cap = 0;
     for (int64_t i = 0; i < n; i++) {
         /* each piece's bytes as a list of numbers: a piece may be part of a UTF-8 character */
-        size_t len = st_tokenizer_token_to_bytes(tok, ids[i], true, piece, sizeof(piece));
-        if (len > sizeof(piece)) len = sizeof(piece);
+        size_t len = piece_bytes(tok, ids[i], &piece, &piece_cap);
         printf("%s[", i ? ", " : "");
         for (size_t k = 0; k < len; k++) printf("%s%u", k ? ", " : "", (unsigned)(unsigned char)piece[k]);
         printf("]");
     }
+    free(piece);
     printf("], \"text\": ");
     /* the streaming decoder, as generation uses it */
     size_t cap = 256, total = 0;
     char *text = malloc(cap);
     st_detokenizer d;
     st_detokenizer_init(&d, tok);
-    char chunk[4096 + 16];
+    /* a piece's text: its bytes, each at worst a 3-byte U+FFFD, plus the bytes held over */
+    size_t longest = 0;
+    for (int64_t i = 0; i < n; i++) {
+        size_t k = st_tokenizer_token_to_bytes(tok, ids[i], false, NULL, 0);
+        if (k > longest) longest = k;
+    }
+    const size_t chunk_cap = 3 * (longest + sizeof(d.pending)) + 1;
+    char *chunk = malloc(chunk_cap);
+    if (!chunk) {
+        free(text);
+        text = NULL;
+    }
     for (int64_t i = 0; i <= n && text; i++) {
-        size_t k = i < n ? st_detokenizer_push(&d, ids[i], chunk, sizeof(chunk))
-                         : st_detokenizer_flush(&d, chunk, sizeof(chunk));
+        size_t k = i < n ? st_detokenizer_push(&d, ids[i], chunk, chunk_cap) : st_detokenizer_flush(&d, chunk, chunk_cap);
         if (total + k + 1 > cap) {
             while (total + k + 1 > cap) cap *= 2;
             char *nt = realloc(text, cap);
@@ -102,6 +125,7 @@ static void print_json(const st_tokenizer *tok, const int32_t *ids, int64_t n) {
         memcpy(text + total, chunk, k);
         total += k;
     }
+    free(chunk);
     if (text) cli_json_string(stdout, text, total);
     else printf("null");
     printf("}\n");
@@ -161,14 +185,21 @@ int st_cmd_tokenize(int argc, char **argv) {
         for (int64_t i = 0; i < n; i++) printf("%s%" PRId32, i ? ", " : "", ids[i]);
         printf("]\n");
     } else {
-        char piece[1024];
+        char *piece = NULL;
+        size_t cap = 0;
         for (int64_t i = 0; i < n; i++) {
-            size_t k = st_tokenizer_token_to_bytes(tok, ids[i], true, piece, sizeof(piece));
-            if (k > sizeof(piece)) k = sizeof(piece);
+            size_t k = piece_bytes(tok, ids[i], &piece, &cap);
             printf("%6" PRId32 " -> '", ids[i]);
-            fwrite(piece, 1, k, stdout);
+            /* the piece as text; control bytes (a newline, an escape sequence from the
+             * vocabulary) shown as \xNN so that each token stays on its line */
+            for (size_t j = 0; j < k; j++) {
+                unsigned char c = (unsigned char)piece[j];
+                if (c < 0x20 || c == 0x7f) printf("\\x%02x", c);
+                else putchar(c);
+            }
             printf("'\n");
         }
+        free(piece);
     }
     if (fflush(stdout) != 0) rc = ST_EXIT_FAILURE;
 done:

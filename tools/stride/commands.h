@@ -10,5 +10,7 @@ int st_cmd_perplexity(int argc, char **argv);
 int st_cmd_tokenize(int argc, char **argv);
 int st_cmd_bench(int argc, char **argv);
 int st_cmd_calibrate(int argc, char **argv);
+int st_cmd_serve(int argc, char **argv);
+int st_cmd_chat(int argc, char **argv);
 
 #endif

@@ -6,11 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-st_status cli_read_file(const char *path, char **data, size_t *len, st_error *err) {
+#include "stride/file_io.h"
+
+st_status cli_read_file(const char *path, const char *what, char **data, size_t *len, st_error *err) {
     *data = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return st_error_set(err, ST_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    FILE *f = NULL;
+    st_status open_s = st_file_fopen_read(path, what, &f, NULL, err); /* a regular file only: never a FIFO */
+    if (open_s != ST_OK) return open_s;
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     st_status st = ST_OK;
@@ -26,9 +29,9 @@ st_status cli_read_file(const char *path, char **data, size_t *len, st_error *er
         if (got == 0) break;
     }
     if (!buf || n + 1 >= cap)
-        st = st_error_set(err, ST_ERROR_NOMEM, "out of memory reading '%s'", path);
+        st = st_error_set(err, ST_ERROR_NOMEM, "out of memory reading %s %s (%zu bytes so far)", what, path, n);
     else if (ferror(f))
-        st = st_error_set(err, ST_ERROR_IO, "cannot read '%s': %s", path, strerror(errno));
+        st = st_error_set(err, ST_ERROR_IO, "cannot read %s %s: %s", what, path, strerror(errno));
     fclose(f);
     if (st != ST_OK) {
         free(buf);

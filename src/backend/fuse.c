@@ -1,0 +1,215 @@
+/* Finding the fused ops in a step's graph (fuse.h). */
+#include "backend/fuse.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* ---- which memory a view touches ------------------------------------------------------ */
+
+/* The bytes a view spans: [lo, hi), or lo == hi when it holds nothing. */
+static void view_extent(const st_tensor *t, uintptr_t *lo, uintptr_t *hi) {
+    *lo = *hi = (uintptr_t)t->data;
+    for (int d = 0; d < ST_MAX_DIMS; d++)
+        if (t->ne[d] <= 0) return;
+    uintptr_t end = (uintptr_t)t->data + t->nb[0];
+    for (int d = 0; d < ST_MAX_DIMS; d++) end += (uintptr_t)(t->ne[d] - 1) * t->nb[d];
+    *hi = end;
+}
+
+static bool views_overlap(const st_tensor *a, const st_tensor *b) {
+    uintptr_t alo, ahi, blo, bhi;
+    view_extent(a, &alo, &ahi);
+    view_extent(b, &blo, &bhi);
+    return alo < bhi && blo < ahi;
+}
+
+/* A view as R rows of w contiguous bytes, row r at data + r * S (dimensions that are
+ * contiguous continuations merged into the row); false when it is not one. */
+static bool view_rows(const st_tensor *t, size_t *w, size_t *S, int64_t *R) {
+    int d = 1;
+    size_t width = (size_t)t->ne[0] * t->nb[0];
+    while (d < ST_MAX_DIMS && (t->ne[d] == 1 || t->nb[d] == width)) width *= (size_t)t->ne[d], d++;
+    int64_t rows = 1;
+    size_t stride = width;
+    int outer = 0;
+    for (; d < ST_MAX_DIMS; d++) {
+        if (t->ne[d] == 1) continue;
+        if (outer == 0) stride = t->nb[d];
+        else if (t->nb[d] != stride * (size_t)rows) return false;
+        rows *= t->ne[d];
+        outer++;
+    }
+    *w = width, *S = stride, *R = rows;
+    return true;
+}
+
+/* Whether every element of t is an element of dst (a write of dst overwrites all of t).
+ * Exact for views of rows at one stride; false (not known to) otherwise. */
+static bool view_covers(const st_tensor *dst, const st_tensor *t) {
+    size_t wd, Sd, wt, St;
+    int64_t Rd, Rt;
+    if (!view_rows(dst, &wd, &Sd, &Rd) || !view_rows(t, &wt, &St, &Rt)) return false;
+    uintptr_t tlo, thi;
+    view_extent(t, &tlo, &thi);
+    const uintptr_t d0 = (uintptr_t)dst->data;
+    if (tlo < d0) return false;
+    if (Rd == 1) return thi <= d0 + wd; /* dst is one contiguous span: containment is exact */
+    if (Rt > 1 && St != Sd) return false;
+    const size_t off = (size_t)(tlo - d0);
+    const int64_t r0 = (int64_t)(off / Sd);
+    const size_t col = off % Sd;
+    return col + wt <= wd && r0 + Rt <= Rd;
+}
+
+/* The later writes a scan has seen into t's memory: a read inside one of them reads what
+ * that write left, not t's value. */
+#define READ_LATER_MAX_WRITES 8
+
+bool st_graph_read_later(const st_graph *g, int from, const st_tensor *t) {
+    const st_tensor *written[READ_LATER_MAX_WRITES];
+    int n_written = 0;
+    for (int i = from; i < g->n_nodes; i++) {
+        const st_node *n = &g->nodes[i];
+        for (int j = 0; j < ST_GRAPH_MAX_SRC; j++) {
+            const st_tensor *s = n->src[j];
+            if (!s || !views_overlap(s, t)) continue;
+            bool rewritten = false;
+            for (int w = 0; w < n_written && !rewritten; w++) rewritten = view_covers(written[w], s);
+            if (!rewritten) return true;
+        }
+        if (n->dst2 && views_overlap(n->dst2, t)) return true; /* (written in part: treated as a read) */
+        if (!n->dst || n->op == ST_OP_KV_STORE || !views_overlap(n->dst, t)) continue;
+        if (view_covers(n->dst, t)) return false;
+        if (n_written == READ_LATER_MAX_WRITES) return true; /* (too much to follow: assume a read) */
+        written[n_written++] = n->dst;
+    }
+    return false;
+}
+
+/* ---- the groups ----------------------------------------------------------------------- */
+
+/* rms_norm(h <- x, w) then mul_mats of h [, a gated unit]: *used nodes. */
+static bool match_normed_product(const st_graph *g, int i, st_fused_mul_mat *op, int *used) {
+    const st_node *norm = &g->nodes[i];
+    if (norm->op != ST_OP_RMS_NORM || !norm->src[1] || st_tensor_same(norm->dst, norm->src[0])) return false;
+    int n_w = 0;
+    while (n_w < 3 && i + 1 + n_w < g->n_nodes) {
+        const st_node *mm = &g->nodes[i + 1 + n_w];
+        if (mm->op != ST_OP_MUL_MAT || !st_tensor_same(mm->src[1], norm->dst)) break;
+        n_w++;
+    }
+    if (n_w == 0 || st_graph_read_later(g, i + 1 + n_w, norm->dst)) return false;
+    memset(op, 0, sizeof(*op));
+    op->n_w = n_w;
+    for (int k = 0; k < n_w; k++) {
+        op->w[k] = g->nodes[i + 1 + k].src[0];
+        op->y[k] = g->nodes[i + 1 + k].dst;
+    }
+    op->x = norm->src[0];
+    op->norm_w = norm->src[1];
+    op->eps = norm->p.eps;
+    op->h = norm->dst;
+    op->epilogue = ST_FUSED_EPILOGUE_STORE;
+    *used = 1 + n_w;
+    const int a = i + 1 + n_w;
+    if (n_w == 2 && a < g->n_nodes) {
+        const st_node *glu = &g->nodes[a];
+        if ((glu->op == ST_OP_SWIGLU || glu->op == ST_OP_GEGLU) && st_tensor_same(glu->src[0], op->y[0]) &&
+            st_tensor_same(glu->src[1], op->y[1]) && !st_graph_read_later(g, a + 1, op->y[0]) &&
+            !st_graph_read_later(g, a + 1, op->y[1])) {
+            op->epilogue = glu->op == ST_OP_SWIGLU ? ST_FUSED_EPILOGUE_SWIGLU : ST_FUSED_EPILOGUE_GEGLU;
+            op->out = glu->dst;
+            *used += 1;
+        }
+    }
+    return true;
+}
+
+/* mul_mat(y <- W, a) then add(x <- x, y). */
+static bool match_residual_add(const st_graph *g, int i, st_fused_mul_mat *op) {
+    if (i + 1 >= g->n_nodes) return false;
+    const st_node *mm = &g->nodes[i], *add = &g->nodes[i + 1];
+    if (mm->op != ST_OP_MUL_MAT || add->op != ST_OP_ADD) return false;
+    if (!st_tensor_same(add->dst, add->src[0]) || !st_tensor_same(add->src[1], mm->dst)) return false;
+    if (st_graph_read_later(g, i + 2, mm->dst)) return false;
+    memset(op, 0, sizeof(*op));
+    op->n_w = 1;
+    op->w[0] = mm->src[0];
+    op->y[0] = mm->dst;
+    op->x = mm->src[1];
+    op->epilogue = ST_FUSED_EPILOGUE_ADD;
+    op->out = add->dst;
+    return true;
+}
+
+static bool rope_same(const st_rope_params *a, const st_rope_params *b) {
+    return a->mode == b->mode && a->n_rot == b->n_rot && a->freq_base == b->freq_base &&
+           a->freq_scale == b->freq_scale && a->freq_factors == b->freq_factors && a->attn_factor == b->attn_factor;
+}
+
+/* [rms_norm(q), rms_norm(k) per head,] rope(q), rope(k), kv_store(k), kv_store(v), attention. */
+static bool match_rope_attention(const st_graph *g, int i, st_fuse_group *out) {
+    int j = i;
+    const st_node *qn = NULL, *kn = NULL;
+    if (j + 1 < g->n_nodes && g->nodes[j].op == ST_OP_RMS_NORM && g->nodes[j + 1].op == ST_OP_RMS_NORM) {
+        qn = &g->nodes[j], kn = &g->nodes[j + 1];
+        j += 2;
+    }
+    if (j + 5 > g->n_nodes) return false;
+    const st_node *rq = &g->nodes[j], *rk = &g->nodes[j + 1], *sk = &g->nodes[j + 2], *sv = &g->nodes[j + 3],
+                  *at = &g->nodes[j + 4];
+    if (rq->op != ST_OP_ROPE || rk->op != ST_OP_ROPE || sk->op != ST_OP_KV_STORE || sv->op != ST_OP_KV_STORE ||
+        at->op != ST_OP_ATTENTION)
+        return false;
+    const st_tensor *q = rq->dst, *k = rk->dst, *pos = rq->src[1], *slots = sk->src[1];
+    if (!st_tensor_same(rq->src[0], q) || !st_tensor_same(rk->src[0], k) || !st_tensor_same(rk->src[1], pos) ||
+        !rope_same(&rq->p.rope, &rk->p.rope))
+        return false;
+    if (!st_tensor_same(sk->src[0], k) || !st_tensor_same(sv->src[1], slots)) return false;
+    if (!st_tensor_same(at->src[0], q) || !st_tensor_same(at->src[1], sk->dst) || !st_tensor_same(at->src[2], sv->dst) ||
+        !st_tensor_same(at->src[3], pos))
+        return false;
+    if (qn) { /* per-head norms of q and k, in place, weights [head_dim] */
+        const int64_t hd = q->ne[0];
+        if (!st_tensor_same(qn->dst, q) || !st_tensor_same(qn->src[0], q) || !st_tensor_same(kn->dst, k) ||
+            !st_tensor_same(kn->src[0], k) || !qn->src[1] || !kn->src[1] || qn->src[1]->ne[0] != hd ||
+            kn->src[1]->ne[0] != hd || qn->p.eps != kn->p.eps)
+            return false;
+    }
+    /* a fused rope-attention may leave q and k unroped: nothing after may read them */
+    if (st_graph_read_later(g, j + 5, q) || st_graph_read_later(g, j + 5, k)) return false;
+    st_fused_rope_store *rs = &out->ra.rs;
+    rs->q = rq->dst;
+    rs->k = rk->dst;
+    rs->v = sv->src[0];
+    rs->q_norm = qn ? qn->src[1] : NULL;
+    rs->k_norm = kn ? kn->src[1] : NULL;
+    rs->eps = qn ? qn->p.eps : 0.0f;
+    rs->positions = pos;
+    rs->slots = slots;
+    rs->rope = &rq->p.rope;
+    rs->k_cache = sk->dst;
+    rs->v_cache = sv->dst;
+    out->ra.out = at->dst;
+    out->ra.pages = at->pages.table ? &at->pages : NULL;
+    out->attn = at->p.attn;
+    out->ra.attn = &out->attn;
+    out->n_nodes = j + 5 - i;
+    return true;
+}
+
+void st_fuse_match(const st_graph *g, int i, st_fuse_group *out) {
+    memset(out, 0, sizeof(*out));
+    out->first = i;
+    out->n_nodes = 1;
+    int used = 1;
+    if (match_rope_attention(g, i, out)) {
+        out->kind = ST_FUSE_ROPE_ATTENTION;
+    } else if (match_normed_product(g, i, &out->mm, &used)) {
+        out->kind = ST_FUSE_MUL_MAT;
+        out->n_nodes = used;
+    } else if (match_residual_add(g, i, &out->mm)) {
+        out->kind = ST_FUSE_MUL_MAT;
+        out->n_nodes = 2;
+    }
+}

@@ -1,0 +1,51 @@
+/*
+ * Finding the fused ops (fused.h) in a step's graph: the groups of consecutive plain
+ * nodes that a backend's kernels can run as one, where the intermediate a group leaves
+ * unwritten (a normed input folded into its products, a product folded into the residual
+ * add, q and k left unroped) is read by no later node. Backend-neutral, so that the
+ * matching is tested on every architecture's graph without a GPU; the CUDA planner
+ * (cuda_graph.cu) runs what it finds.
+ *
+ *   normed product   rms_norm(h <- x, w), then 1-3 mul_mat(y_i <- W_i, h) (q/k/v, a fused
+ *                    qkv, an output head), or 2 of them and swiglu/geglu(out <- y_0, y_1)
+ *   residual add     mul_mat(y <- W, a), then add(x <- x, y)
+ *   rope-attention   [rms_norm(q), rms_norm(k) per head,] rope(q), rope(k), kv_store(k),
+ *                    kv_store(v), attention
+ */
+#ifndef STRIDE_BACKEND_FUSE_H
+#define STRIDE_BACKEND_FUSE_H
+
+#include "backend/fused.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum st_fuse_kind {
+    ST_FUSE_NONE = 0,       /* the node alone */
+    ST_FUSE_MUL_MAT,        /* a normed product or a residual add: mm */
+    ST_FUSE_ROPE_ATTENTION, /* ra (ra.attn points at attn; its n_kv is set per compute) */
+} st_fuse_kind;
+
+typedef struct st_fuse_group {
+    st_fuse_kind kind;
+    int first, n_nodes;       /* the group's nodes of the graph */
+    st_fused_mul_mat mm;
+    st_fused_rope_attention ra;
+    st_attn_params attn;
+} st_fuse_group;
+
+/* The group that starts at node i of g. Its descriptors point into g's nodes (valid while
+ * g is not rebuilt); ra.attn must be pointed at the group's own attn by whoever keeps the
+ * group (st_fuse_match sets it to &out->attn). */
+void st_fuse_match(const st_graph *g, int i, st_fuse_group *out);
+
+/* Whether a node from `from` on reads any of t's memory before a node overwrites all of t
+ * (conservative: overlapping memory counts as a read). */
+bool st_graph_read_later(const st_graph *g, int from, const st_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRIDE_BACKEND_FUSE_H */

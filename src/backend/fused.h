@@ -1,0 +1,106 @@
+/*
+ * Fused ops: what a backend's planner forms out of a step's plain nodes (graph.h) when it
+ * runs several of them as one kernel, with their meaning as those plain ops (the
+ * composites, run through any backend's table: the reference of a fused kernel in the
+ * tests, and a planner's fallback for the operands its kernels do not take).
+ *
+ * Backend-internal: the model code never sees these; it issues plain ops.
+ */
+#ifndef STRIDE_BACKEND_FUSED_H
+#define STRIDE_BACKEND_FUSED_H
+
+#include "stride/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a fused product does with its results (st_fused_mul_mat). */
+typedef enum st_fused_epilogue {
+    ST_FUSED_EPILOGUE_STORE = 0,  /* y[i] = W_i h                                  */
+    ST_FUSED_EPILOGUE_ADD = 1,    /* out += W_0 h            (a residual add)      */
+    ST_FUSED_EPILOGUE_SWIGLU = 2, /* out = silu(W_0 h) * (W_1 h)                   */
+    ST_FUSED_EPILOGUE_GEGLU = 3,  /* out = gelu_tanh(W_0 h) * (W_1 h)              */
+} st_fused_epilogue;
+
+/* A product of a step with what surrounds it: up to three weights applied to
+ * one input, the input optionally RMS-normalised first, the results optionally combined
+ * by a gated unit or added to a residual. Its meaning is the sequence of plain ops that
+ * st_fused_mul_mat_composite runs; a backend that fuses it (one kernel for the
+ * decode path) must give the same values up to summation order.
+ *
+ *   x [K, M] F32;  w[i] [K, N_i];  y[i] [N_i, M] F32
+ *   h = norm_w ? rmsnorm(x) * norm_w : x        (h [K, M]: where it goes when formed)
+ *   y[i] = W_i h                                 (i < n_w)
+ *   ADD: out [N_0, M] += y[0];  SWIGLU/GEGLU: out [N_0, M] = act(y[0]) * y[1]
+ *   ADD with next_h: next_h [N_0, M] = out * next_norm_w, after the add
+ *
+ * next_h is the next product's x * norm_w formed on the way (the residual add's output is
+ * that product's x, next_norm_w its norm_w): passed to it as x_w, a backend that fuses the
+ * norm into its product may read it instead of forming x * norm_w itself (the sum of
+ * squares still comes from x). x_w changes nothing of the meaning (the rounding of the
+ * sum of squares may differ: CUDA: st_cuda_prepared_norm_pays).
+ *
+ * Only STORE promises the contents of y[]; h and, for the other epilogues, y[] are
+ * scratch whose contents are unspecified afterwards. */
+typedef struct st_fused_mul_mat {
+    int n_w;                  /* 1..3 */
+    const st_tensor *w[3];
+    st_tensor *y[3];
+    const st_tensor *x;
+    const st_tensor *norm_w;  /* [K] F32, or NULL */
+    float eps;
+    st_tensor *h;             /* required when norm_w is set */
+    st_fused_epilogue epilogue;
+    st_tensor *out;           /* ADD, SWIGLU, GEGLU */
+    const st_tensor *next_norm_w; /* ADD, optional: [N_0] F32, with next_h */
+    st_tensor *next_h;            /* ADD, optional: [N_0, M] F32 out * next_norm_w */
+    const st_tensor *x_w;         /* optional with norm_w: [K, M] F32 x * norm_w */
+} st_fused_mul_mat;
+/* The attention block's step between the projections and attention: per-head RMSNorm
+ * of q and k (optional), RoPE of q and k, and the store of k and v into the cache. Its
+ * meaning is st_fused_rope_store_composite's sequence of plain ops.
+ *   q [hd, n_head, M], k and v [hd, n_head_kv, M] F32 (q and k changed in place);
+ *   q_norm, k_norm [hd] F32 or both NULL;  positions I32 [M] (the rope's);
+ *   slots I32 [M]: the cache slot each token's k and v go to (its position in a contiguous
+ *   cache; may be the positions tensor);
+ *   k_cache, v_cache [hd, n_head_kv, n_slots] F16/F32;
+ *   rope_cs: NULL, or for one token (M = 1) the [n_rot] F32 (cos, sin) pairs of
+ *   positions[0] under these rope parameters (CUDA: st_cuda_rope_table), read instead
+ *   of forming the rotations. */
+typedef struct st_fused_rope_store {
+    st_tensor *q, *k;
+    const st_tensor *v;
+    const st_tensor *q_norm, *k_norm;
+    float eps;
+    const st_tensor *positions;
+    const st_tensor *slots;
+    const st_rope_params *rope;
+    st_tensor *k_cache, *v_cache;
+    const st_tensor *rope_cs;
+} st_fused_rope_store;
+
+/* rope_store, then attention over the cache with the roped q: the whole attention block
+ * between the projections and the output projection. Its meaning is
+ * st_fused_rope_attention_composite's: the rope_store composite of rs, then attention(out,
+ * rs.q, rs.k_cache, rs.v_cache, rs.positions, pages, attn). A backend that fuses it may
+ * leave rs.q and rs.k as they came (not normalised or roped); out and the caches are the
+ * same.
+ *   out [hd, n_head, M] F32;  pages NULL (contiguous: slots = positions) or paged */
+typedef struct st_fused_rope_attention {
+    st_fused_rope_store rs;
+    st_tensor *out;
+    const st_kv_pages *pages;
+    const st_attn_params *attn;
+} st_fused_rope_attention;
+
+/* The meaning of each fused op as plain ops of b's table. */
+st_status st_fused_mul_mat_composite(st_backend *b, const st_fused_mul_mat *op, st_error *err);
+st_status st_fused_rope_store_composite(st_backend *b, const st_fused_rope_store *op, st_error *err);
+st_status st_fused_rope_attention_composite(st_backend *b, const st_fused_rope_attention *op, st_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRIDE_BACKEND_FUSED_H */

@@ -1,0 +1,287 @@
+// The CUDA backend's plan of a step (stride/graph.h): the forward pass issues plain ops;
+// this file runs the groups backend/fuse.h finds in them (normed products, residual adds,
+// rope-attention) as their fused ops and every other node through the backend's plain
+// ops, decides the schedule of a one-token step, and records decode steps as CUDA graphs.
+// The fused ops fall back to their composites for the operands their kernels do not take,
+// so every group means exactly its nodes.
+//
+// A one-token step (g->n_tokens == 1) also gets:
+//   the rotations of its position once per distinct rope (st_cuda_rope_table), read by
+//     every rope-attention of that rope instead of forming cos/sin per layer;
+//   a prepared norm: a residual add followed by a normed product of its output forms the
+//     product's x * norm_w on the way where st_cuda_prepared_norm_pays says it pays.
+// Every decode step (g->decode: each token its sequence's only one in the step) is
+// recorded: the first compute runs plainly over the whole context (every lazy buffer grows
+// to its largest), then each depth bucket (a bound on the keys: 64, 128, ..., 2,048, then
+// the context) is recorded on its first step and replayed after. A recording's attention
+// is sized for its bucket's bound; each query still sees only keys up to its own position,
+// so the results do not depend on the bound.
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_backend.h"
+#include "backend/fuse.h"
+#include "cuda/cuda_common.cuh"
+#include "stride/log.h"
+
+#define GRAPH_BUCKETS 7
+#define GRAPH_FIRST_BOUND 64
+#define GRAPH_MAX_ROPES 4
+
+enum item_kind { ITEM_NODE, ITEM_MUL_MAT, ITEM_ROPE_ATTENTION, ITEM_ROPE_TABLE };
+
+typedef struct plan_item {
+    int kind;
+    int node;                   // ITEM_NODE: the node; otherwise the group's first node
+    st_fused_mul_mat mm;        // ITEM_MUL_MAT
+    st_fused_rope_attention ra; // ITEM_ROPE_ATTENTION (ra.attn -> attn)
+    st_attn_params attn;        //   its parameters, n_kv set per run
+    int table;                  // ITEM_ROPE_TABLE, ITEM_ROPE_ATTENTION: which of the plan's tables (-1 none)
+    bool prepares_next;         // ITEM_MUL_MAT (ADD): forms the next item's x * norm_w
+} plan_item;
+
+typedef struct rope_table {
+    st_rope_params rope;
+    const st_tensor *positions; // [1] the step's position
+    st_tensor cs;               // [n_rot] F32 (cos, sin) pairs
+} rope_table;
+
+typedef struct cuda_plan {
+    plan_item *items;
+    int n_items;
+    rope_table tables[GRAPH_MAX_ROPES];
+    int n_tables;
+    void *device_mem; // the tables and x_w
+    st_tensor x_w;    // [D, 1] a prepared norm's x * norm_w
+    bool record;      // a one-token step, recorded while recordings succeed
+    bool warm;        // it has run plainly once
+    int64_t n_ctx;    // the longest cache an attention of the step reads
+    st_cuda_recording *exec[GRAPH_BUCKETS];
+} cuda_plan;
+
+// ---- planning -------------------------------------------------------------------------------
+
+static bool rope_same(const st_rope_params *a, const st_rope_params *b) {
+    return a->mode == b->mode && a->n_rot == b->n_rot && a->freq_base == b->freq_base &&
+           a->freq_scale == b->freq_scale && a->freq_factors == b->freq_factors && a->attn_factor == b->attn_factor;
+}
+
+static int rope_table_for(cuda_plan *p, const st_rope_params *r, const st_tensor *positions) {
+    for (int t = 0; t < p->n_tables; t++)
+        if (rope_same(&p->tables[t].rope, r) && st_tensor_same(p->tables[t].positions, positions))
+            return t;
+    if (p->n_tables == GRAPH_MAX_ROPES) return -1;
+    p->tables[p->n_tables].rope = *r;
+    p->tables[p->n_tables].positions = positions;
+    return p->n_tables++;
+}
+
+// The rope tables and the prepared-norm buffer in one device allocation.
+static st_status plan_device_memory(st_cuda_ctx *c, cuda_plan *p, int64_t x_w_rows, st_error *err) {
+    size_t bytes = 0, offs[GRAPH_MAX_ROPES + 1];
+    for (int t = 0; t < p->n_tables; t++) {
+        offs[t] = bytes;
+        bytes += ((size_t)p->tables[t].rope.n_rot * sizeof(float) + 255) / 256 * 256;
+    }
+    offs[p->n_tables] = bytes;
+    bytes += ((size_t)x_w_rows * sizeof(float) + 255) / 256 * 256;
+    if (bytes == 0) return ST_OK;
+    ST_GPU_CHECK(st_gpu_malloc(&p->device_mem, bytes));
+    for (int t = 0; t < p->n_tables; t++) {
+        st_tensor cs = {};
+        cs.type = ST_TYPE_F32;
+        cs.ne[0] = p->tables[t].rope.n_rot, cs.ne[1] = cs.ne[2] = cs.ne[3] = 1;
+        cs.nb[0] = sizeof(float), cs.nb[1] = cs.nb[2] = cs.nb[3] = (size_t)cs.ne[0] * sizeof(float);
+        cs.data = (char *)p->device_mem + offs[t];
+        p->tables[t].cs = cs;
+    }
+    st_tensor xw = {};
+    xw.type = ST_TYPE_F32;
+    xw.ne[0] = x_w_rows, xw.ne[1] = xw.ne[2] = xw.ne[3] = 1;
+    xw.nb[0] = sizeof(float), xw.nb[1] = xw.nb[2] = xw.nb[3] = (size_t)x_w_rows * sizeof(float);
+    xw.data = (char *)p->device_mem + offs[p->n_tables];
+    p->x_w = xw;
+    return ST_OK;
+}
+
+static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    p->items = (plan_item *)calloc((size_t)g->n_nodes + GRAPH_MAX_ROPES + 1, sizeof(plan_item));
+    if (!p->items) return st_error_set(err, ST_ERROR_NOMEM, "out of host memory planning a step of %d ops", g->n_nodes);
+    const bool one_token = g->n_tokens == 1;
+    int first_layer_item = -1; // where the rope tables go: after the embedding lookup
+    for (int i = 0; i < g->n_nodes;) {
+        plan_item *it = &p->items[p->n_items];
+        st_fuse_group grp;
+        st_fuse_match(g, i, &grp);
+        it->kind = grp.kind == ST_FUSE_MUL_MAT ? ITEM_MUL_MAT : grp.kind == ST_FUSE_ROPE_ATTENTION ? ITEM_ROPE_ATTENTION
+                                                                                                   : ITEM_NODE;
+        it->node = i;
+        it->table = -1;
+        it->mm = grp.mm;
+        it->ra = grp.ra;
+        it->attn = grp.attn;
+        const int used = grp.n_nodes;
+        const st_op op = g->nodes[i].op;
+        if (first_layer_item < 0 && !(it->kind == ITEM_NODE && (op == ST_OP_GET_ROWS || op == ST_OP_SCALE)))
+            first_layer_item = p->n_items;
+        p->n_items++;
+        i += used;
+    }
+    // the most keys an attention of the step can read: the cache, or the table's blocks
+    bool grouped_moe = false;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const st_node *n = &g->nodes[i];
+        if (n->op == ST_OP_ATTENTION) {
+            const int64_t keys = n->pages.table ? n->pages.table->ne[0] * ST_KV_BLOCK_TOKENS : n->src[1]->ne[2];
+            if (keys > p->n_ctx) p->n_ctx = keys;
+        }
+        if (n->op == ST_OP_MUL_MAT_ID && g->n_tokens >= ST_CUDA_MOE_GROUPED_MIN_M) grouped_moe = true;
+    }
+
+    int64_t x_w_rows = 0;
+    if (one_token) {
+        // one rope table per distinct rope of the step's rope-attentions
+        for (int k = 0; k < p->n_items; k++) {
+            plan_item *it = &p->items[k];
+            if (it->kind == ITEM_ROPE_ATTENTION && it->ra.rs.rope->n_rot >= 2)
+                it->table = rope_table_for(p, it->ra.rs.rope, it->ra.rs.positions);
+        }
+        // a residual add whose output the next normed product reads: prepare its x * norm_w
+        for (int k = 0; k + 1 < p->n_items; k++) {
+            plan_item *add = &p->items[k], *next = &p->items[k + 1];
+            if (add->kind != ITEM_MUL_MAT || add->mm.epilogue != ST_FUSED_EPILOGUE_ADD) continue;
+            if (next->kind != ITEM_MUL_MAT || !next->mm.norm_w || !st_tensor_same(next->mm.x, add->mm.out)) continue;
+            if (!st_cuda_prepared_norm_pays(b, &next->mm)) continue;
+            if (add->mm.out->ne[0] > x_w_rows) x_w_rows = add->mm.out->ne[0];
+            add->prepares_next = true;
+        }
+    }
+    st_status s = plan_device_memory(c, p, x_w_rows, err);
+    if (s != ST_OK) return s;
+    if (one_token) {
+        for (int k = 0; k + 1 < p->n_items; k++) {
+            plan_item *add = &p->items[k], *next = &p->items[k + 1];
+            if (!add->prepares_next) continue;
+            add->mm.next_norm_w = next->mm.norm_w;
+            add->mm.next_h = &p->x_w;
+            next->mm.x_w = &p->x_w;
+        }
+        for (int k = 0; k < p->n_items; k++)
+            if (p->items[k].kind == ITEM_ROPE_ATTENTION && p->items[k].table >= 0)
+                p->items[k].ra.rs.rope_cs = &p->tables[p->items[k].table].cs;
+        // the tables' items, before the first layer's
+        if (p->n_tables > 0) {
+            const int at = first_layer_item < 0 ? p->n_items : first_layer_item;
+            memmove(&p->items[at + p->n_tables], &p->items[at], (size_t)(p->n_items - at) * sizeof(plan_item));
+            for (int t = 0; t < p->n_tables; t++) {
+                memset(&p->items[at + t], 0, sizeof(plan_item));
+                p->items[at + t].kind = ITEM_ROPE_TABLE;
+                p->items[at + t].table = t;
+            }
+            p->n_items += p->n_tables;
+        }
+    }
+    for (int k = 0; k < p->n_items; k++)
+        if (p->items[k].kind == ITEM_ROPE_ATTENTION) p->items[k].ra.attn = &p->items[k].attn;
+    // decode steps are recorded; not one whose experts are grouped on the host (it waits)
+    p->record = g->decode && !grouped_moe && c->tune.graphs;
+    return ST_OK;
+}
+
+// ---- running --------------------------------------------------------------------------------
+
+// The step's uploads, then its items, attention over n_kv keys.
+static st_status plan_run(st_backend *b, const st_graph *g, cuda_plan *p, int64_t n_kv, st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    for (int i = 0; i < g->n_uploads; i++)
+        ST_GPU_CHECK(st_gpu_memcpy_async(g->uploads[i].dst, g->uploads[i].src, g->uploads[i].n,
+                                         st_gpu_memcpy_host_to_device, c->stream));
+    for (int k = 0; k < p->n_items; k++) {
+        plan_item *it = &p->items[k];
+        st_status s = ST_OK;
+        switch (it->kind) {
+        case ITEM_NODE: s = st_backend_run_node(b, &g->nodes[it->node], n_kv, err); break;
+        case ITEM_MUL_MAT: s = st_cuda_mul_mat_fused(b, &it->mm, err); break;
+        case ITEM_ROPE_ATTENTION:
+            it->attn.n_kv = n_kv;
+            s = st_cuda_rope_attention(b, &it->ra, err);
+            break;
+        default: {
+            rope_table *t = &p->tables[it->table];
+            s = st_cuda_rope_table(b, &t->cs, t->positions, &t->rope, err);
+        }
+        }
+        if (s != ST_OK) return s;
+    }
+    return ST_OK;
+}
+
+// The depth bucket of a step over n_kv keys, and the bound its recording attends over.
+static int depth_bucket(int64_t n_kv, int64_t n_ctx, int64_t *bound) {
+    int k = 0;
+    int64_t b = GRAPH_FIRST_BOUND;
+    while (k < GRAPH_BUCKETS - 1 && n_kv > b) k++, b *= 2;
+    *bound = k == GRAPH_BUCKETS - 1 || b > n_ctx ? n_ctx : b;
+    return k;
+}
+
+static void plan_free(st_backend *b, cuda_plan *p) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    if (!p) return;
+    (void)st_gpu_stream_synchronize(c->stream); // a replay in flight still reads what goes
+    for (int k = 0; k < GRAPH_BUCKETS; k++) st_cuda_record_free(b, p->exec[k]);
+    if (p->device_mem) (void)st_gpu_free(p->device_mem);
+    free(p->items);
+    free(p);
+}
+
+static void drop_recordings(st_backend *b, cuda_plan *p) {
+    for (int k = 0; k < GRAPH_BUCKETS; k++) {
+        st_cuda_record_free(b, p->exec[k]);
+        p->exec[k] = NULL;
+    }
+}
+
+st_status st_cuda_graph_compute(st_backend *b, st_graph *g, st_error *err) {
+    cuda_plan *p = (cuda_plan *)g->backend_state;
+    if (!p) {
+        p = (cuda_plan *)calloc(1, sizeof(*p));
+        if (!p) return st_error_set(err, ST_ERROR_NOMEM, "out of host memory planning a step");
+        st_status s = plan_build(b, g, p, err);
+        if (s != ST_OK) {
+            plan_free(b, p);
+            return s;
+        }
+        g->backend_state = p;
+        g->owner = b;
+    }
+    if (!p->record) return plan_run(b, g, p, g->n_kv, err);
+    int64_t bound = 0;
+    const int k = depth_bucket(g->n_kv, p->n_ctx, &bound);
+    if (!p->exec[k]) {
+        if (!p->warm) { // lazy buffers grow to their largest outside any recording
+            p->warm = true;
+            return plan_run(b, g, p, p->n_ctx, err);
+        }
+        st_status s = st_cuda_record_begin(b, err);
+        if (s != ST_OK) return s;
+        st_error run_err = {}, end_err = {};
+        const st_status rs = plan_run(b, g, p, bound, &run_err);
+        const st_status es = st_cuda_record_end(b, &p->exec[k], &end_err); // always ends the recording
+        if (rs != ST_OK || es != ST_OK) {
+            // not recordable here: plain steps from now on (correct, only slower)
+            st_log(ST_LOG_WARN, "CUDA graphs disabled for this step: %s",
+                   rs != ST_OK ? run_err.message : end_err.message);
+            p->record = false;
+            drop_recordings(b, p);
+            return plan_run(b, g, p, g->n_kv, err);
+        }
+    }
+    return st_cuda_record_launch(b, p->exec[k], err);
+}
+
+void st_cuda_graph_release(st_backend *b, st_graph *g) {
+    plan_free(b, (cuda_plan *)g->backend_state);
+    g->backend_state = NULL;
+}

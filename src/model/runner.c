@@ -1,0 +1,451 @@
+/* The runner: a batch's indices to the backend, its graph (kept per shape of batch), and
+ * the logits back (runner.h).
+ *
+ * Decode batches (every token alone in its sequence, every logit wanted) run padded to a
+ * bucket of sizes, so that the graph of a bucket, built once, serves every step whose
+ * batch rounds up to it (a backend records it once and replays it); the padding tokens
+ * sit at position 0 of a sequence whose blocks are all the pool's padding block. Other
+ * batches (prompt chunks with or without decode tokens) keep their graph while the next
+ * batch has the same shape.
+ *
+ * Indices in backend memory, copied from one page-locked host array by the graph's own
+ * uploads: for a graph of M tokens, [ids M][positions M][slots M][seq M][out n_out] from
+ * offset 0, and the block table [(max_seqs + 1) * max_blocks] (the last row the padding
+ * row) from offset 5 * U. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/runner_internal.h"
+
+static const int64_t DECODE_BUCKETS[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024};
+#define N_DECODE_BUCKETS ((int)(sizeof(DECODE_BUCKETS) / sizeof(DECODE_BUCKETS[0])))
+
+/* A graph kept for a shape of batch: what makes two batches the same shape. */
+typedef struct runner_graph {
+    st_graph g;
+    bool built;
+    int64_t M, n_single, n_out;
+    bool gather, paged;
+    st_kv_pages pages;
+    st_attn_run *runs; /* [max_seqs] the runs the graph's pages name */
+} runner_graph;
+
+struct st_runner {
+    st_model *model;
+    st_kv_pool *pool;
+    st_runner_options opt;
+    void *scratch;          /* the forward pass's activations */
+    st_forward_bufs f;
+    int32_t *host_idx;      /* page-locked: the indices of the next step (layout above) */
+    void *dev_idx;          /* their backend copy */
+    size_t idx_ints;
+    float *logits_host;     /* page-locked [V, logits_cap]: the output head writes there, or
+                               with candidates the rows asked for are copied there */
+    int64_t logits_cap;
+    st_tensor logits;       /* what the head writes: logits_host, or with candidates logits_dev */
+    void *logits_dev;       /* with candidates: [V, logits_cap] in backend memory */
+    int32_t *cand_ids;      /* page-locked [logits_cap][k] */
+    float *cand_vals;       /* page-locked [logits_cap][k + 1] */
+    st_tensor cand_ids_t, cand_vals_t;
+    runner_graph decode[N_DECODE_BUCKETS];
+    runner_graph mixed;
+    st_attn_run *runs;      /* [max_seqs] this step's runs */
+    uint8_t *seen;          /* [max_seqs] a sequence row's place in this step (validation) */
+};
+
+/* ---- memory --------------------------------------------------------------------------- */
+
+/* A packed tensor of `type` with ne = {n0, n1, n2}, placed at *offset in base. */
+static st_tensor place(void *base, size_t *offset, st_type type, int64_t n0, int64_t n1, int64_t n2) {
+    st_tensor t = {.type = type, .ne = {n0, n1, n2, 1}};
+    const bool ok = st_tensor_set_packed_strides(&t);
+    ST_ASSERT(ok);
+    t.data = base ? (char *)base + *offset : NULL;
+    *offset += (st_tensor_nbytes(&t) + 255) / 256 * 256;
+    return t;
+}
+
+/* Lays out every scratch tensor; with base NULL it only measures. */
+static size_t layout_scratch(const st_model *m, int64_t U, st_forward_bufs *f, void *base) {
+    const st_hparams *hp = &m->hp;
+    const int64_t D = hp->n_embd, hd = hp->head_dim;
+    const int64_t Hq = hp->n_head * hd, Hk = hp->n_head_kv * hd, F = hp->n_ff, K = hp->n_expert_used;
+    size_t off = 0;
+    f->x = place(base, &off, ST_TYPE_F32, D, U, 1);
+    f->h = place(base, &off, ST_TYPE_F32, D, U, 1);
+    f->qkv = place(base, &off, ST_TYPE_F32, Hq + 2 * Hk, U, 1);
+    f->attn = place(base, &off, ST_TYPE_F32, Hq, U, 1);
+    f->proj = place(base, &off, ST_TYPE_F32, D, U, 1);
+    f->x_out = place(base, &off, ST_TYPE_F32, D, U, 1);
+    if (hp->n_expert > 0) {
+        f->ffn_a = place(base, &off, ST_TYPE_F32, F, K, U);
+        f->ffn_b = place(base, &off, ST_TYPE_F32, F, K, U);
+        f->moe_logits = place(base, &off, ST_TYPE_F32, hp->n_expert, U, 1);
+        f->moe_ids = place(base, &off, ST_TYPE_I32, K, U, 1);
+        f->moe_weights = place(base, &off, ST_TYPE_F32, K, U, 1);
+        f->moe_down = place(base, &off, ST_TYPE_F32, D, K, U);
+    } else {
+        f->ffn_a = place(base, &off, ST_TYPE_F32, 2 * F, U, 1);
+        f->ffn_b = place(base, &off, ST_TYPE_F32, F, U, 1);
+    }
+    if (m->tp.n_shards > 1) f->partial = place(base, &off, ST_TYPE_F32, D, U, m->tp.n_shards - 1);
+    return off;
+}
+
+/* Host memory through the backend's host_alloc where it has one (page-locked on CUDA). */
+static st_status host_alloc(st_backend *b, size_t nbytes, void **out, st_error *err) {
+    if (b->iface->host_alloc) return b->iface->host_alloc(b, nbytes, out, err);
+    *out = malloc(nbytes ? nbytes : 1);
+    return *out ? ST_OK : st_error_set(err, ST_ERROR_NOMEM, "out of host memory (%zu bytes)", nbytes);
+}
+
+static void host_free(st_backend *b, void *ptr) {
+    if (!ptr) return;
+    if (b->iface->host_free) b->iface->host_free(b, ptr);
+    else free(ptr);
+}
+
+static bool runs_equal(const st_attn_run *a, const st_attn_run *b, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        if (a[i].m0 != b[i].m0 || a[i].n != b[i].n || a[i].seq != b[i].seq) return false;
+    return true;
+}
+
+static void graph_drop(runner_graph *rg) {
+    st_graph_clear(&rg->g);
+    rg->built = false;
+}
+
+/* The logits buffers for n rows: page-locked host memory the output head writes straight
+ * into; with candidates also the head's device buffer and the candidates' page-locked
+ * arrays. Growing them drops every graph (they write the old ones). */
+static st_status ensure_logits(st_runner *r, int64_t n, st_error *err) {
+    if (n <= r->logits_cap) return ST_OK;
+    st_backend *b = r->model->backend;
+    for (int i = 0; i < N_DECODE_BUCKETS; i++) graph_drop(&r->decode[i]);
+    graph_drop(&r->mixed);
+    host_free(b, r->logits_host);
+    host_free(b, r->cand_ids);
+    host_free(b, r->cand_vals);
+    if (r->logits_dev) b->iface->dealloc(b, r->logits_dev);
+    r->logits_host = r->logits_dev = NULL;
+    r->cand_ids = NULL, r->cand_vals = NULL;
+    r->logits_cap = 0;
+    const int64_t V = r->model->hp.n_vocab;
+    const int32_t k = r->opt.n_candidates;
+    size_t off = 0;
+    st_tensor t = place(NULL, &off, ST_TYPE_F32, V, n, 1);
+    st_status s = host_alloc(b, off, (void **)&r->logits_host, err);
+    if (s == ST_OK && k > 0) s = b->iface->alloc(b, off, &r->logits_dev, err);
+    if (s == ST_OK && k > 0) {
+        size_t ioff = 0, voff = 0;
+        r->cand_ids_t = place(NULL, &ioff, ST_TYPE_I32, k, n, 1);
+        r->cand_vals_t = place(NULL, &voff, ST_TYPE_F32, k + 1, n, 1);
+        if ((s = host_alloc(b, ioff, (void **)&r->cand_ids, err)) == ST_OK)
+            s = host_alloc(b, voff, (void **)&r->cand_vals, err);
+        r->cand_ids_t.data = r->cand_ids;
+        r->cand_vals_t.data = r->cand_vals;
+    }
+    if (s != ST_OK) return st_error_wrap(err, "allocating the logits of %lld tokens", (long long)n), s;
+    t.data = k > 0 ? r->logits_dev : (void *)r->logits_host;
+    r->logits = t;
+    r->logits_cap = n;
+    return ST_OK;
+}
+
+st_status st_runner_init(st_model *m, st_kv_pool *pool, const st_runner_options *o, st_runner **out,
+                         st_error *err) {
+    *out = NULL;
+    if (o->max_tokens < 1 || o->max_seqs < 1 || o->max_blocks < 1 || o->n_candidates < 0 ||
+        o->n_candidates > ST_RUNNER_MAX_CANDIDATES || o->n_candidates > m->hp.n_vocab ||
+        o->max_tokens > INT32_MAX / 8 || (int64_t)o->max_seqs * o->max_blocks > INT32_MAX / 8)
+        return st_error_set(err, ST_ERROR_INVALID,
+                            "runner sizes out of range: %lld tokens, %d sequences, %d blocks a sequence",
+                            (long long)o->max_tokens, (int)o->max_seqs, (int)o->max_blocks);
+    st_runner *r = calloc(1, sizeof(*r));
+    if (!r) return st_error_set(err, ST_ERROR_NOMEM, "out of host memory");
+    r->model = m;
+    r->pool = pool;
+    r->opt = *o;
+    st_backend *b = m->backend;
+    st_status s = ST_ERROR_NOMEM;
+    for (int i = 0; i < N_DECODE_BUCKETS; i++) st_graph_init(&r->decode[i].g);
+    st_graph_init(&r->mixed.g);
+    r->runs = calloc((size_t)o->max_seqs, sizeof(st_attn_run));
+    r->seen = calloc((size_t)o->max_seqs, 1);
+    r->mixed.runs = calloc((size_t)o->max_seqs, sizeof(st_attn_run));
+    if (!r->runs || !r->seen || !r->mixed.runs) {
+        st_error_set(err, ST_ERROR_NOMEM, "out of host memory");
+        goto fail;
+    }
+    const int64_t U = o->max_tokens;
+    const size_t scratch_bytes = layout_scratch(m, U, &r->f, NULL);
+    if ((s = b->iface->alloc(b, scratch_bytes, &r->scratch, err)) != ST_OK) {
+        st_error_wrap(err, "allocating activations for %lld-token batches", (long long)U);
+        goto fail;
+    }
+    layout_scratch(m, U, &r->f, r->scratch);
+    r->idx_ints = (size_t)(5 * U) + (size_t)(o->max_seqs + 1) * (size_t)o->max_blocks;
+    if ((s = b->iface->alloc(b, r->idx_ints * sizeof(int32_t), &r->dev_idx, err)) != ST_OK ||
+        (s = host_alloc(b, r->idx_ints * sizeof(int32_t), (void **)&r->host_idx, err)) != ST_OK) {
+        st_error_wrap(err, "allocating the indices of %lld-token batches", (long long)U);
+        goto fail;
+    }
+    memset(r->host_idx, 0, r->idx_ints * sizeof(int32_t));
+    /* the padding row: every block the padding block */
+    int32_t *pad_row = r->host_idx + 5 * U + (size_t)o->max_seqs * (size_t)o->max_blocks;
+    for (int32_t i = 0; i < o->max_blocks; i++) pad_row[i] = (int32_t)pool->n_blocks;
+    if ((s = ensure_logits(r, o->max_seqs < U ? o->max_seqs : U, err)) != ST_OK) goto fail;
+    *out = r;
+    return ST_OK;
+fail:
+    st_runner_free(r);
+    return s;
+}
+
+void st_runner_free(st_runner *r) {
+    if (!r) return;
+    st_backend *b = r->model->backend;
+    for (int i = 0; i < N_DECODE_BUCKETS; i++) st_graph_free(&r->decode[i].g);
+    st_graph_free(&r->mixed.g); /* (before the memory their backend state addresses) */
+    if (r->scratch) b->iface->dealloc(b, r->scratch);
+    if (r->dev_idx) b->iface->dealloc(b, r->dev_idx);
+    host_free(b, r->host_idx);
+    host_free(b, r->logits_host);
+    host_free(b, r->cand_ids);
+    host_free(b, r->cand_vals);
+    if (r->logits_dev) b->iface->dealloc(b, r->logits_dev);
+    free(r->runs);
+    free(r->seen);
+    free(r->mixed.runs);
+    free(r);
+}
+
+/* ---- a batch -------------------------------------------------------------------------- */
+
+/* The step's runs (after the singles) into r->runs; checks the batch against the rules of
+ * runner.h and the runner's sizes. *n_runs: how many. */
+static st_status check_batch(st_runner *r, const st_batch *b, int32_t *n_runs, st_error *err) {
+    const st_hparams *hp = &r->model->hp;
+    const int64_t n = b->n_tokens;
+    if (n < 1 || n > r->opt.max_tokens)
+        return st_error_set(err, ST_ERROR_INVALID, "a batch of %lld tokens: this runner takes 1 to %lld",
+                            (long long)n, (long long)r->opt.max_tokens);
+    if (b->n_single < 0 || b->n_single > n)
+        return st_error_set(err, ST_ERROR_INVALID, "n_single %lld of a %lld-token batch", (long long)b->n_single,
+                            (long long)n);
+    const bool paged = b->block_table != NULL;
+    const int64_t max_pos = paged ? (int64_t)(b->max_blocks < r->opt.max_blocks ? b->max_blocks : r->opt.max_blocks) *
+                                        ST_KV_BLOCK_TOKENS
+                                  : r->pool->n_blocks * ST_KV_BLOCK_TOKENS;
+    if (paged && (b->n_seq < 1 || b->n_seq > r->opt.max_seqs || b->max_blocks < 1))
+        return st_error_set(err, ST_ERROR_INVALID, "a block table of %d sequences (this runner takes 1 to %d)",
+                            (int)b->n_seq, (int)r->opt.max_seqs);
+    memset(r->seen, 0, (size_t)r->opt.max_seqs);
+    int32_t runs = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (b->tokens[i] < 0 || b->tokens[i] >= hp->n_vocab)
+            return st_error_set(err, ST_ERROR_INVALID, "token id %d at index %lld is outside the vocabulary (0..%lld)",
+                                b->tokens[i], (long long)i, (long long)hp->n_vocab - 1);
+        if (b->pos[i] < 0 || b->pos[i] >= max_pos)
+            return st_error_set(err, ST_ERROR_INVALID,
+                                "position %d at index %lld is past the cache this batch can address (%lld tokens)",
+                                b->pos[i], (long long)i, (long long)max_pos);
+        const int32_t s = b->seq[i];
+        if (s < 0 || s >= (paged ? b->n_seq : 1))
+            return st_error_set(err, ST_ERROR_INVALID, "sequence row %d at index %lld: the batch has %d", s,
+                                (long long)i, paged ? (int)b->n_seq : 1);
+        const bool cont = i > b->n_single && b->seq[i - 1] == s;
+        if (cont && b->pos[i] != b->pos[i - 1] + 1)
+            return st_error_set(err, ST_ERROR_INVALID, "positions of sequence row %d jump from %d to %d at index %lld",
+                                s, b->pos[i - 1], b->pos[i], (long long)i);
+        if (!cont) { /* a single, or the start of a run: its sequence not seen before */
+            if (r->seen[s])
+                return st_error_set(err, ST_ERROR_INVALID,
+                                    "sequence row %d appears twice in the batch (its tokens must be consecutive)", s);
+            r->seen[s] = 1;
+            if (i >= b->n_single) {
+                r->runs[runs].m0 = i;
+                r->runs[runs].n = 0;
+                r->runs[runs++].seq = s;
+            }
+        }
+        if (i >= b->n_single) r->runs[runs - 1].n++;
+        if (paged) {
+            const int32_t blk = b->block_table[(size_t)s * (size_t)b->max_blocks + (size_t)(b->pos[i] / ST_KV_BLOCK_TOKENS)];
+            if (blk < 0 || blk >= r->pool->n_blocks)
+                return st_error_set(err, ST_ERROR_INVALID, "block %d of sequence row %d is outside the pool (0..%lld)",
+                                    blk, s, (long long)r->pool->n_blocks - 1);
+        }
+    }
+    if (paged) /* every block a token can read, not only the ones it writes */
+        for (int64_t i = 0; i < n; i++)
+            for (int32_t k = 0; k <= b->pos[i] / ST_KV_BLOCK_TOKENS; k++) {
+                const int32_t blk = b->block_table[(size_t)b->seq[i] * (size_t)b->max_blocks + (size_t)k];
+                if (blk < 0 || blk >= r->pool->n_blocks)
+                    return st_error_set(err, ST_ERROR_INVALID,
+                                        "block %d of sequence row %d is outside the pool (0..%lld)", blk, b->seq[i],
+                                        (long long)r->pool->n_blocks - 1);
+            }
+    const int64_t n_out = b->out ? b->n_out : n;
+    if (n_out < 0 || n_out > n)
+        return st_error_set(err, ST_ERROR_INVALID, "%lld logits rows of a %lld-token batch", (long long)n_out,
+                            (long long)n);
+    for (int64_t i = 0; b->out && i < n_out; i++)
+        if (b->out[i] < 0 || b->out[i] >= n || (i > 0 && b->out[i] <= b->out[i - 1]))
+            return st_error_set(err, ST_ERROR_INVALID, "logits rows must be ascending token indices of the batch");
+    *n_runs = runs;
+    return ST_OK;
+}
+
+/* The graph for a batch of M tokens (padded), n_single singles, n_out logits rows
+ * (gathered by index, or the last n_out), the runs r->runs[0 .. n_runs): a kept one of that
+ * shape, or a new one. */
+static st_status graph_for(st_runner *r, runner_graph *rg, int64_t M, int64_t n_single, int32_t n_runs, int64_t n_out,
+                           bool gather, bool paged, st_graph **out, st_error *err) {
+    if (rg->built && rg->M == M && rg->n_single == n_single && rg->n_out == n_out && rg->gather == gather &&
+        rg->paged == paged && rg->pages.n_runs == n_runs && runs_equal(rg->runs, r->runs, n_runs)) {
+        *out = &rg->g;
+        return ST_OK;
+    }
+    st_status s = ensure_logits(r, n_out, err); /* (may drop every graph) */
+    if (s != ST_OK) return s;
+    graph_drop(rg);
+    const int64_t U = r->opt.max_tokens;
+    int32_t *dev = r->dev_idx;
+    st_tensor idx = place(NULL, &(size_t){0}, ST_TYPE_I32, M, 1, 1);
+    st_forward_io io = {.n_out = n_out, .logits = &r->logits};
+    io.ids = idx, io.ids.data = dev;
+    io.pos = idx, io.pos.data = dev + M;
+    io.slots = idx, io.slots.data = dev + 2 * M;
+    st_tensor seq = idx, out_rows = place(NULL, &(size_t){0}, ST_TYPE_I32, n_out > 0 ? n_out : 1, 1, 1);
+    seq.data = dev + 3 * M;
+    out_rows.data = dev + 4 * M;
+    if (gather) io.out_rows = &out_rows;
+    st_tensor table = place(NULL, &(size_t){0}, ST_TYPE_I32, r->opt.max_blocks, r->opt.max_seqs + 1, 1);
+    table.data = dev + 5 * U;
+    if (n_runs > 0) memcpy(rg->runs, r->runs, (size_t)n_runs * sizeof(st_attn_run)); /* (decode graphs have no runs array) */
+    rg->pages = (st_kv_pages){.seq = &seq, .table = &table, .n_single = n_single, .n_runs = n_runs, .runs = rg->runs};
+    if (paged) io.pages = &rg->pages;
+    st_graph *g = &rg->g;
+    g->decode = n_single == M;
+    st_graph_upload(g, dev, r->host_idx, (size_t)(4 * M + (gather ? n_out : 0)) * sizeof(int32_t));
+    if (paged)
+        st_graph_upload(g, table.data, r->host_idx + 5 * U,
+                        (size_t)(r->opt.max_seqs + 1) * (size_t)r->opt.max_blocks * sizeof(int32_t));
+    st_forward_build(r->model, r->pool, &r->f, g, &io);
+    if (r->opt.n_candidates > 0 && n_out > 0) { /* each row's candidates straight to the host */
+        st_tensor lg = r->logits, ci = r->cand_ids_t, cv = r->cand_vals_t;
+        lg.ne[1] = ci.ne[1] = cv.ne[1] = n_out;
+        st_graph_top_k(g, &ci, &cv, &lg, r->opt.n_candidates);
+    }
+    rg->pages.seq = rg->pages.table = NULL; /* (the graph keeps its own copies) */
+    rg->M = M, rg->n_single = n_single, rg->n_out = n_out, rg->gather = gather, rg->paged = paged;
+    rg->pages.n_runs = n_runs;
+    rg->built = true;
+    *out = g;
+    return ST_OK;
+}
+
+st_status st_runner_prepare(st_runner *r, const st_batch *b, st_graph **out, st_error *err) {
+    *out = NULL;
+    int32_t n_runs = 0;
+    st_status s = check_batch(r, b, &n_runs, err);
+    if (s != ST_OK) return s;
+    const int64_t n = b->n_tokens, U = r->opt.max_tokens;
+    const bool paged = b->block_table != NULL;
+    const int64_t n_out = b->out ? b->n_out : n;
+    bool all_out = n_out == n;
+    for (int64_t i = 0; b->out && all_out && i < n; i++) all_out = b->out[i] == i;
+    /* decode batches run padded to their bucket; a contiguous cache holds one sequence */
+    const bool decode = all_out && (paged ? b->n_single == n : n == 1);
+    int64_t M = n;
+    runner_graph *rg = &r->mixed;
+    for (int k = 0; decode && k < N_DECODE_BUCKETS; k++)
+        if (DECODE_BUCKETS[k] >= n) {
+            if (DECODE_BUCKETS[k] <= U) M = DECODE_BUCKETS[k], rg = &r->decode[k];
+            break;
+        }
+    /* logits: every token's, the last n_out as a view, or gathered rows */
+    bool suffix = true;
+    for (int64_t i = 0; b->out && i < n_out; i++) suffix = suffix && b->out[i] == n - n_out + i;
+    const bool gather = !all_out && !suffix;
+
+    /* the indices, in the layout of a graph of M tokens */
+    int32_t *h = r->host_idx;
+    const int64_t pad_slot = r->pool->n_blocks * ST_KV_BLOCK_TOKENS;
+    for (int64_t i = 0; i < M; i++) {
+        const bool real = i < n;
+        h[i] = real ? b->tokens[i] : 0;
+        h[M + i] = real ? b->pos[i] : 0;
+        int64_t slot = pad_slot;
+        if (real && paged) {
+            const int32_t *row = b->block_table + (size_t)b->seq[i] * (size_t)b->max_blocks;
+            slot = st_kv_slot(row, b->pos[i]);
+        } else if (real) {
+            slot = b->pos[i];
+        }
+        h[2 * M + i] = (int32_t)slot;
+        h[3 * M + i] = real ? b->seq[i] : r->opt.max_seqs; /* the padding row */
+    }
+    for (int64_t i = 0; gather && i < n_out; i++) h[4 * M + i] = b->out[i];
+    if (paged) {
+        const int32_t cols = b->max_blocks < r->opt.max_blocks ? b->max_blocks : r->opt.max_blocks;
+        for (int32_t sq = 0; sq < b->n_seq; sq++) {
+            int32_t *dst = h + 5 * U + (size_t)sq * (size_t)r->opt.max_blocks;
+            const int32_t *src = b->block_table + (size_t)sq * (size_t)b->max_blocks;
+            for (int32_t c = 0; c < r->opt.max_blocks; c++) dst[c] = c < cols ? src[c] : (int32_t)r->pool->n_blocks;
+        }
+    }
+    int64_t max_pos = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (b->pos[i] > max_pos) max_pos = b->pos[i];
+
+    st_graph *g = NULL;
+    if ((s = graph_for(r, rg, M, decode ? M : b->n_single, decode ? 0 : n_runs, decode ? M : n_out, gather, paged, &g,
+                       err)) != ST_OK)
+        return s;
+    g->n_kv = max_pos + 1;
+    *out = g;
+    return ST_OK;
+}
+
+st_status st_runner_eval_out(st_runner *r, const st_batch *b, st_runner_output *out, st_error *err) {
+    memset(out, 0, sizeof(*out));
+    const int64_t n_out = b->out ? b->n_out : b->n_tokens, V = r->model->hp.n_vocab;
+    for (int64_t i = 0; i < b->n_full; i++)
+        if (!b->full || b->full[i] < 0 || b->full[i] >= n_out || (i > 0 && b->full[i] <= b->full[i - 1]))
+            return st_error_set(err, ST_ERROR_INVALID, "full logits rows must be ascending indices of the logits rows");
+    st_graph *g = NULL;
+    st_status s = st_runner_prepare(r, b, &g, err);
+    if (s != ST_OK) return s;
+    st_backend *be = r->model->backend;
+    if ((s = st_backend_compute(be, g, err)) != ST_OK) return s;
+    const int32_t k = r->opt.n_candidates;
+    for (int64_t i = 0; k > 0 && i < b->n_full; i++) { /* the rows whose whole logits are wanted */
+        const size_t row = (size_t)V * sizeof(float), at = (size_t)b->full[i] * row;
+        if ((s = be->iface->read(be, (char *)r->logits_host + at, (char *)r->logits_dev + at, row, err)) != ST_OK)
+            return s;
+    }
+    if ((s = be->iface->synchronize(be, err)) != ST_OK) return s;
+    out->n_out = n_out;
+    out->n_vocab = V;
+    out->logits = r->logits_host;
+    out->k = k;
+    out->ids = k > 0 ? r->cand_ids : NULL;
+    out->vals = k > 0 ? r->cand_vals : NULL;
+    return ST_OK;
+}
+
+st_status st_runner_eval(st_runner *r, const st_batch *b, const float **logits, st_error *err) {
+    *logits = NULL;
+    if (r->opt.n_candidates > 0)
+        return st_error_set(err, ST_ERROR_INVALID, "a runner of candidates returns them: st_runner_eval_out");
+    st_graph *g = NULL;
+    st_status s = st_runner_prepare(r, b, &g, err);
+    if (s != ST_OK) return s;
+    st_backend *be = r->model->backend;
+    if ((s = st_backend_compute(be, g, err)) != ST_OK || (s = be->iface->synchronize(be, err)) != ST_OK) return s;
+    *logits = r->logits_host;
+    return ST_OK;
+}

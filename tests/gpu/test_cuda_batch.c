@@ -1,0 +1,438 @@
+/*
+ * Many sequences at once on CUDA against the CPU backend (the reference):
+ *  - attention over a paged KV cache: decode tokens (each its own sequence) and prompt runs
+ *    in one batch, sequences whose blocks are scattered over the pool in random order,
+ *    F16 and F32 caches, head_dim 64/128/256 and 96 (the exact kernel), GQA groups, windows;
+ *    every path that takes the shapes;
+ *  - the one-token rope-attention of paged decode tokens (the rope and the store folded
+ *    into the decode kernels) against the CPU composite, outputs and caches;
+ *  - the runner: batches of several sequences (prompt chunks, then decode steps padded to
+ *    their bucket, recorded and replayed) through a tiny model of every architecture,
+ *    logits against the CPU runner fed the same batches.
+ * Prints one line per case, the table, "N passed, M failed" (gpu_test_util.h); exit 1 on
+ * any failure or when nothing ran. STRIDE_TEST_SEED=n reseeds.
+ */
+#include "gpu_test_util.h"
+
+#include <unistd.h>
+
+#include "cuda/cuda_attention.h"
+#include "cuda/cuda_backend.h"
+#include "stride/runner.h"
+#include "stride/synth.h"
+
+/* Attention in f32 on the exact and split-KV paths: the summation order differs from the
+ * CPU's (see test_cuda_ops.c). The tensor-core prefill rounds q and P to f16: u/sqrt(3) *
+ * sqrt(1 + 1/9) with u = 2^-11, times 3. */
+#define TOL_ATTENTION 1e-5
+#define TOL_FLASH 9e-4
+/* Whole models with F32 weights: cuBLAS SGEMM (no TF32) and the own kernels in f32, the
+ * same tolerance as the GPU test script's f32 model rows. */
+#define TOL_MODEL_F32 1e-4
+#define TOL_EXACT 0.0
+
+st_backend *g_cpu, *g_gpu;
+uint64_t g_rng = 0xba7c4e5ull;
+
+static view ids_view(int64_t n) { return mkpacked(ST_TYPE_I32, n, 1, 1); }
+
+/* NaN written to the CUDA buffer only (d->host holds dual_poison's pattern). */
+static void poison_gpu(dual *d) {
+    st_error err = {0};
+    const uint32_t nan_bits = 0x7fc00000u;
+    for (size_t i = 0; i + 4 <= d->bytes; i += 4) memcpy(d->host + i, &nan_bits, 4);
+    if (g_gpu->iface->write(g_gpu, d->gpu, d->host, d->bytes, &err) != ST_OK) test_die("cuda write", &err);
+}
+
+/* A cache [hd, n_kv_head, slots] of random values in both backends. */
+static dual cache_new(st_type t, int64_t hd, int64_t n_kv_head, int64_t slots, view *v) {
+    *v = mkpacked(t, hd, n_kv_head, slots);
+    dual d = dual_new(view_bytes(v));
+    const size_t n = d.bytes / type_size(t);
+    for (size_t i = 0; i < n; i++) {
+        const float f = rng_f32();
+        if (t == ST_TYPE_F32) memcpy(d.host + 4 * i, &f, 4);
+        else {
+            const uint16_t h = st_f32_to_f16(f);
+            memcpy(d.host + 2 * i, &h, 2);
+        }
+    }
+    dual_upload(&d);
+    return d;
+}
+
+/* A batch over a paged pool: n_seq sequences of random lengths whose blocks are a random
+ * permutation of the pool's; the first n_single sequences contribute their last token
+ * (decode), the others a run of their last tokens (a prompt chunk). */
+typedef struct paged_batch {
+    int64_t M, n_single;
+    int32_t n_seq, max_blocks, n_runs;
+    int32_t pos[64], seq[64], table[16 * 8];
+    st_attn_run runs[16];
+} paged_batch;
+
+static void paged_batch_make(paged_batch *b, int32_t n_seq, int32_t n_single, int32_t n_blocks, int32_t max_blocks) {
+    memset(b, 0, sizeof(*b));
+    b->n_seq = n_seq, b->max_blocks = max_blocks, b->n_single = n_single;
+    int32_t perm[128];
+    for (int32_t i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int32_t i = n_blocks - 1; i > 0; i--) { /* Fisher-Yates */
+        const int32_t j = rng_int(i + 1), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    int32_t next = 0;
+    for (int32_t s = 0; s < n_seq; s++) {
+        const int32_t len = 1 + rng_int(max_blocks * ST_KV_BLOCK_TOKENS - 1); /* 1 .. the row's capacity */
+        const int32_t used = (len + ST_KV_BLOCK_TOKENS - 1) / ST_KV_BLOCK_TOKENS;
+        for (int32_t k = 0; k < max_blocks; k++) /* past the sequence: the pool's last block, as the runner pads */
+            b->table[s * max_blocks + k] = k < used ? perm[next++] : n_blocks - 1;
+        const int32_t n_tok = s < n_single ? 1 : 1 + rng_int(len < 9 ? len : 9);
+        if (s >= n_single) b->runs[b->n_runs++] = (st_attn_run){.m0 = b->M, .n = n_tok, .seq = s};
+        for (int32_t i = 0; i < n_tok; i++) {
+            b->pos[b->M] = len - n_tok + i;
+            b->seq[b->M++] = s;
+        }
+    }
+}
+
+static void test_attention_paged(st_type ct, int64_t hd, int64_t H, int64_t Hkv, int32_t n_seq, int32_t n_single,
+                                 int32_t window) {
+    const int32_t n_blocks = 40, max_blocks = 6;
+    paged_batch pb;
+    paged_batch_make(&pb, n_seq, n_single, n_blocks - 1, max_blocks);
+    const int64_t M = pb.M, slots = (int64_t)n_blocks * ST_KV_BLOCK_TOKENS;
+    view vk, vv;
+    dual dk = cache_new(ct, hd, Hkv, slots, &vk), dv = cache_new(ct, hd, Hkv, slots, &vv);
+    view vq = mkview(ST_TYPE_F32, hd, H, M, (size_t)hd * 4, (size_t)(hd * (H + 2 * Hkv)) * 4, 0);
+    view vy = mkpacked(ST_TYPE_F32, hd, H, M);
+    dual dq = dual_new(view_bytes(&vq)), dy = dual_new(view_bytes(&vy));
+    dual_random_f32(&dq);
+    dual_poison(&dy);
+    dual dp = ids_new(pb.pos, M), ds = ids_new(pb.seq, M), dt = ids_new(pb.table, (int64_t)n_seq * max_blocks);
+    view vp = ids_view(M), vt = mkpacked(ST_TYPE_I32, max_blocks, n_seq, 1);
+    int32_t max_pos = 0;
+    for (int64_t m = 0; m < M; m++) max_pos = pb.pos[m] > max_pos ? pb.pos[m] : max_pos;
+    st_attn_params p = {.n_kv = max_pos + 1, .window = window, .scale = 1.0f / sqrtf((float)hd)};
+    st_tensor kc = on(&vk, dk.cpu), kg = on(&vk, dk.gpu), vcc = on(&vv, dv.cpu), vg = on(&vv, dv.gpu);
+    st_tensor qc = on(&vq, dq.cpu), qg = on(&vq, dq.gpu), yc = on(&vy, dy.cpu), yg = on(&vy, dy.gpu);
+    st_tensor pc = on(&vp, dp.cpu), pgp = on(&vp, dp.gpu), sc = on(&vp, ds.cpu), sg = on(&vp, ds.gpu);
+    st_tensor tc = on(&vt, dt.cpu), tg = on(&vt, dt.gpu);
+    st_kv_pages pages_c = {.seq = &sc, .table = &tc, .n_single = n_single, .n_runs = pb.n_runs, .runs = pb.runs};
+    st_kv_pages pages_g = pages_c;
+    pages_g.seq = &sg, pages_g.table = &tg;
+    st_error err = {0};
+    if (g_cpu->iface->attention(g_cpu, &yc, &qc, &kc, &vcc, &pc, &pages_c, &p, &err) != ST_OK)
+        test_die("cpu paged attention", &err);
+    const bool flash_runs = ct == ST_TYPE_F16 && hd != 96 && g_gpu->device.compute_major >= 8;
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s hd=%lld H=%lld/%lld seqs=%d singles=%d M=%lld win=%d n_kv=%lld", tname(ct),
+             (long long)hd, (long long)H, (long long)Hkv, n_seq, n_single, (long long)M, window, (long long)p.n_kv);
+    for (int pi = 0; pi < 2; pi++) {
+        const st_cuda_attn_path path = pi ? ST_CUDA_ATTN_PATH_EXACT : ST_CUDA_ATTN_PATH_AUTO;
+        poison_gpu(&dy); /* (the CPU buffer keeps the reference) */
+        if (st_cuda_attention_path(g_gpu, &yg, &qg, &kg, &vg, &pgp, &pages_g, &p, path, &err) != ST_OK)
+            test_die("cuda paged attention", &err);
+        char *got = dual_fetch(&dy);
+        /* the decode tokens (f32 paths) and the runs (the tensor-core prefill under AUTO) apart:
+         * y is packed, the singles' rows first */
+        const size_t split = (size_t)n_single * vy.t.nb[2];
+        view v_single = vy, v_runs = vy;
+        v_single.t.ne[2] = n_single;
+        v_runs.t.ne[2] = M - n_single;
+        if (n_single > 0) {
+            cmp_result r = compare_f32(&v_single, dy.cpu, got, split);
+            record(pi ? "paged attention exact" : "paged attention", desc, &r, TOL_ATTENTION);
+        }
+        if (M > n_single) {
+            cmp_result r = compare_f32(&v_runs, dy.cpu + split, got + split, dy.bytes - split);
+            record(pi ? "paged attention exact" : "paged attention", desc, &r,
+                   pi || !flash_runs ? TOL_ATTENTION : TOL_FLASH);
+        }
+        free(got);
+    }
+    dual_free(&dk), dual_free(&dv), dual_free(&dq), dual_free(&dy), dual_free(&dp), dual_free(&ds), dual_free(&dt);
+}
+
+/* Decode tokens of n_seq paged sequences through the fused rope-attention (the rope, the
+ * per-head norms and the store of the new k, v folded into the decode kernels) against the
+ * CPU composite: outputs by the attention tolerance, F32 caches by the element tolerance
+ * (the new rows), every other cache row untouched. */
+static void test_rope_attention_paged(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, bool norms, int32_t n_seq) {
+    const int32_t n_blocks = 24, max_blocks = 4;
+    paged_batch pb;
+    paged_batch_make(&pb, n_seq, n_seq, n_blocks - 1, max_blocks);
+    const int64_t M = pb.M, slots = (int64_t)n_blocks * ST_KV_BLOCK_TOKENS, R = (Hq + 2 * Hk) * hd;
+    view vq = mkview(ST_TYPE_F32, hd, Hq, M, (size_t)hd * 4, (size_t)R * 4, 0);
+    view vk = mkview(ST_TYPE_F32, hd, Hk, M, (size_t)hd * 4, (size_t)R * 4, (size_t)(Hq * hd) * 4);
+    view vv = mkview(ST_TYPE_F32, hd, Hk, M, (size_t)hd * 4, (size_t)R * 4, (size_t)((Hq + Hk) * hd) * 4);
+    view vall = mkpacked(ST_TYPE_F32, R, M, 1), vn = mkpacked(ST_TYPE_F32, hd, 1, 1), vy = mkpacked(ST_TYPE_F32, hd, Hq, M);
+    dual dqkv = dual_new(view_bytes(&vall)), dqn = dual_new(view_bytes(&vn)), dkn = dual_new(view_bytes(&vn));
+    dual dy = dual_new(view_bytes(&vy));
+    dual_random_f32(&dqkv), dual_random_f32(&dqn), dual_random_f32(&dkn), dual_poison(&dy);
+    view vkc, vvc;
+    dual dkc = cache_new(ct, hd, Hk, slots, &vkc), dvc = cache_new(ct, hd, Hk, slots, &vvc);
+    int32_t slot_of[64];
+    for (int64_t m = 0; m < M; m++)
+        slot_of[m] = (int32_t)st_kv_slot(pb.table + pb.seq[m] * max_blocks, pb.pos[m]);
+    dual dp = ids_new(pb.pos, M), dsl = ids_new(slot_of, M), ds = ids_new(pb.seq, M);
+    dual dt = ids_new(pb.table, (int64_t)n_seq * max_blocks);
+    view vp = ids_view(M), vt = mkpacked(ST_TYPE_I32, max_blocks, n_seq, 1);
+    st_rope_params rp = st_rope_params_default(ST_ROPE_MODE_NEOX, (int32_t)hd, 10000.0f);
+    int32_t max_pos = 0;
+    for (int64_t m = 0; m < M; m++) max_pos = pb.pos[m] > max_pos ? pb.pos[m] : max_pos;
+    st_attn_params ap = {.n_kv = max_pos + 1, .scale = 1.0f / sqrtf((float)hd)};
+    st_tensor q[2], k[2], v[2], qn[2], kn[2], kc[2], vc[2], pos[2], sl[2], sq[2], tb[2], y[2];
+    st_kv_pages pages[2];
+    st_fused_rope_attention op[2];
+    for (int b = 0; b < 2; b++) {
+        char *qkv = b ? dqkv.gpu : dqkv.cpu;
+        q[b] = on(&vq, qkv), k[b] = on(&vk, qkv), v[b] = on(&vv, qkv);
+        qn[b] = on(&vn, b ? dqn.gpu : dqn.cpu), kn[b] = on(&vn, b ? dkn.gpu : dkn.cpu);
+        kc[b] = on(&vkc, b ? dkc.gpu : dkc.cpu), vc[b] = on(&vvc, b ? dvc.gpu : dvc.cpu);
+        pos[b] = on(&vp, b ? dp.gpu : dp.cpu), sl[b] = on(&vp, b ? dsl.gpu : dsl.cpu);
+        sq[b] = on(&vp, b ? ds.gpu : ds.cpu), tb[b] = on(&vt, b ? dt.gpu : dt.cpu);
+        y[b] = on(&vy, b ? dy.gpu : dy.cpu);
+        pages[b] = (st_kv_pages){.seq = &sq[b], .table = &tb[b], .n_single = M};
+        st_fused_rope_store rs = {.q = &q[b], .k = &k[b], .v = &v[b], .eps = 1e-6f, .positions = &pos[b],
+                                  .slots = &sl[b], .rope = &rp, .k_cache = &kc[b], .v_cache = &vc[b]};
+        if (norms) rs.q_norm = &qn[b], rs.k_norm = &kn[b];
+        op[b] = (st_fused_rope_attention){.rs = rs, .out = &y[b], .pages = &pages[b], .attn = &ap};
+    }
+    st_error err = {0};
+    if (st_fused_rope_attention_composite(g_cpu, &op[0], &err) != ST_OK) test_die("cpu rope_attention", &err);
+    const bool fused = st_cuda_attn_decode_rope_supported(g_gpu, &op[1]);
+    if (st_cuda_rope_attention(g_gpu, &op[1], &err) != ST_OK) test_die("cuda paged rope_attention", &err);
+    char desc[112];
+    snprintf(desc, sizeof(desc), "%s hd=%lld Hq=%lld Hk=%lld%s seqs=%d n_kv=%lld %s", tname(ct), (long long)hd,
+             (long long)Hq, (long long)Hk, norms ? " qk-norm" : "", n_seq, (long long)ap.n_kv,
+             fused ? "(fused)" : "(composite)");
+    char *got = dual_fetch(&dy);
+    cmp_result r = compare_f32(&vy, dy.cpu, got, dy.bytes);
+    record("paged rope_attention", desc, &r, TOL_ATTENTION);
+    free(got);
+    if (ct == ST_TYPE_F32) { /* the stored rows (roped k exactly as the CPU rounds it, to f32 order) */
+        char *kg = dual_fetch(&dkc), *vgot = dual_fetch(&dvc);
+        cmp_result rk = compare_f32(&vkc, dkc.cpu, kg, dkc.bytes), rv = compare_bytes(dvc.cpu, vgot, dvc.bytes);
+        record("paged rope_attention k cache", desc, &rk, 1e-6);
+        record("paged rope_attention v cache", desc, &rv, TOL_EXACT);
+        free(kg), free(vgot);
+    }
+    dual_free(&dqkv), dual_free(&dqn), dual_free(&dkn), dual_free(&dy), dual_free(&dkc), dual_free(&dvc);
+    dual_free(&dp), dual_free(&dsl), dual_free(&ds), dual_free(&dt);
+}
+
+/* ---- the largest logits of a row ------------------------------------------------------ */
+
+/* The k largest logits of n rows of V and their log-sum-exp, CUDA against the CPU: the same
+ * ids in the same order and the same values (they are copies); the log-sum-exp to the
+ * rounding of a double sum taken in another order. The values go to page-locked host
+ * memory, as the runner has them. ties: rows of four distinct values only (long runs of
+ * equal logits, more than the kernel gathers when k is large). */
+static void test_top_k(int64_t V, int64_t n, int32_t k, bool ties) {
+    view vl = mkpacked(ST_TYPE_F32, V, n, 1), vi = mkpacked(ST_TYPE_I32, k, n, 1), vv = mkpacked(ST_TYPE_F32, k + 1, n, 1);
+    dual dl = dual_new(view_bytes(&vl)), di = dual_new(view_bytes(&vi)), dv = dual_new(view_bytes(&vv));
+    if (ties) {
+        for (int64_t i = 0; i < V * n; i++) {
+            const float f = (float)(rng_int(4));
+            memcpy(dl.host + 4 * i, &f, 4);
+        }
+        dual_upload(&dl);
+    } else {
+        dual_random_f32(&dl);
+    }
+    st_error err = {0};
+    float *host_vals = NULL;
+    if (g_gpu->iface->host_alloc(g_gpu, dv.bytes, (void **)&host_vals, &err) != ST_OK) test_die("host_alloc", &err);
+    st_tensor lc = on(&vl, dl.cpu), lg = on(&vl, dl.gpu), ic = on(&vi, di.cpu), ig = on(&vi, di.gpu);
+    st_tensor vc = on(&vv, dv.cpu), vg = on(&vv, (char *)host_vals);
+    g_cpu->iface->top_k(g_cpu, &ic, &vc, &lc, k);
+    g_gpu->iface->top_k(g_gpu, &ig, &vg, &lg, k);
+    char *ids = dual_fetch(&di); /* (synchronizes: host_vals is written) */
+    char desc[96];
+    snprintf(desc, sizeof(desc), "V=%lld n=%lld k=%d%s", (long long)V, (long long)n, k, ties ? " ties" : "");
+    cmp_result ri = compare_bytes(di.cpu, ids, di.bytes);
+    record("top_k ids", desc, &ri, TOL_EXACT);
+    cmp_result rv = {0}, rl = {0};
+    for (int64_t r = 0; r < n; r++) {
+        const float *a = (const float *)(dv.cpu + r * vv.t.nb[1]), *b = host_vals + r * (k + 1);
+        for (int32_t i = 0; i < k; i++) rv.bad += a[i] != b[i];
+        const double e = fabs((double)a[k] - (double)b[k]) / fmax(1.0, fabs((double)a[k]));
+        if (!(e <= rl.nerr)) rl.nerr = isnan(e) ? INFINITY : e;
+    }
+    rl.maxerr = rl.nerr;
+    record("top_k values", desc, &rv, TOL_EXACT);
+    record("top_k log-sum-exp", desc, &rl, 1e-6);
+    free(ids);
+    g_gpu->iface->host_free(g_gpu, host_vals);
+    dual_free(&dl), dual_free(&di), dual_free(&dv);
+}
+
+/* ---- the runner ------------------------------------------------------------------------ */
+
+typedef struct runner_pair {
+    st_model *m[2];      /* [0] CPU, [1] CUDA */
+    st_kv_pool *pool[2];
+    st_runner *r[2];
+    st_kv_pool *pool_c;  /* a CUDA runner of candidates, fed the same batches */
+    st_runner *r_c;
+} runner_pair;
+
+#define RUNNER_CANDIDATES 16
+
+static void runner_pair_init(runner_pair *rp, const char *path, int32_t n_blocks, int32_t max_seqs, int32_t max_blocks) {
+    st_error err = {0};
+    st_backend *be[2] = {g_cpu, g_gpu};
+    for (int b = 0; b < 2; b++) {
+        st_model_load_options lo = {.policy = {.mode = ST_PAD_MODE_ON, .alias = 128, .pad = 64}};
+        if (st_model_load(path, be[b], &lo, &rp->m[b], &err) != ST_OK) test_die("model load", &err);
+        if (st_kv_pool_init(rp->m[b], n_blocks, ST_TYPE_F32, &rp->pool[b], &err) != ST_OK) test_die("kv pool", &err);
+        const st_runner_options ro = {.max_tokens = 64, .max_seqs = max_seqs, .max_blocks = max_blocks};
+        if (st_runner_init(rp->m[b], rp->pool[b], &ro, &rp->r[b], &err) != ST_OK) test_die("runner", &err);
+    }
+    const st_runner_options rc = {.max_tokens = 64, .max_seqs = max_seqs, .max_blocks = max_blocks,
+                                  .n_candidates = RUNNER_CANDIDATES};
+    if (st_kv_pool_init(rp->m[1], n_blocks, ST_TYPE_F32, &rp->pool_c, &err) != ST_OK) test_die("kv pool", &err);
+    if (st_runner_init(rp->m[1], rp->pool_c, &rc, &rp->r_c, &err) != ST_OK) test_die("runner (candidates)", &err);
+}
+
+static void runner_pair_free(runner_pair *rp) {
+    st_runner_free(rp->r_c);
+    st_kv_pool_free(rp->pool_c);
+    for (int b = 0; b < 2; b++) {
+        st_runner_free(rp->r[b]);
+        st_kv_pool_free(rp->pool[b]);
+        st_model_free(rp->m[b]);
+    }
+}
+
+/* One batch through both runners: the logits of its n_out rows compared, and their argmax. */
+static void runner_step(runner_pair *rp, const st_batch *b, const char *name, const char *what) {
+    st_error err = {0};
+    const float *lc = NULL, *lg = NULL;
+    if (st_runner_eval(rp->r[0], b, &lc, &err) != ST_OK) test_die("cpu runner", &err);
+    if (st_runner_eval(rp->r[1], b, &lg, &err) != ST_OK) test_die("cuda runner", &err);
+    const int64_t V = rp->m[0]->hp.n_vocab, n_out = b->out ? b->n_out : b->n_tokens;
+    view vl = mkpacked(ST_TYPE_F32, V, n_out, 1);
+    cmp_result r = compare_f32(&vl, (const char *)lc, (const char *)lg, (size_t)(V * n_out) * 4);
+    int64_t argmax_diff = 0;
+    for (int64_t i = 0; i < n_out; i++) {
+        int64_t ac = 0, ag = 0;
+        for (int64_t t = 1; t < V; t++) {
+            if (lc[i * V + t] > lc[i * V + ac]) ac = t;
+            if (lg[i * V + t] > lg[i * V + ag]) ag = t;
+        }
+        argmax_diff += ac != ag;
+    }
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s %s: %lld tokens, %lld singles, %lld logits rows, argmax differs in %lld", name,
+             what, (long long)b->n_tokens, (long long)b->n_single, (long long)n_out, (long long)argmax_diff);
+    record("runner logits", desc, &r, TOL_MODEL_F32);
+    /* the runner of candidates (its whole rows asked for the first logits row): each row's
+     * first candidate is its argmax on the CPU, every candidate's value is the CPU logit of
+     * its id to the model tolerance, and the whole row asked for matches */
+    st_batch bc = *b;
+    const int32_t first = 0;
+    bc.full = &first, bc.n_full = n_out > 0 ? 1 : 0;
+    st_runner_output o;
+    if (st_runner_eval_out(rp->r_c, &bc, &o, &err) != ST_OK) test_die("cuda runner (candidates)", &err);
+    cmp_result rc = {0};
+    double worst = 0.0, scale = 0.0;
+    for (int64_t i = 0; i < n_out; i++) {
+        int64_t ac = 0;
+        for (int64_t t = 1; t < V; t++)
+            if (lc[i * V + t] > lc[i * V + ac]) ac = t;
+        for (int64_t t = 0; t < V; t++) scale = fmax(scale, fabs(lc[i * V + t]));
+        rc.bad += o.ids[i * o.k] != ac;
+        for (int32_t j = 0; j < o.k; j++)
+            worst = fmax(worst, fabs((double)o.vals[i * (o.k + 1) + j] - lc[i * V + o.ids[i * o.k + j]]));
+    }
+    rc.nerr = rc.maxerr = scale > 0 ? worst / scale : worst;
+    record("runner candidates", desc, &rc, TOL_MODEL_F32);
+    view v1 = mkpacked(ST_TYPE_F32, V, 1, 1);
+    cmp_result rf = compare_f32(&v1, (const char *)lc, (const char *)o.logits, (size_t)V * 4);
+    if (n_out > 0) record("runner candidates full row", desc, &rf, TOL_MODEL_F32);
+}
+
+/* Six sequences of a tiny model: prompts in chunks (some rows wanting logits, some not, and
+ * decode tokens beside them), then decode steps of all six (padded to 8) and of five. */
+static void test_runner(const char *preset) {
+    char path[256];
+    snprintf(path, sizeof(path), "/tmp/stride-batch-%d-%s.gguf", (int)getpid(), preset);
+    st_error err = {0};
+    const st_synth_options so = {.weight_type = ST_TYPE_F32, .seed = 7};
+    if (st_synth_write(st_synth_find_preset(preset), &so, path, &err) != ST_OK) test_die("synth", &err);
+    enum { N_SEQ = 6, MAX_BLOCKS = 3 };
+    runner_pair rp;
+    runner_pair_init(&rp, path, 24, N_SEQ, MAX_BLOCKS);
+    const int64_t V = rp.m[0]->hp.n_vocab;
+    int32_t table[N_SEQ * MAX_BLOCKS], len[N_SEQ] = {0};
+    for (int i = 0; i < N_SEQ * MAX_BLOCKS; i++) table[i] = 23 - i; /* every sequence its own blocks, descending */
+    const int32_t prompt[N_SEQ] = {70, 5, 33, 1, 90, 12};
+    int32_t tok[64], pos[64], seq[64], out[64];
+    /* step 1: every prompt's first up-to-20 tokens; logits of the rows that end a prompt */
+    /* steps 2-3: the rest of the prompts, with the finished ones decoding beside them */
+    for (int step = 0; step < 6; step++) {
+        int64_t n = 0, n_single = 0, n_out = 0;
+        /* decode tokens first: the sequences whose prompt is done */
+        for (int s = 0; s < N_SEQ && step > 0; s++)
+            if (len[s] >= prompt[s] && len[s] < MAX_BLOCKS * ST_KV_BLOCK_TOKENS) {
+                tok[n] = rng_int((int32_t)V), pos[n] = len[s]++, seq[n] = s, out[n_out++] = (int32_t)n, n++, n_single++;
+            }
+        for (int s = 0; s < N_SEQ; s++) {
+            if (len[s] >= prompt[s]) continue;
+            const int32_t take = prompt[s] - len[s] < 20 ? prompt[s] - len[s] : 20;
+            for (int32_t i = 0; i < take && n < 64; i++) {
+                tok[n] = rng_int((int32_t)V), pos[n] = len[s]++, seq[n] = s;
+                if (len[s] == prompt[s]) out[n_out++] = (int32_t)n;
+                n++;
+            }
+        }
+        if (n == 0) break;
+        st_batch b = {.n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .n_single = n_single,
+                      .block_table = table, .n_seq = N_SEQ, .max_blocks = MAX_BLOCKS, .out = out, .n_out = n_out};
+        char what[32];
+        snprintf(what, sizeof(what), "step %d", step + 1);
+        runner_step(&rp, &b, preset, what);
+    }
+    /* decode steps only: six sequences (a bucket of 8: two padding tokens), then five */
+    for (int step = 0; step < 4; step++) {
+        const int n_seq = step < 2 ? N_SEQ : N_SEQ - 1;
+        int64_t n = 0;
+        for (int s = 0; s < n_seq; s++) tok[n] = rng_int((int32_t)V), pos[n] = len[s]++, seq[n] = s, n++;
+        st_batch b = {.n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .n_single = n,
+                      .block_table = table, .n_seq = N_SEQ, .max_blocks = MAX_BLOCKS};
+        char what[32];
+        snprintf(what, sizeof(what), "decode %d", step + 1);
+        runner_step(&rp, &b, preset, what);
+    }
+    runner_pair_free(&rp);
+    unlink(path);
+}
+
+static void run_all(void) {
+    for (int ci = 0; ci < 2; ci++) {
+        const st_type ct = ci ? ST_TYPE_F32 : ST_TYPE_F16;
+        test_attention_paged(ct, 64, 8, 2, 6, 3, 0);
+        test_attention_paged(ct, 64, 32, 8, 9, 9, 0);    /* decode only: the warps kernel where bounds allow */
+        test_attention_paged(ct, 128, 16, 8, 7, 0, 0);   /* runs only */
+        test_attention_paged(ct, 128, 32, 4, 8, 4, 100); /* a window */
+        test_attention_paged(ct, 256, 8, 1, 5, 2, 0);
+        test_attention_paged(ct, 96, 6, 2, 5, 2, 0);     /* the exact kernel */
+        for (int norms = 0; norms <= 1; norms++) {
+            test_rope_attention_paged(ct, 64, 32, 8, norms, 7);
+            test_rope_attention_paged(ct, 128, 16, 8, norms, 5);
+            test_rope_attention_paged(ct, 256, 8, 4, norms, 3);
+        }
+    }
+    test_top_k(1000, 3, 1, false);
+    test_top_k(1000, 3, 64, false);
+    test_top_k(128256, 5, 40, false);
+    test_top_k(262144, 2, 256, false);
+    test_top_k(5003, 4, 64, true);
+    test_top_k(5003, 2, 1, true);
+    test_top_k(20000, 2, 32, true); /* more ties of the k-th value than the kernel gathers */
+    const char *const presets[] = {"tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-phi3", "tiny-olmoe"};
+    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) test_runner(presets[i]);
+}
+
+int main(void) { return gpu_test_main("test_cuda_batch", run_all, NULL); }

@@ -1,0 +1,162 @@
+/* The fused ops a planner finds in each architecture's step (src/backend/fuse.c): the
+ * graph the runner builds for a tiny model of each architecture, a decode step of one
+ * sequence, a prompt micro-batch, and a paged batch of several sequences, matched group by
+ * group. What must fuse: per layer the normed q/k/v product, the rope-attention, the
+ * residual adds of o and down and the normed gate/up with its gated unit, except where a
+ * post-norm (gemma3), a fused gate_up (phi3), a whole-projection q/k norm or the experts
+ * (olmoe) keep the intermediate alive; the liveness rules must refuse those. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "backend/fuse.h"
+#include "model/runner_internal.h"
+#include "stride/synth.h"
+
+/* One layer's groups, in order: 'Q' normed product STORE of three weights (q/k/v), 'S' of
+ * one (a fused qkv or gate_up, the output head), 'A' rope-attention, 'R' residual add,
+ * 'G' normed gated pair, '.' a node alone. */
+typedef struct arch_case {
+    const char *preset;
+    const char *layer;  /* the groups of every layer */
+    int qkv_weights;    /* weights of the normed q/k/v product */
+} arch_case;
+
+static const arch_case CASES[] = {
+    {"tiny-llama", "QARGR", 3},
+    {"tiny-qwen3", "QARGR", 3},          /* per-head q/k norms fold into the rope-attention */
+    {"tiny-gemma3", "QA...G...", 3},      /* post-norms keep o and down apart */
+    {"tiny-phi3", "SARS.R", 1},          /* fused qkv; fused gate_up, its SwiGLU apart */
+    {"tiny-olmoe", "Q..AR.........", 3},  /* whole-projection q/k norms; the experts apart */
+};
+
+static char group_code(const st_fuse_group *grp) {
+    if (grp->kind == ST_FUSE_ROPE_ATTENTION) return 'A';
+    if (grp->kind == ST_FUSE_NONE) return '.';
+    const st_fused_mul_mat *mm = &grp->mm;
+    if (mm->epilogue == ST_FUSED_EPILOGUE_ADD) return mm->norm_w ? '?' : 'R';
+    if (!mm->norm_w) return '?'; /* (no such group: a product alone is not fused) */
+    if (mm->epilogue != ST_FUSED_EPILOGUE_STORE) return 'G';
+    return mm->n_w == 3 ? 'Q' : mm->n_w == 1 ? 'S' : '?';
+}
+
+/* The group codes of g: the embedding lookup and the head off, each layer's string. */
+static void codes_of(const st_graph *g, char *out, size_t cap, int *qkv_weights) {
+    size_t n = 0;
+    *qkv_weights = -1;
+    for (int i = 0; i < g->n_nodes;) {
+        st_fuse_group grp;
+        st_fuse_match(g, i, &grp);
+        const char c = group_code(&grp);
+        if ((c == 'Q' || c == 'S') && *qkv_weights < 0) *qkv_weights = grp.mm.n_w; /* the first: q/k/v */
+        assert_true(n + 1 < cap);
+        out[n++] = c;
+        i += grp.n_nodes;
+    }
+    out[n] = '\0';
+}
+
+/* The expected string of a whole step: the lookup ('.', and gemma3's scale '.'), the
+ * layers, then the head: a gather ('.') when the rows are picked, and the normed output
+ * product ('S'). */
+static void expected(const arch_case *ac, int64_t n_layer, bool scale, bool gather, char *out, size_t cap) {
+    size_t n = 0;
+    out[n++] = '.';
+    if (scale) out[n++] = '.';
+    for (int64_t l = 0; l < n_layer; l++) {
+        const size_t len = strlen(ac->layer);
+        assert_true(n + len + 3 < cap);
+        memcpy(out + n, ac->layer, len);
+        n += len;
+    }
+    if (gather) out[n++] = '.';
+    out[n++] = 'S';
+    out[n] = '\0';
+}
+
+typedef struct fixture {
+    st_backend *cpu;
+    st_model *model;
+    st_kv_pool *pool;
+    st_runner *runner;
+    char path[128];
+} fixture;
+
+static void fixture_init(fixture *f, const char *preset) {
+    st_error err = {0};
+    snprintf(f->path, sizeof(f->path), "/tmp/stride-fuse-%d-%s.gguf", (int)getpid(), preset);
+    const st_synth_options so = {.weight_type = ST_TYPE_F16, .seed = 3};
+    assert_int_equal(st_synth_write(st_synth_find_preset(preset), &so, f->path, &err), ST_OK);
+    assert_int_equal(st_backend_init(ST_BACKEND_CPU, 0, &f->cpu, &err), ST_OK);
+    st_model_load_options lo = {.policy = {.mode = ST_PAD_MODE_OFF, .alias = 2048, .pad = 128}};
+    assert_int_equal(st_model_load(f->path, f->cpu, &lo, &f->model, &err), ST_OK);
+    assert_int_equal(st_kv_pool_init(f->model, 8, ST_TYPE_F16, &f->pool, &err), ST_OK);
+    const st_runner_options ro = {.max_tokens = 16, .max_seqs = 4, .max_blocks = 2};
+    assert_int_equal(st_runner_init(f->model, f->pool, &ro, &f->runner, &err), ST_OK);
+}
+
+static void fixture_free(fixture *f) {
+    st_runner_free(f->runner);
+    st_kv_pool_free(f->pool);
+    st_model_free(f->model);
+    st_backend_free(f->cpu);
+    unlink(f->path);
+}
+
+static void check_graph(const arch_case *ac, const fixture *f, const st_graph *g, bool gather, const char *what) {
+    char got[1024], want[1024];
+    int qkv_weights = 0;
+    codes_of(g, got, sizeof(got), &qkv_weights);
+    expected(ac, f->model->hp.n_layer, f->model->hp.embd_scale != 1.0f, gather, want, sizeof(want));
+    if (strcmp(got, want) != 0) fprintf(stderr, "%s %s:\n  got  %s\n  want %s\n", ac->preset, what, got, want);
+    assert_string_equal(got, want);
+    assert_int_equal(qkv_weights, ac->qkv_weights);
+}
+
+static void test_every_architecture(void **state) {
+    (void)state;
+    for (size_t c = 0; c < sizeof(CASES) / sizeof(CASES[0]); c++) {
+        const arch_case *ac = &CASES[c];
+        fixture f;
+        fixture_init(&f, ac->preset);
+        st_error err = {0};
+        st_graph *g = NULL;
+        int32_t tok[16], pos[16], seq[16] = {0}, out_last = 7;
+        for (int i = 0; i < 16; i++) tok[i] = i + 1, pos[i] = i;
+        /* one sequence, contiguous: a decode step, and a prompt of 8 wanting its last logits */
+        st_batch one = {.n_tokens = 1, .tokens = tok, .pos = pos, .seq = seq, .n_single = 1, .n_seq = 1};
+        assert_int_equal(st_runner_prepare(f.runner, &one, &g, &err), ST_OK);
+        check_graph(ac, &f, g, false, "decode");
+        st_batch prompt = {.n_tokens = 8, .tokens = tok, .pos = pos, .seq = seq, .n_seq = 1, .out = &out_last,
+                           .n_out = 1};
+        assert_int_equal(st_runner_prepare(f.runner, &prompt, &g, &err), ST_OK);
+        check_graph(ac, &f, g, false, "prompt");
+        /* paged: three decode tokens; then two decode tokens beside a run of four, with the
+         * logits of the decode tokens and of the run's second token (gathered) */
+        int32_t table[3 * 2] = {5, 1, 0, 2, 4, 3};
+        int32_t dpos[3] = {70, 3, 10}, dseq[3] = {0, 1, 2};
+        st_batch dec = {.n_tokens = 3, .tokens = tok, .pos = dpos, .seq = dseq, .n_single = 3,
+                        .block_table = table, .n_seq = 3, .max_blocks = 2};
+        assert_int_equal(st_runner_prepare(f.runner, &dec, &g, &err), ST_OK);
+        check_graph(ac, &f, g, false, "paged decode");
+        int32_t mpos[6] = {70, 3, 20, 21, 22, 23}, mseq[6] = {0, 1, 2, 2, 2, 2}, out_rows[3] = {0, 1, 3};
+        st_batch mixed = {.n_tokens = 6, .tokens = tok, .pos = mpos, .seq = mseq, .n_single = 2,
+                          .block_table = table, .n_seq = 3, .max_blocks = 2, .out = out_rows, .n_out = 3};
+        assert_int_equal(st_runner_prepare(f.runner, &mixed, &g, &err), ST_OK);
+        check_graph(ac, &f, g, true, "paged mixed");
+        fixture_free(&f);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_architecture),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
