@@ -119,6 +119,7 @@ struct st_backend {
     const st_backend_iface *iface;
     st_device_info device;
     void *ctx;
+    struct st_profile *profile; /* while set, st_backend_compute times every op into it */
 };
 
 /* Creates a backend on device `index` (ignored for the CPU). */
@@ -131,6 +132,11 @@ st_status st_backend_memory(st_backend *b, size_t *free_bytes, size_t *total_byt
 /* Computes g on b: its uploads, then its nodes in order (their meaning; a backend may run
  * them fused or replayed). ST_ERROR_NOMEM for a graph whose building failed. */
 st_status st_backend_compute(st_backend *b, st_graph *g, st_error *err);
+
+/* Sets (or with NULL clears) the per-op profile that st_backend_compute adds every op it
+ * computes on b to (stride/profile.h). A backend with a graph_compute honours it there:
+ * it runs each op on its own and times it on the device. */
+void st_backend_set_profile(st_backend *b, struct st_profile *p);
 
 /* Runs one node through b's plain ops, its attention over n_kv keys (the reference of
  * every plan; what a backend does with the nodes it does not fuse). */

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include "backend/backend_cpu.h"
+#include "backend/op_cost.h"
+#include "stride/clock.h"
 #ifdef STRIDE_HAVE_CUDA
 #include "cuda/cuda_backend.h"
 #endif
@@ -75,13 +77,22 @@ st_status st_backend_compute(st_backend *b, st_graph *g, st_error *err) {
         g->owner = NULL;
         g->backend_state = NULL;
     }
+    if (b->profile) b->profile->steps++;
     if (b->iface->graph_compute) return b->iface->graph_compute(b, g, err);
     for (int i = 0; i < g->n_uploads; i++) {
         st_status s = b->iface->write(b, g->uploads[i].dst, g->uploads[i].src, g->uploads[i].n, err);
         if (s != ST_OK) return s;
     }
     for (int i = 0; i < g->n_nodes; i++) {
+        /* profiled: the host clock around the node and a wait for it (the backend's one
+         * timer may be the caller's, around the whole step) */
+        const double t0 = b->profile ? st_clock_seconds() : 0.0;
         st_status s = st_backend_run_node(b, &g->nodes[i], g->n_kv, err);
+        if (s == ST_OK && b->profile && (s = b->iface->synchronize(b, err)) == ST_OK) {
+            st_op_cost c;
+            st_op_cost_node(&g->nodes[i], g->n_kv, &c);
+            st_profile_add(b->profile, c.label, st_clock_seconds() - t0, c.bytes, c.flops);
+        }
         if (s != ST_OK) {
             st_error_wrap(err, "%s (op %d of the step)", st_op_name(g->nodes[i].op), i);
             return s;
@@ -89,3 +100,5 @@ st_status st_backend_compute(st_backend *b, st_graph *g, st_error *err) {
     }
     return ST_OK;
 }
+
+void st_backend_set_profile(st_backend *b, st_profile *p) { b->profile = p; }

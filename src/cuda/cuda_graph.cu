@@ -16,11 +16,18 @@
 // the context) is recorded on its first step and replayed after. A recording's attention
 // is sized for its bucket's bound; each query still sees only keys up to its own position,
 // so the results do not depend on the bound.
+//
+// While a profile is set on the backend (stride/profile.h), a step runs plainly, never
+// from a recording: a hold kernel first keeps the device busy while the host queues the
+// whole step, with a timing event between every two items, so that each item's time is
+// its kernels' time on the device and not the host's launches.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_backend.h"
 #include "backend/fuse.h"
+#include "backend/op_cost.h"
 #include "cuda/cuda_common.cuh"
 #include "stride/log.h"
 
@@ -57,6 +64,7 @@ typedef struct cuda_plan {
     bool warm;        // it has run plainly once
     int64_t n_ctx;    // the longest cache an attention of the step reads
     st_cuda_recording *exec[GRAPH_BUCKETS];
+    st_gpu_event_t *marks; // profiled runs: [n_items + 1] events, mark k before item k
 } cuda_plan;
 
 // ---- planning -------------------------------------------------------------------------------
@@ -191,28 +199,79 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
 
 // ---- running --------------------------------------------------------------------------------
 
-// The step's uploads, then its items, attention over n_kv keys.
-static st_status plan_run(st_backend *b, const st_graph *g, cuda_plan *p, int64_t n_kv, st_error *err) {
-    st_cuda_ctx *c = cuda_ctx(b);
+static st_status run_uploads(st_cuda_ctx *c, const st_graph *g, st_error *err) {
     for (int i = 0; i < g->n_uploads; i++)
         ST_GPU_CHECK(st_gpu_memcpy_async(g->uploads[i].dst, g->uploads[i].src, g->uploads[i].n,
                                          st_gpu_memcpy_host_to_device, c->stream));
+    return ST_OK;
+}
+
+// One item, attention over n_kv keys.
+static st_status run_item(st_backend *b, const st_graph *g, cuda_plan *p, plan_item *it, int64_t n_kv, st_error *err) {
+    switch (it->kind) {
+    case ITEM_NODE: return st_backend_run_node(b, &g->nodes[it->node], n_kv, err);
+    case ITEM_MUL_MAT: return st_cuda_mul_mat_fused(b, &it->mm, err);
+    case ITEM_ROPE_ATTENTION: it->attn.n_kv = n_kv; return st_cuda_rope_attention(b, &it->ra, err);
+    default: {
+        rope_table *t = &p->tables[it->table];
+        return st_cuda_rope_table(b, &t->cs, t->positions, &t->rope, err);
+    }
+    }
+}
+
+// The step's uploads, then its items, attention over n_kv keys.
+static st_status plan_run(st_backend *b, const st_graph *g, cuda_plan *p, int64_t n_kv, st_error *err) {
+    st_status s = run_uploads(cuda_ctx(b), g, err);
+    for (int k = 0; k < p->n_items && s == ST_OK; k++) s = run_item(b, g, p, &p->items[k], n_kv, err);
+    return s;
+}
+
+// ---- profiled runs --------------------------------------------------------------------------
+
+// SM clock cycles a profiled step's hold kernel spins: 20-40 ms at 1-2 GHz, longer than
+// the host takes to queue a step of a few thousand launches. (Should the host block on
+// a full launch queue, the hold ends anyway and the times after it include launch gaps.)
+#define PROFILE_HOLD_CYCLES 40000000LL
+
+__global__ void profile_hold(long long cycles) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}
+
+// What item `it` is called in a profile and its least bytes and FLOPs (op_cost.h).
+static void item_cost(const st_graph *g, const plan_item *it, int64_t n_kv, st_op_cost *cost) {
+    switch (it->kind) {
+    case ITEM_NODE: st_op_cost_node(&g->nodes[it->node], n_kv, cost); return;
+    case ITEM_MUL_MAT: st_op_cost_fused_mul_mat(&it->mm, cost); return;
+    case ITEM_ROPE_ATTENTION: st_op_cost_rope_attention(&it->ra, n_kv, cost); return;
+    default: snprintf(cost->label, sizeof(cost->label), "rope_table"), cost->bytes = cost->flops = 0.0;
+    }
+}
+
+static st_status plan_run_profiled(st_backend *b, const st_graph *g, cuda_plan *p, st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    if (!p->marks) {
+        p->marks = (st_gpu_event_t *)calloc((size_t)p->n_items + 1, sizeof(*p->marks));
+        if (!p->marks) return st_error_set(err, ST_ERROR_NOMEM, "out of host memory profiling a step");
+        for (int k = 0; k <= p->n_items; k++) ST_GPU_CHECK(st_gpu_event_create(&p->marks[k]));
+    }
+    st_status s = run_uploads(c, g, err);
+    if (s != ST_OK) return s;
+    profile_hold<<<1, 1, 0, c->stream>>>(PROFILE_HOLD_CYCLES);
+    ST_GPU_CHECK(st_gpu_get_last_error());
+    ST_GPU_CHECK(st_gpu_event_record(p->marks[0], c->stream));
     for (int k = 0; k < p->n_items; k++) {
-        plan_item *it = &p->items[k];
-        st_status s = ST_OK;
-        switch (it->kind) {
-        case ITEM_NODE: s = st_backend_run_node(b, &g->nodes[it->node], n_kv, err); break;
-        case ITEM_MUL_MAT: s = st_cuda_mul_mat_fused(b, &it->mm, err); break;
-        case ITEM_ROPE_ATTENTION:
-            it->attn.n_kv = n_kv;
-            s = st_cuda_rope_attention(b, &it->ra, err);
-            break;
-        default: {
-            rope_table *t = &p->tables[it->table];
-            s = st_cuda_rope_table(b, &t->cs, t->positions, &t->rope, err);
-        }
-        }
-        if (s != ST_OK) return s;
+        if ((s = run_item(b, g, p, &p->items[k], g->n_kv, err)) != ST_OK) return s;
+        ST_GPU_CHECK(st_gpu_event_record(p->marks[k + 1], c->stream));
+    }
+    ST_GPU_CHECK(st_gpu_event_synchronize(p->marks[p->n_items]));
+    for (int k = 0; k < p->n_items; k++) {
+        float ms = 0.0f;
+        ST_GPU_CHECK(st_gpu_event_elapsed_time(&ms, p->marks[k], p->marks[k + 1]));
+        st_op_cost cost;
+        item_cost(g, &p->items[k], g->n_kv, &cost);
+        st_profile_add(b->profile, cost.label, (double)ms * 1e-3, cost.bytes, cost.flops);
     }
     return ST_OK;
 }
@@ -231,6 +290,10 @@ static void plan_free(st_backend *b, cuda_plan *p) {
     if (!p) return;
     (void)st_gpu_stream_synchronize(c->stream); // a replay in flight still reads what goes
     for (int k = 0; k < GRAPH_BUCKETS; k++) st_cuda_record_free(b, p->exec[k]);
+    if (p->marks)
+        for (int k = 0; k <= p->n_items; k++)
+            if (p->marks[k]) (void)st_gpu_event_destroy(p->marks[k]);
+    free(p->marks);
     if (p->device_mem) (void)st_gpu_free(p->device_mem);
     free(p->items);
     free(p);
@@ -256,6 +319,7 @@ st_status st_cuda_graph_compute(st_backend *b, st_graph *g, st_error *err) {
         g->backend_state = p;
         g->owner = b;
     }
+    if (b->profile) return plan_run_profiled(b, g, p, err);
     if (!p->record) return plan_run(b, g, p, g->n_kv, err);
     int64_t bound = 0;
     const int k = depth_bucket(g->n_kv, p->n_ctx, &bound);

@@ -16,6 +16,13 @@
 #include "model_flags.h"
 #include "stride/backend.h"
 #include "stride/device.h"
+#include "stride/profile.h"
+
+/* The ceilings rooflines are computed against (the batched decode steps', the per-op
+ * profile's): an H200's measured device copy bandwidth (4.26 TB/s, bench/README.md) and
+ * its dense F16 tensor rate (~790 TFLOP/s). */
+#define BENCH_ROOF_BYTES_PER_S 4.3e12
+#define BENCH_ROOF_FLOPS_PER_S 790e12
 
 /* llama-bench's defaults: a logical batch of 2048 tokens, micro-batches of 512 */
 #define BENCH_DEFAULT_BATCH 2048
@@ -77,6 +84,8 @@ typedef struct bench_results {
     double *wall;      /* same shape: host wall time of every run */
     int64_t *order;    /* same shape: when each run happened, counting every run of the model
                         * file from 0, warm-ups included (the record of the interleaving) */
+    st_profile *profiles; /* --profile: [n_models][n_settings][n_tests], one extra run of each
+                           * pp and tg test with the per-op profile set; NULL otherwise */
 } bench_results;
 
 /* Settings are numbered with the policy fastest: s = (ib * n_ubatches + iu) * n_policies + ip,
@@ -118,6 +127,10 @@ static inline double *bench_wall_at(const bench_results *r, int im, int is, int 
 }
 static inline int64_t *bench_order_at(const bench_results *r, int im, int is, int it) {
     return &r->order[bench_sample_offset(r, im, is, it)];
+}
+
+static inline st_profile *bench_profile_at(const bench_results *r, int im, int is, int it) {
+    return &r->profiles[((size_t)im * (size_t)bench_n_settings(r) + (size_t)is) * (size_t)r->n_tests + (size_t)it];
 }
 
 /* ---- bench_run.c ---- */
@@ -198,6 +211,15 @@ const char *bench_commit(void);
 void bench_report_md(FILE *out, const bench_results *r);
 void bench_report_csv(FILE *out, const bench_results *r);
 void bench_report_json(FILE *out, const bench_results *r);
+
+/* ---- bench_profile.c: the per-op profiles of --profile (uses bench_util.c) ---- */
+
+/* A table per profiled (model, setting, test): every op's device time per token (tg) or
+ * per prompt (pp), its share, its rates and its roofline time; then the sum and the timed
+ * run's figure beside it. */
+void bench_profile_md(FILE *out, const bench_results *r);
+/* The "profiles" member of the JSON report: a list of {model, setting, test, ops: [...]}. */
+void bench_profile_json(FILE *out, const bench_results *r);
 
 /* ---- bench_chart.c: the SVG chart (uses bench_compare.c and bench_util.c) ---- */
 

@@ -9,11 +9,6 @@
 
 #include "bench.h"
 
-/* The ceilings a decode step's roofline is computed against: an H200's measured device
- * copy bandwidth (4.26 TB/s, bench/README.md) and its dense F16 tensor rate (~790 TFLOP/s). */
-#define BB_ROOF_BYTES_PER_S 4.3e12
-#define BB_ROOF_FLOPS_PER_S 790e12
-
 typedef struct bb_case {
     int64_t pp, tg; /* prompt and generated tokens of each sequence */
     int64_t b;      /* sequences */

@@ -58,7 +58,7 @@ double bb_roofline_s_tg(const bb_model_cost *c, const bb_case *k) {
         const double keys = (double)(c->n_layer - c->n_swa_layers) * full + (double)c->n_swa_layers * swa;
         const double bytes = weights + (double)k->b * keys * c->kv_token_bytes;
         const double flops = (double)k->b * (c->token_flops + keys * c->attn_key_flops);
-        t += fmax(bytes / BB_ROOF_BYTES_PER_S, flops / BB_ROOF_FLOPS_PER_S);
+        t += fmax(bytes / BENCH_ROOF_BYTES_PER_S, flops / BENCH_ROOF_FLOPS_PER_S);
     }
     return t > 0.0 ? (double)(k->b * k->tg) / t : 0.0;
 }
@@ -150,7 +150,7 @@ void bb_report_md(FILE *out, const bb_results *r) {
             "B tokens are expected to touch) and every sequence's keys and values, at %.1f TB/s, or computes its "
             "FLOPs at %.0f TFLOP/s, whichever takes longer (an H200's ceilings).\n"
             "device: %s; stride %s%s%s; %s; kv %s\n",
-            r->reps, (long long)r->n_ubatch, BB_ROOF_BYTES_PER_S / 1e12, BB_ROOF_FLOPS_PER_S / 1e12, r->device.name,
+            r->reps, (long long)r->n_ubatch, BENCH_ROOF_BYTES_PER_S / 1e12, BENCH_ROOF_FLOPS_PER_S / 1e12, r->device.name,
             STRIDE_VERSION_STRING, commit ? " " : "", commit ? commit : "", r->date, r->kv_type);
 }
 
@@ -237,7 +237,7 @@ void bb_report_json(FILE *out, const bb_results *r) {
             "\"clock\": \"%s\", \"roofline\": {\"bytes_per_s\": %.4g, \"flops_per_s\": %.4g}},\n",
             r->reps, (long long)r->n_ubatch, r->backend, r->threads, r->kv_type, r->weights, r->seed,
             r->device.backend == ST_BACKEND_CUDA ? "backend timer (CUDA events)" : "backend timer (host clock)",
-            BB_ROOF_BYTES_PER_S, BB_ROOF_FLOPS_PER_S);
+            BENCH_ROOF_BYTES_PER_S, BENCH_ROOF_FLOPS_PER_S);
     fprintf(out, "  \"results\": [");
     for_each(out, r, json_row);
     fprintf(out, "\n  ],\n  \"skipped\": [");

@@ -155,6 +155,7 @@ void bench_report_md(FILE *out, const bench_results *r) {
         md_ttft(out, r, v);
     }
     md_skipped(out, r);
+    bench_profile_md(out, r);
     const char *commit = bench_commit();
     fprintf(out, "\ndevice: %s; stride %s%s%s; %s; %d repetitions, interleaved across settings after a warm-up; "
                  "kv %s\n",
@@ -331,5 +332,7 @@ void bench_report_json(FILE *out, const bench_results *r) {
         }
     fprintf(out, "],\n  \"compare\": ");
     bench_compare_json(out, r);
+    fprintf(out, ",\n  \"profiles\": ");
+    bench_profile_json(out, r);
     fprintf(out, "\n}\n");
 }

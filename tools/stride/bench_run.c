@@ -220,6 +220,18 @@ st_status bench_run_model(bench_results *r, int im, st_backend *b, const cli_mod
                 bench_order_at(r, im, is, it)[rep] = n_runs++;
             }
         }
+        for (int is = 0; r->profiles && t->kind != BENCH_KIND_TTFT && is < n_settings; is++) {
+            /* one more run of each setting, every op timed on its own (stride/profile.h) */
+            st_profile *p = bench_profile_at(r, im, is, it);
+            double ignored, ignored_wall;
+            st_backend_set_profile(b, p);
+            s = run_once(b, &slots[is], t, r->batches[bench_setting_batch(r, is)], &in, &ignored, &ignored_wall, err);
+            st_backend_set_profile(b, NULL);
+            if (s != ST_OK) goto done;
+            st_profile_sort(p);
+            share_valid(r, slots, is);
+            n_runs++;
+        }
     }
 done:
     if (progress) fprintf(stderr, "\r\033[K");

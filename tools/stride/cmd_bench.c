@@ -71,6 +71,9 @@ static void usage(FILE *out) {
             "  -oe, --output-err FORMAT also write a report in md, csv or json to stderr (as\n"
             "                           llama-bench does; e.g. -o md -oe json: both of one run)\n"
             "  --seed N                 seed of the random token ids (default 1234)\n"
+            "  --profile                after the repetitions, one more run of each pp and tg test\n"
+            "                           with every op timed on its own: a table per test of each op's\n"
+            "                           device time, share, GB/s, TFLOP/s and (CUDA) roofline time\n"
             "batched mode (llama-batched-bench's form; -p, -n, -d, -b, --ttft, --compare and --chart\n"
             "do not apply): B sequences of PP prompt tokens each are prefilled together, in forward\n"
             "passes of up to max(-ub, B) tokens (one -ub) holding runs of several sequences, then decoded\n"
@@ -161,7 +164,7 @@ static char *join_command(int argc, char **argv) {
 typedef struct bench_flags {
     const char *p, *n, *d, *r, *b, *ub, *ttft, *ttft_depth, *pad, *o, *oe, *seed, *chart;
     const char *np, *npp, *ntg; /* the batched mode (-np) */
-    bool compare;
+    bool compare, profile;
     const char *single;         /* a flag of the single-sequence tests, when one was given */
 } bench_flags;
 
@@ -417,6 +420,9 @@ int st_cmd_bench(int argc, char **argv) {
         if (strcmp(a, "--compare") == 0) {
             f.compare = true;
             f.single = a;
+        } else if (strcmp(a, "--profile") == 0) {
+            f.profile = true;
+            f.single = a;
         } else if (cli_take_value(argc, argv, &i, "-p", &f.p, &missing) ||
                    cli_take_value(argc, argv, &i, "--n-prompt", &f.p, &missing) ||
                    cli_take_value(argc, argv, &i, "-n", &f.n, &missing) ||
@@ -579,8 +585,10 @@ int st_cmd_bench(int argc, char **argv) {
     r.seconds = calloc(n_samples, sizeof(double));
     r.wall = calloc(n_samples, sizeof(double));
     r.order = calloc(n_samples, sizeof(int64_t));
+    if (f.profile) /* zeroed: initialised profiles (st_profile_init) */
+        r.profiles = calloc((size_t)n_models * (size_t)bench_n_settings(&r) * (size_t)r.n_tests, sizeof(st_profile));
     command = join_command(argc, argv);
-    if (!r.loads || !r.seconds || !r.wall || !r.order || !command) {
+    if (!r.loads || !r.seconds || !r.wall || !r.order || !command || (f.profile && !r.profiles)) {
         st_error_set(&err, ST_ERROR_NOMEM, "out of memory");
         cli_fail(CMD, &err);
         goto done;
@@ -627,6 +635,9 @@ done:
     free(r.seconds);
     free(r.wall);
     free(r.order);
+    for (size_t i = 0; r.profiles && i < (size_t)n_models * (size_t)bench_n_settings(&r) * (size_t)r.n_tests; i++)
+        st_profile_free(&r.profiles[i]);
+    free(r.profiles);
     free(r.fits);
     for (int i = 0; i < n_models; i++) free(models[i]);
     for (int i = 0; i < n_policy_names; i++) free(policy_names[i]);
