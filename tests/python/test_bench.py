@@ -407,6 +407,70 @@ def test_context_skip(stride, fixtures, work):
           "pp16 @ d120 (n/a in the reports)" in p.stderr, f"without -oe, a note on stderr: {p.stderr!r}")
 
 
+def block_count(path):
+    """The model's layers, from its GGUF metadata."""
+    import gguf
+    r = gguf.GGUFReader(path)
+    arch = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
+    return int(r.fields[f"{arch}.block_count"].parts[-1][0])
+
+
+def test_profile(stride, fixtures):
+    """--profile: one more run of each pp and tg test with every op timed; the op counts of
+    a step follow from the architecture (the CPU backend runs the plain ops), and the
+    markdown table carries the JSON's figures per token (tg) or per prompt (pp)."""
+    llama, olmoe = os.path.join(fixtures, "llama-f16.gguf"), os.path.join(fixtures, "olmoe-f16.gguf")
+    n_gen = 8
+    p = bench(stride, "-m", f"{llama},{olmoe}", "-p", "16", "-n", str(n_gen), "--ttft", "8", "-r", str(REPS),
+              "--profile", "--pad-weights", "off", "-o", "md", "-oe", "json")
+    if not check(p.returncode == 0, f"bench --profile: exit {p.returncode}, {p.stderr[-400:]!r}"):
+        return
+    d = json_of(p.stderr)
+    profiles = {(os.path.basename(x["model_file"]), x["test"]): x for x in d.get("profiles", [])}
+    check(set(profiles) == {(os.path.basename(m), t) for m in (llama, olmoe) for t in ("pp16", "tg8")},
+          f"one profile per model and pp/tg test (not TTFT): {sorted(profiles)}")
+    for (model, test), x in profiles.items():
+        steps = n_gen if test.startswith("tg") else 1
+        ops = {o["op"]: o for o in x["ops"]}
+        L = block_count(os.path.join(fixtures, model))
+        calls = lambda prefix: sum(o["calls"] for k, o in ops.items() if k.startswith(prefix))
+        check(x["steps"] == steps and x["complete"] is True, f"{model} {test}: {x['steps']} steps (want {steps})")
+        check(all(o["calls"] > 0 and o["seconds"] > 0 and o["bytes"] >= 0 and o["flops"] >= 0 for o in x["ops"]),
+              f"{model} {test}: every op ran, with a positive time: {x['ops']}")
+        check(calls("get_rows") == steps and calls("attention") == L * steps,
+              f"{model} {test}: one embedding lookup a step, one attention a layer: {sorted(ops)}")
+        head = ops.get("mul_mat f16 K=64 N=384")  # the output head: 384 rows of 64 f16
+        check(head is not None and head["calls"] == steps and head["bytes"] >= 384 * 64 * 2 * steps
+              and head["flops"] >= 2 * 384 * 64 * steps, f"{model} {test}: the output head once a step: {head}")
+        if model.startswith("llama"):
+            check(calls("rms_norm D=64") == (2 * L + 1) * steps and calls("mul_mat f16 K=64 N=32") == 2 * L * steps,
+                  f"{model} {test}: two norms a layer and the final one; k and v products: {ops}")
+        else:
+            check(calls("topk_route E=8 k=2") == L * steps and calls("moe_combine D=64 k=2") == L * steps
+                  and calls("mul_mat_id f16 K=64 N=32 E=8 k=2") == 2 * L * steps
+                  and calls("mul_mat_id f16 K=32 N=64 E=8 k=2") == L * steps,
+                  f"{model} {test}: routing, gate and up, down and the combination a layer: {sorted(ops)}")
+    # the markdown: a table per profile whose rows are the JSON's ops per token / prompt
+    tables = [t for t in md_tables(p.stdout) if t[0][0] == "op"]
+    heads = re.findall(r"### Per-op profile: (\S+), pad off, ub 512, (\S+) \(per (token|prompt)\)", p.stdout)
+    check(len(heads) == 4 and len(tables) == 4, f"a table per profile: {heads}")
+    for (model, test, per), rows in zip(heads, tables):
+        x = profiles.get((model, test))
+        if x is None:
+            continue
+        n = n_gen if per == "token" else 1
+        body = {row[0]: row for row in rows[1:] if not row[0].startswith(("**", "the timed"))}
+        total = sum(o["seconds"] for o in x["ops"]) / n * 1e6
+        ok = set(body) == {o["op"] for o in x["ops"]}
+        for o in x["ops"]:
+            row = body.get(o["op"])
+            ok = ok and row is not None and close(float(row[1]), o["calls"] / n, rel=1e-3) \
+                and close(float(row[2]), o["seconds"] / n * 1e6, rel=2e-3, abs_=0.06)
+        allrow = [row for row in rows if row[0] == "**all ops**"]
+        ok = ok and len(allrow) == 1 and close(float(allrow[0][2].strip("*")), total, rel=2e-3, abs_=0.06)
+        check(ok, f"{model} {test}: the table's calls and us are the JSON's per {per}: {rows[:3]}")
+
+
 def test_errors(stride, fixtures, work):
     model = os.path.join(fixtures, "llama-f16.gguf")
     missing_dir = os.path.join(work, "no-such-dir", "chart.svg")
@@ -443,6 +507,7 @@ def test_errors(stride, fixtures, work):
         (["-m", model, "--kv-type", "q8"], "--kv-type"),
         (["-m", model, "--bogus"], "unknown argument '--bogus'"),
         (["-m", model, "-p"], "-p needs a value"),
+        (["-m", model, "--profile", "-np", "2"], "--profile is a flag of the single-sequence tests"),
     ]
     for args, needle in usage:
         p = bench(stride, *args)
@@ -457,7 +522,8 @@ def test_errors(stride, fixtures, work):
     p = subprocess.run([stride, "bench", "--help"], capture_output=True, encoding="utf-8")
     check(p.returncode == 0 and all(f in p.stdout for f in ("--pad-weights LIST", "interleave", "-b, --batch-size",
                                                              "-ub, --ubatch-size LIST", "--ttft LIST", "--ttft-depth",
-                                                             "--compare", "--chart FILE.svg")), "bench --help")
+                                                             "--compare", "--chart FILE.svg", "--profile")),
+          "bench --help")
 
 
 def main():
@@ -471,6 +537,7 @@ def main():
     test_batch_sweep(a.stride, a.fixtures)
     test_compare_ttft_chart(a.stride, a.fixtures, a.work)
     test_context_skip(a.stride, a.fixtures, a.work)
+    test_profile(a.stride, a.fixtures)
     test_errors(a.stride, a.fixtures, a.work)
     return CHECKS.exit_code()
 
