@@ -214,9 +214,17 @@ void bench_report_json(FILE *out, const bench_results *r);
 
 /* ---- bench_profile.c: the per-op profiles of --profile (uses bench_util.c) ---- */
 
-/* A table per profiled (model, setting, test): every op's device time per token (tg) or
- * per prompt (pp), its share, its rates and its roofline time; then the sum and the timed
- * run's figure beside it. */
+/* A profile's table under "### title": every op's calls and device time divided by `per`
+ * (the tokens or steps the profile covers), its share, GB/s, TFLOP/s and, with `roof`,
+ * its roofline time; then the sum, and timed_seconds / per of the timed runs beside it. */
+void bench_profile_table_md(FILE *out, const char *title, const st_profile *p, double per, double timed_seconds,
+                            bool roof);
+/* The paragraph under the tables: how ops were timed, what `units` the figures are in. */
+void bench_profile_note_md(FILE *out, bool cuda, const char *units);
+/* "steps": n, "complete": b, "ops": [{op, calls, seconds, bytes, flops}, ...] */
+void bench_profile_ops_json(FILE *out, const st_profile *p);
+
+/* A table per profiled (model, setting, test), per token (tg) or per prompt (pp). */
 void bench_profile_md(FILE *out, const bench_results *r);
 /* The "profiles" member of the JSON report: a list of {model, setting, test, ops: [...]}. */
 void bench_profile_json(FILE *out, const bench_results *r);
