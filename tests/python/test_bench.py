@@ -507,7 +507,6 @@ def test_errors(stride, fixtures, work):
         (["-m", model, "--kv-type", "q8"], "--kv-type"),
         (["-m", model, "--bogus"], "unknown argument '--bogus'"),
         (["-m", model, "-p"], "-p needs a value"),
-        (["-m", model, "--profile", "-np", "2"], "--profile is a flag of the single-sequence tests"),
     ]
     for args, needle in usage:
         p = bench(stride, *args)

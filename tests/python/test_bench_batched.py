@@ -147,6 +147,28 @@ def test_reports(stride, fixtures):
               close(float(row["t_pp"]), x[0]["t_pp"][k], 1e-6), f"csv row {row['pp']} {row['tg']} {row['b']} {k}")
 
 
+def test_profile(stride, fixtures):
+    """--profile in the batched mode: the prefill's and the decode steps' per-op profiles of
+    one more run per case; a decode step of B tokens runs each op once for all of them."""
+    model = os.path.join(fixtures, "olmoe-f16.gguf")
+    L = int(gguf.GGUFReader(model).fields["olmoe.block_count"].parts[-1][0])
+    ntg = 4
+    p = bench(stride, "-m", model, "-np", "2,4", "-npp", "16", "-ntg", str(ntg), "-r", "1", "--profile",
+              "-o", "json")
+    if not check(p.returncode == 0, f"-np --profile: rc {p.returncode}, {p.stderr[-300:]!r}"):
+        return
+    profiles = json.loads(p.stdout).get("profiles", [])
+    check(sorted((x["b"], x["phase"]) for x in profiles) == [(2, "decode"), (2, "prefill"), (4, "decode"),
+                                                             (4, "prefill")], f"two phases per case: {profiles}")
+    for x in profiles:
+        calls = {o["op"]: o["calls"] for o in x["ops"]}
+        steps = ntg if x["phase"] == "decode" else x["steps"]
+        check(x["steps"] == steps and steps >= 1 and calls.get("attention hd=16 H=4/4 paged") == L * steps
+              and calls.get("topk_route E=8 k=2") == L * steps and calls.get("get_rows f16 K=64") == steps
+              and all(o["seconds"] > 0 for o in x["ops"]),
+              f"B={x['b']} {x['phase']}: {steps} steps, an attention and a routing a layer each: {calls}")
+
+
 def test_errors(stride, fixtures):
     model = os.path.join(fixtures, "llama-f32.gguf")
     for args, what in ((["-np", "4", "-p", "64"], "single-sequence tests"),
@@ -169,6 +191,7 @@ def main():
     a = ap.parse_args()
     fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
     test_reports(a.stride, fixtures)
+    test_profile(a.stride, fixtures)
     test_errors(a.stride, fixtures)
     sys.exit(CHECKS.exit_code())
 

@@ -9,7 +9,8 @@
  * wanted (a sampler would read them). Token ids are random and valid (fixed seed). T_PP
  * and T_TG are the backend's timer (CUDA events on the stream, the host clock on the CPU)
  * around each phase, the backend synchronised before the start; the runner reads every
- * step's logits back before returning, so the time includes that, as for a user. */
+ * step's logits back before returning, so the time includes that, as for a user. With
+ * --profile, one more run of each case and policy times every op of each phase. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,8 +85,10 @@ static st_status decode(const bb_slot *sl, const bb_work *w, const bb_case *k, s
     return ST_OK;
 }
 
-static st_status run_case(st_backend *be, const bb_slot *sl, bb_work *w, const bb_case *k, double *t_pp,
-                          double *t_tg, double *wall, st_error *err) {
+/* One run of case k; with `profiles` ([2]: prefill, decode) every op of each phase is
+ * timed into them (stride/profile.h). */
+static st_status run_case(st_backend *be, const bb_slot *sl, bb_work *w, const bb_case *k, st_profile *profiles,
+                          double *t_pp, double *t_tg, double *wall, st_error *err) {
     const int64_t nb = blocks_of(k);
     const int32_t pad = (int32_t)st_kv_pool_n_blocks(sl->pool); /* (never read: past every position) */
     for (int64_t s = 0; s < k->b; s++)
@@ -95,11 +98,15 @@ static st_status run_case(st_backend *be, const bb_slot *sl, bb_work *w, const b
     const double t0 = st_clock_seconds();
     double ms = 0.0;
     if (st == ST_OK) st = be->iface->timer_start(be, err);
+    if (profiles) st_backend_set_profile(be, &profiles[0]);
     if (st == ST_OK) st = prefill(sl, w, k, err);
+    st_backend_set_profile(be, NULL);
     if (st == ST_OK) st = be->iface->timer_stop(be, &ms, err);
     *t_pp = ms * 1e-3;
     if (st == ST_OK) st = be->iface->timer_start(be, err);
+    if (profiles) st_backend_set_profile(be, &profiles[1]);
     if (st == ST_OK) st = decode(sl, w, k, err);
+    st_backend_set_profile(be, NULL);
     if (st == ST_OK) st = be->iface->timer_stop(be, &ms, err);
     *t_tg = ms * 1e-3;
     *wall = st_clock_seconds() - t0;
@@ -189,15 +196,22 @@ st_status bb_run_model(bb_results *r, int im, st_backend *be, const cli_model_se
         show_progress(progress, r, im, k, -1);
         for (int ip = 0; ip < r->n_policies && s == ST_OK; ip++, n_runs++) {
             double pp, tg, wall;
-            s = run_case(be, &slots[ip], &w, k, &pp, &tg, &wall, err);
+            s = run_case(be, &slots[ip], &w, k, NULL, &pp, &tg, &wall, err);
         }
         for (int rep = 0; rep < r->reps && s == ST_OK; rep++) {
             show_progress(progress, r, im, k, rep);
             for (int ip = 0; ip < r->n_policies && s == ST_OK; ip++, n_runs++) {
                 const size_t at = bb_at(r, im, ip, ic) + (size_t)rep;
-                s = run_case(be, &slots[ip], &w, k, &r->t_pp[at], &r->t_tg[at], &r->wall[at], err);
+                s = run_case(be, &slots[ip], &w, k, NULL, &r->t_pp[at], &r->t_tg[at], &r->wall[at], err);
                 r->order[at] = n_runs;
             }
+        }
+        for (int ip = 0; r->profiles && ip < r->n_policies && s == ST_OK; ip++, n_runs++) {
+            st_profile *prof = bb_profile_at(r, im, ip, ic, 0);
+            double pp, tg, wall;
+            s = run_case(be, &slots[ip], &w, k, prof, &pp, &tg, &wall, err);
+            st_profile_sort(&prof[0]);
+            st_profile_sort(&prof[1]);
         }
     }
     if (progress) fprintf(stderr, "\r\033[K");

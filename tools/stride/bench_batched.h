@@ -47,10 +47,17 @@ typedef struct bb_results {
     bb_model_cost *cost; /* [n_models] */
     double *t_pp, *t_tg, *wall; /* [n_models][n_policies][n_cases][reps]: backend timer, host clock */
     int64_t *order;      /* same shape: the place of each run in the interleaved order */
+    st_profile *profiles; /* --profile: [n_models][n_policies][n_cases][2], the prefill's and the
+                           * decode steps' per-op profiles of one more run; NULL otherwise */
 } bb_results;
 
 static inline size_t bb_at(const bb_results *r, int im, int ip, int ic) {
     return (((size_t)im * (size_t)r->n_policies + (size_t)ip) * (size_t)r->n_cases + (size_t)ic) * (size_t)r->reps;
+}
+/* phase 0: the prefill, 1: the decode steps */
+static inline st_profile *bb_profile_at(const bb_results *r, int im, int ip, int ic, int phase) {
+    return &r->profiles[(((size_t)im * (size_t)r->n_policies + (size_t)ip) * (size_t)r->n_cases + (size_t)ic) * 2 +
+                        (size_t)phase];
 }
 static inline bool bb_fits(const bb_results *r, int im, int ic) {
     return r->fits[(size_t)im * (size_t)r->n_cases + (size_t)ic];

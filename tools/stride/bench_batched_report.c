@@ -141,6 +141,24 @@ void bb_report_md(FILE *out, const bb_results *r) {
                 fprintf(out, "\nn/a for %s (longer than its context_length): pp%lld tg%lld B%lld",
                         cli_base_name(r->models[im]), (long long)r->cases[ic].pp, (long long)r->cases[ic].tg,
                         (long long)r->cases[ic].b);
+    for (int im = 0; r->profiles && im < r->n_models; im++)
+        for (int ip = 0; ip < r->n_policies; ip++)
+            for (int ic = 0; ic < r->n_cases; ic++)
+                for (int phase = 0; phase < 2 && bb_fits(r, im, ic); phase++) {
+                    const bb_case *k = &r->cases[ic];
+                    char title[256];
+                    snprintf(title, sizeof(title), "Per-op profile: %s, pad %s, pp%lld tg%lld B%lld, %s", 
+                             cli_base_name(r->models[im]), r->policies[ip], (long long)k->pp, (long long)k->tg,
+                             (long long)k->b, phase ? "decode (per step of B tokens)" : "prefill (all B prompts)");
+                    const double *t = phase ? &r->t_tg[bb_at(r, im, ip, ic)] : &r->t_pp[bb_at(r, im, ip, ic)];
+                    double mean = 0.0, sd = 0.0;
+                    bench_stats(t, r->reps, &mean, &sd);
+                    bench_profile_table_md(out, title, bb_profile_at(r, im, ip, ic, phase), phase ? (double)k->tg : 1.0,
+                                           mean, r->device.backend == ST_BACKEND_CUDA);
+                }
+    if (r->profiles)
+        bench_profile_note_md(out, r->device.backend == ST_BACKEND_CUDA,
+                              "per decode step of B tokens, or for the whole prefill");
     const char *commit = bench_commit();
     fprintf(out,
             "\nPP, TG: prompt and generated tokens of each of B sequences; N_KV = B x (PP + TG); S_PP = B x PP / T_PP, "
@@ -251,5 +269,20 @@ void bb_report_json(FILE *out, const bb_results *r) {
                     (long long)r->cases[ic].pp, (long long)r->cases[ic].tg, (long long)r->cases[ic].b);
             first = false;
         }
-    fprintf(out, "]\n}\n");
+    fprintf(out, "],\n  \"profiles\": [");
+    first = true;
+    for (int im = 0; r->profiles && im < r->n_models; im++)
+        for (int ip = 0; ip < r->n_policies; ip++)
+            for (int ic = 0; ic < r->n_cases; ic++)
+                for (int phase = 0; phase < 2 && bb_fits(r, im, ic); phase++) {
+                    fprintf(out, "%s\n    {\"model_file\": ", first ? "" : ",");
+                    cli_json_str(out, r->models[im]);
+                    fprintf(out, ", \"pad_weights\": \"%s\", \"pp\": %lld, \"tg\": %lld, \"b\": %lld, \"phase\": \"%s\", ",
+                            r->policies[ip], (long long)r->cases[ic].pp, (long long)r->cases[ic].tg,
+                            (long long)r->cases[ic].b, phase ? "decode" : "prefill");
+                    bench_profile_ops_json(out, bb_profile_at(r, im, ip, ic, phase));
+                    fputc('}', out);
+                    first = false;
+                }
+    fprintf(out, "%s]\n}\n", first ? "" : "\n  ");
 }

@@ -71,9 +71,10 @@ static void usage(FILE *out) {
             "  -oe, --output-err FORMAT also write a report in md, csv or json to stderr (as\n"
             "                           llama-bench does; e.g. -o md -oe json: both of one run)\n"
             "  --seed N                 seed of the random token ids (default 1234)\n"
-            "  --profile                after the repetitions, one more run of each pp and tg test\n"
-            "                           with every op timed on its own: a table per test of each op's\n"
-            "                           device time, share, GB/s, TFLOP/s and (CUDA) roofline time\n"
+            "  --profile                after the repetitions, one more run of each pp and tg test (each\n"
+            "                           -np case) with every op timed on its own: a table per test (per\n"
+            "                           phase) of each op's device time, share, GB/s, TFLOP/s and\n"
+            "                           (CUDA) roofline time\n"
             "batched mode (llama-batched-bench's form; -p, -n, -d, -b, --ttft, --compare and --chart\n"
             "do not apply): B sequences of PP prompt tokens each are prefilled together, in forward\n"
             "passes of up to max(-ub, B) tokens (one -ub) holding runs of several sequences, then decoded\n"
@@ -352,7 +353,9 @@ static int bench_batched(const bench_flags *f, const bench_results *r, char **mo
     b.t_tg = calloc(n_samples, sizeof(double));
     b.wall = calloc(n_samples, sizeof(double));
     b.order = calloc(n_samples, sizeof(int64_t));
-    if (!b.loads || !b.cost || !b.t_pp || !b.t_tg || !b.wall || !b.order) {
+    const size_t n_profiles = (size_t)n_models * (size_t)n_policies * (size_t)b.n_cases * 2;
+    if (f->profile) b.profiles = calloc(n_profiles, sizeof(st_profile)); /* zeroed: initialised */
+    if (!b.loads || !b.cost || !b.t_pp || !b.t_tg || !b.wall || !b.order || (f->profile && !b.profiles)) {
         st_error_set(&err, ST_ERROR_NOMEM, "out of memory");
         cli_fail(CMD, &err);
         goto done;
@@ -393,6 +396,9 @@ done:
     free(b.t_tg);
     free(b.wall);
     free(b.order);
+    for (size_t i = 0; b.profiles && i < (size_t)n_models * (size_t)n_policies * (size_t)b.n_cases * 2; i++)
+        st_profile_free(&b.profiles[i]);
+    free(b.profiles);
     return rc;
 }
 
@@ -422,7 +428,6 @@ int st_cmd_bench(int argc, char **argv) {
             f.single = a;
         } else if (strcmp(a, "--profile") == 0) {
             f.profile = true;
-            f.single = a;
         } else if (cli_take_value(argc, argv, &i, "-p", &f.p, &missing) ||
                    cli_take_value(argc, argv, &i, "--n-prompt", &f.p, &missing) ||
                    cli_take_value(argc, argv, &i, "-n", &f.n, &missing) ||
