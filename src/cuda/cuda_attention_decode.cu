@@ -562,7 +562,9 @@ static st_status dec_run(st_backend *b, st_tensor *dst, const st_tensor *q, cons
         return dec_warps_launch(c, dst, q, k_cache, v_cache, (const int32_t *)positions->data, pg, p, ra, err);
     const int64_t D = q->ne[0], n_head = q->ne[1], M = q->ne[2], n_head_kv = k_cache->ne[1];
     const int R = (int)((pg ? 1 : M) * (n_head / n_head_kv));
-    int64_t n_split = ((int64_t)DEC_BLOCKS_PER_SM * c->sm_count + n_head_kv - 1) / n_head_kv;
+    // splits enough to fill the SMs: over the kv heads, and over a paged batch's sequences
+    const int64_t n_pairs = n_head_kv * (pg ? M : 1);
+    int64_t n_split = ((int64_t)DEC_BLOCKS_PER_SM * c->sm_count + n_pairs - 1) / n_pairs;
     if (n_split > DEC_MAX_SPLITS) n_split = DEC_MAX_SPLITS;
     // A split past ceil(n_kv / DEC_MIN_SPLIT_KEYS) never works (dec_make_plan: its count is
     // at most ceil(len / DEC_MIN_SPLIT_KEYS), len <= n_kv, and 1 up to dec_one_split_keys):

@@ -365,11 +365,16 @@ static int wk_rows_bucket(int R) { return R <= 1 ? 1 : R <= 2 ? 2 : R <= 4 ? 4 :
 // The query rows of a group a block takes: one (a block a query head).
 #define WK_BLOCK_ROWS 1
 
+// A batch of this many paged tokens or more takes the split kernel instead: its blocks of
+// (token, kv head, split), each reading its keys once for the group's query heads, fill the
+// SMs; the warps kernel's block a query head would read them once a head.
+#define WK_PAGED_MAX_TOKENS 8
+
 int dec_warps_round_keys(const st_cuda_ctx *c, const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache,
                          bool paged) {
     const int64_t D = q->ne[0], M = q->ne[2], group = q->ne[1] / k_cache->ne[1];
     const int rb = WK_BLOCK_ROWS;
-    if ((M != 1 && !(paged && M <= 65535)) || k_cache->type != ST_TYPE_F16 || v_cache->type != ST_TYPE_F16 || (D != 64 && D != 128) ||
+    if ((M != 1 && !(paged && M < WK_PAGED_MAX_TOKENS)) || k_cache->type != ST_TYPE_F16 || v_cache->type != ST_TYPE_F16 || (D != 64 && D != 128) ||
         wk_rows_bucket((int)group) == 0 || rb * D > WK_MAX_ROW_DIMS)
         return 0;
     return WK_WARPS * (rb <= 4 ? 8 : 4);

@@ -328,6 +328,9 @@ st_status st_cuda_mul_mat(st_backend *b, st_tensor *dst, const st_tensor *w, con
  * columns). */
 st_status st_cuda_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x,
                                st_error *err);
+/* A fused product (backend/fused.h) on cuBLAS: F16/BF16 weights, M >= ST_CUDA_GEMM_MIN_M.
+ * *ran false (and nothing done) when it does not take the operands. */
+st_status st_cuda_mul_mat_fused_gemm(st_backend *b, const st_fused_mul_mat *op, bool *ran, st_error *err);
 
 /* cuda_gemv.cu */
 /* The matrix-vector product (any M; one pass per CUDA_GEMV_MAX_COLS columns). */
@@ -344,6 +347,9 @@ st_status st_cuda_moe_combine(st_backend *b, st_tensor *dst, const st_tensor *sr
 /* cuda_norm_rope.cu */
 st_status st_cuda_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, const st_tensor *w, float eps,
                            st_error *err);
+/* rms_norm's rows (w required) written packed [M][D] as F16 or BF16: a GEMM's B operand. */
+st_status st_cuda_rms_norm_pack(st_cuda_ctx *c, char *out, st_type type, const st_tensor *x, const st_tensor *w,
+                                float eps, st_error *err);
 st_status st_cuda_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const st_tensor *positions,
                        const st_rope_params *p, st_error *err);
 

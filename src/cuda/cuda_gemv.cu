@@ -457,9 +457,10 @@ st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_er
     const void *ss_for = c->norm_ss_for;
     const int64_t ss_rows = c->norm_ss_rows;
     c->norm_ss_for = NULL;
-    if (!fused_supported(op)) { // quantized weights: their own fused kernel, else the composite
+    if (!fused_supported(op)) { // quantized weights or many columns: their own path, else the composite
         bool ran = false;
-        const st_status s = st_cuda_mul_mat_fused_quant(b, op, &ran, err);
+        st_status s = st_cuda_mul_mat_fused_quant(b, op, &ran, err);
+        if (s == ST_OK && !ran) s = st_cuda_mul_mat_fused_gemm(b, op, &ran, err);
         return s != ST_OK || ran ? s : st_fused_mul_mat_composite(b, op, err);
     }
     const bool apart = fused_norm_apart(c, op);

@@ -109,6 +109,25 @@ static bool gemm_supported(const st_tensor *dst, const st_tensor *w, const st_te
            cuda_fits_int((int64_t)(dst->nb[1] / 4)) && K > 0;
 }
 
+// C [M][ldc] F32 = W B + beta C: W [K, N] at row stride nb[1] (cuBLAS's A, op T, lda =
+// nb[1] / type size), B [M][ldb] of W's type.
+static st_status gemm_call(st_cuda_ctx *c, const st_tensor *w, int64_t M, const void *B, int ldb, float *C, int ldc,
+                           float beta, st_error *err) {
+#if ST_GPU_HAVE_BLAS
+    (void)err;
+    const size_t ts = w->nb[0];
+    const float alpha = 1.0f;
+    const st_gpu_blas_data_t t = cuda_blas_type(w->type);
+    ST_GPU_BLAS_CHECK(st_gpu_blas_gemm_ex(c->blas, st_gpu_blas_op_t, st_gpu_blas_op_n, (int)w->ne[1], (int)M,
+                                          (int)w->ne[0], &alpha, w->data, t, (int)(w->nb[1] / ts), B, t, ldb, &beta, C,
+                                          st_gpu_blas_r_32f, ldc, st_gpu_blas_compute_32f, st_gpu_blas_gemm_default));
+    return ST_OK;
+#else
+    (void)c, (void)w, (void)M, (void)B, (void)ldb, (void)C, (void)ldc, (void)beta;
+    return st_error_set(err, ST_ERROR_UNSUPPORTED, ST_GPU_NO_BLAS_MESSAGE);
+#endif
+}
+
 st_status st_cuda_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x,
                                st_error *err) {
     const size_t ts = w->nb[0];
@@ -144,21 +163,71 @@ st_status st_cuda_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *
     }
     float *C = y_direct ? (float *)dst->data : (float *)(scratch + x_bytes);
     const int ldc = y_direct ? (int)(dst->nb[1] / 4) : (int)N;
-
-#if ST_GPU_HAVE_BLAS
-    const float alpha = 1.0f, beta = 0.0f;
-    const st_gpu_blas_data_t t = cuda_blas_type(w->type);
-    ST_GPU_BLAS_CHECK(st_gpu_blas_gemm_ex(c->blas, st_gpu_blas_op_t, st_gpu_blas_op_n, (int)N, (int)M, (int)K, &alpha,
-                                          w->data, t, (int)(w->nb[1] / ts), B, t, ldb, &beta, C, st_gpu_blas_r_32f,
-                                          ldc, st_gpu_blas_compute_32f, st_gpu_blas_gemm_default));
-#else
-    (void)B, (void)ldb, (void)ldc;
-    return st_error_set(err, ST_ERROR_UNSUPPORTED, ST_GPU_NO_BLAS_MESSAGE);
-#endif
+    const st_status s = gemm_call(c, w, M, B, ldb, C, ldc, 0.0f, err);
+    if (s != ST_OK) return s;
     if (!y_direct) {
         unpack_rows_f32<<<cuda_rows_grid(N, M), ST_CUDA_ROWS_THREADS, 0, c->stream>>>(cuda_view(dst), C);
         ST_GPU_CHECK_LAUNCH();
     }
+    return ST_OK;
+}
+
+// ---- the fused product on cuBLAS ----------------------------------------------------------
+
+// C of a GEMM written in place: rows at one stride of at least N floats, 4-byte aligned.
+static bool gemm_direct_c(const st_tensor *y, int64_t N, int64_t M) {
+    return cuda_is_f32_rows(y) && y->ne[0] == N && cuda_nrows(y) == M && cuda_rows_uniform(y) && y->nb[1] % 4 == 0 &&
+           (int64_t)(y->nb[1] / 4) >= N && cuda_fits_int((int64_t)(y->nb[1] / 4)) && (uintptr_t)y->data % 4 == 0;
+}
+
+// The fused product (fused.h) for M >= ST_CUDA_GEMM_MIN_M columns of F16/BF16 weights:
+//   B [M][K] = h in the weights' type, packed once for all n_w products (the norm and the
+//     conversion one kernel: st_cuda_rms_norm_pack; without a norm pack_rows)
+//   STORE: y[i] = W_i B;  SWIGLU/GEGLU: y[0], y[1], then the gated unit into out;
+//   ADD: out = W_0 B + out (beta 1: cuBLAS adds in its epilogue; no y[0], no add kernel)
+// The composite's values: h rounds to the weights' type once either way, the products and
+// the add are f32 (the add's rounding is the same one, in the GEMM's epilogue).
+st_status st_cuda_mul_mat_fused_gemm(st_backend *b, const st_fused_mul_mat *op, bool *ran, st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    *ran = false;
+    const st_tensor *x = op->x, *w0 = op->w[0];
+    const int64_t K = x->ne[0], M = cuda_nrows(x);
+    const bool glu = op->epilogue == ST_FUSED_EPILOGUE_SWIGLU || op->epilogue == ST_FUSED_EPILOGUE_GEGLU;
+    const bool add = op->epilogue == ST_FUSED_EPILOGUE_ADD;
+    if (M < ST_CUDA_GEMM_MIN_M || !cuda_is_f32_rows(x) || (w0->type != ST_TYPE_F16 && w0->type != ST_TYPE_BF16))
+        return ST_OK;
+    if (op->norm_w && !(cuda_is_f32_rows(op->norm_w) && op->norm_w->ne[0] == K && cuda_nrows(op->norm_w) == 1))
+        return ST_OK;
+    for (int i = 0; i < op->n_w; i++) {
+        const st_tensor *w = op->w[i];
+        const st_tensor *y = add ? op->out : op->y[i];
+        if (w->type != w0->type || w->ne[0] != K || w->ne[2] != 1 || w->ne[3] != 1 || !gemm_supported(y, w, x) ||
+            !gemm_direct_c(y, w->ne[1], M))
+            return ST_OK;
+    }
+    if (add && op->n_w != 1) return ST_OK;
+    *ran = true;
+
+    const size_t ts = w0->nb[0];
+    char *B = NULL;
+    st_status s = st_cuda_scratch(c, (size_t)K * (size_t)M * ts, (void **)&B, err);
+    if (s != ST_OK) return s;
+    if (op->norm_w) {
+        s = st_cuda_rms_norm_pack(c, B, w0->type, x, op->norm_w, op->eps, err);
+        if (s != ST_OK) return s;
+    } else {
+        const dim3 grid = cuda_rows_grid(K, M);
+        if (w0->type == ST_TYPE_F16) pack_rows_f16<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(B, cuda_view(x));
+        else pack_rows_bf16<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(B, cuda_view(x));
+        ST_GPU_CHECK_LAUNCH();
+    }
+    for (int i = 0; i < op->n_w; i++) {
+        st_tensor *y = add ? op->out : op->y[i];
+        s = gemm_call(c, op->w[i], M, B, (int)K, (float *)y->data, (int)(y->nb[1] / 4), add ? 1.0f : 0.0f, err);
+        if (s != ST_OK) return s;
+    }
+    if (glu) return st_cuda_glu(b, op->out, op->y[0], op->y[1], op->epilogue == ST_FUSED_EPILOGUE_GEGLU, err);
+    if (add && op->next_h) return st_cuda_mul(b, op->next_h, op->out, op->next_norm_w, err);
     return ST_OK;
 }
 

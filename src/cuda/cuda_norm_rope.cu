@@ -64,6 +64,40 @@ st_status st_cuda_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, co
     return ST_OK;
 }
 
+// out[r * D + i] = (x[r, i] * scale_r) * w[i] in the weight type T (cuda_store_as): the
+// rows of rms_norm_f32 packed as a GEMM's B operand, with its arithmetic (the same threads,
+// so the same sums), each value rounded once to T as pack_rows rounds rms_norm's output.
+template <st_type T> __global__ void rms_norm_pack(char *__restrict__ out, st_cuda_view x, const float *__restrict__ w,
+                                                   float eps) {
+    __shared__ float shared[NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
+    const int64_t D = x.ne0, rows = x.ne1 * x.ne2 * x.ne3;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = (const float *)cuda_row(x, r);
+        float ss = 0.0f;
+        for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+        ss = block_sum_f32(ss, shared);
+        const float s = cuda_rms_scale(ss, D, eps);
+        for (int64_t i = threadIdx.x; i < D; i += blockDim.x) cuda_store_as<T>(out, r * D + i, (xr[i] * s) * w[i]);
+    }
+}
+
+st_status st_cuda_rms_norm_pack(st_cuda_ctx *c, char *out, st_type type, const st_tensor *x, const st_tensor *w,
+                                float eps, st_error *err) {
+    // x F32 [D, M...]; w F32 [D]; out [M][D] of type F16 or BF16
+    (void)err;
+    ST_ASSERT(cuda_is_f32_rows(x) && cuda_is_f32_rows(w) && w->ne[0] == x->ne[0] && cuda_nrows(w) == 1);
+    ST_ASSERT(type == ST_TYPE_F16 || type == ST_TYPE_BF16);
+    const int64_t D = x->ne[0], rows = cuda_nrows(x);
+    if (rows == 0 || D == 0) return ST_OK;
+    const unsigned int grid = (unsigned int)(rows < (1 << 30) ? rows : (1 << 30));
+    if (type == ST_TYPE_F16)
+        rms_norm_pack<ST_TYPE_F16><<<grid, norm_threads(D), 0, c->stream>>>(out, cuda_view(x), (const float *)w->data, eps);
+    else
+        rms_norm_pack<ST_TYPE_BF16><<<grid, norm_threads(D), 0, c->stream>>>(out, cuda_view(x), (const float *)w->data, eps);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
 // ---- RoPE -----------------------------------------------------------------------------------
 
 // One block per (head, token) row. Thread t < n_rot/2 rotates pair t; the others copy the

@@ -221,7 +221,8 @@ static const char *epilogue_name[] = {"store", "add", "swiglu", "geglu"};
 
 /* The CUDA backend's fused product against the CPU composite (the meaning): n_w weights
  * [K, N] (N_i = N - 3i for STORE, so that parts differ), optional norm, each epilogue.
- * M < ST_CUDA_GEMM_MIN_M takes the fused kernel; M >= it the composite (cuBLAS).
+ * M < ST_CUDA_GEMM_MIN_M takes the fused kernel; M >= it cuBLAS over h packed once
+ * (st_cuda_mul_mat_fused_gemm; F32 weights: the composite).
  * chain: an ADD forms next_h = out * next_norm_w as well (compared too); a product with a
  * norm is given x_w = x * norm_w (which the CPU composite does not read). */
 static void test_mul_mat_fused(st_type t, int64_t K, int64_t N, int64_t M, size_t pad, int n_w, bool norm,
@@ -1456,7 +1457,7 @@ static void run_fused_products(void) {
                         const int64_t N = K >= 2048 ? split_Ns[ni] : 45;
                         if (ni > 0 && (K != 2048 || M != 1)) continue;
                         const size_t pad = (size_t)(mi % 2) * 64;
-                        for (int chain = 0; chain <= (M == 1); chain++) {
+                        for (int chain = 0; chain <= 1; chain++) {
                             test_mul_mat_fused(types[ti], K, N, M, pad, 3, norm, ST_FUSED_EPILOGUE_STORE, chain);
                             test_mul_mat_fused(types[ti], K, N, M, pad, 1, norm, ST_FUSED_EPILOGUE_ADD, chain);
                             test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_SWIGLU, chain);
