@@ -70,8 +70,16 @@ async def drive(port, devtools_port, model_id):
                                   f"document.getElementById('model').textContent === {json.dumps(model_id)} && "
                                   f"document.getElementById('model').textContent")
         check(name == model_id, f"the page shows the model's name: {name!r}")
+        # The random tiny model may end a turn at any token, within a few milliseconds: the
+        # page's requests get fields merged in (window.extra) so that the answers run to a
+        # set length, long enough to be seen growing and to be stopped.
+        await tab.eval("(() => { const f = window.fetch; window.fetch = (u, o) => {"
+                       " if (o && o.body && window.extra) o = Object.assign({}, o, {body:"
+                       " JSON.stringify(Object.assign(JSON.parse(o.body), window.extra))});"
+                       " return f(u, o); }; return true })()")
         # type a prompt, send it, watch the answer grow
-        await tab.eval("document.getElementById('prompt').value = 'hello from the browser';"
+        await tab.eval("window.extra = {ignore_eos: true, max_tokens: 400};"
+                       "document.getElementById('prompt').value = 'hello from the browser';"
                        "document.getElementById('send').click(); true")
         lengths = []
         deadline = time.time() + 60
@@ -91,7 +99,8 @@ async def drive(port, devtools_port, model_id):
         user = await tab.eval("document.querySelector('.msg.user').textContent")
         check(user == "hello from the browser", f"the prompt shows as the user's message: {user!r}")
         # a second, long answer, stopped with the stop button
-        await tab.eval("document.getElementById('prompt').value = 'and a long one';"
+        await tab.eval("window.extra = {ignore_eos: true, max_tokens: 3000};"
+                       "document.getElementById('prompt').value = 'and a long one';"
                        "document.getElementById('send').click(); true")
         await tab.wait_for("document.getElementById('answer-3') && "
                            "document.getElementById('answer-3').textContent.length > 10")
