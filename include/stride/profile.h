@@ -36,6 +36,7 @@ typedef struct st_profile_entry {
     double flops;   /* floating-point operations of the calls, summed */
 } st_profile_entry;
 
+/* A zeroed st_profile is an empty one; st_profile_free releases its entries. */
 typedef struct st_profile {
     st_profile_entry *entries; /* in order of first appearance (st_profile_sort: by time) */
     int n_entries, cap_entries;
@@ -43,10 +44,7 @@ typedef struct st_profile {
     bool failed;   /* an entry could not be added (out of memory): the profile is partial */
 } st_profile;
 
-void st_profile_init(st_profile *p);
 void st_profile_free(st_profile *p);
-/* Drops the entries and the step count; keeps the memory. */
-void st_profile_reset(st_profile *p);
 
 /* Adds one call of the op `label` (truncated to ST_PROFILE_LABEL - 1 characters). */
 void st_profile_add(st_profile *p, const char *label, double seconds, double bytes, double flops);

@@ -5,18 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-void st_profile_init(st_profile *p) { memset(p, 0, sizeof(*p)); }
-
 void st_profile_free(st_profile *p) {
     if (!p) return;
     free(p->entries);
     memset(p, 0, sizeof(*p));
-}
-
-void st_profile_reset(st_profile *p) {
-    p->n_entries = 0;
-    p->steps = 0;
-    p->failed = false;
 }
 
 static st_profile_entry *entry_for(st_profile *p, const char *label) {

@@ -109,6 +109,19 @@ static bool gemm_supported(const st_tensor *dst, const st_tensor *w, const st_te
            cuda_fits_int((int64_t)(dst->nb[1] / 4)) && K > 0;
 }
 
+// B [M][K] = x's rows converted to type (a GEMM's B operand in the weight's type), packed.
+static st_status pack_b(st_cuda_ctx *c, char *B, st_type type, const st_tensor *x, st_error *err) {
+    const dim3 grid = cuda_rows_grid(x->ne[0], cuda_nrows(x));
+    const st_cuda_view xv = cuda_view(x);
+    switch (type) {
+    case ST_TYPE_F32: pack_rows_f32<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(B, xv); break;
+    case ST_TYPE_F16: pack_rows_f16<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(B, xv); break;
+    default: pack_rows_bf16<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(B, xv); break;
+    }
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
 // C [M][ldc] F32 = W B + beta C: W [K, N] at row stride nb[1] (cuBLAS's A, op T, lda =
 // nb[1] / type size), B [M][ldb] of W's type.
 static st_status gemm_call(st_cuda_ctx *c, const st_tensor *w, int64_t M, const void *B, int ldb, float *C, int ldc,
@@ -150,14 +163,8 @@ st_status st_cuda_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *
     const void *B = x->data;
     int ldb = (int)(x->nb[1] / 4);
     if (!x_direct) {
-        const dim3 grid = cuda_rows_grid(K, M);
-        const st_cuda_view xv = cuda_view(x);
-        switch (w->type) {
-        case ST_TYPE_F32: pack_rows_f32<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(scratch, xv); break;
-        case ST_TYPE_F16: pack_rows_f16<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(scratch, xv); break;
-        default: pack_rows_bf16<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(scratch, xv); break;
-        }
-        ST_GPU_CHECK_LAUNCH();
+        st_status s = pack_b(c, scratch, w->type, x, err);
+        if (s != ST_OK) return s;
         B = scratch;
         ldb = (int)K;
     }
@@ -212,15 +219,8 @@ st_status st_cuda_mul_mat_fused_gemm(st_backend *b, const st_fused_mul_mat *op, 
     char *B = NULL;
     st_status s = st_cuda_scratch(c, (size_t)K * (size_t)M * ts, (void **)&B, err);
     if (s != ST_OK) return s;
-    if (op->norm_w) {
-        s = st_cuda_rms_norm_pack(c, B, w0->type, x, op->norm_w, op->eps, err);
-        if (s != ST_OK) return s;
-    } else {
-        const dim3 grid = cuda_rows_grid(K, M);
-        if (w0->type == ST_TYPE_F16) pack_rows_f16<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(B, cuda_view(x));
-        else pack_rows_bf16<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(B, cuda_view(x));
-        ST_GPU_CHECK_LAUNCH();
-    }
+    s = op->norm_w ? st_cuda_rms_norm_pack(c, B, w0->type, x, op->norm_w, op->eps, err) : pack_b(c, B, w0->type, x, err);
+    if (s != ST_OK) return s;
     for (int i = 0; i < op->n_w; i++) {
         st_tensor *y = add ? op->out : op->y[i];
         s = gemm_call(c, op->w[i], M, B, (int)K, (float *)y->data, (int)(y->nb[1] / 4), add ? 1.0f : 0.0f, err);

@@ -27,18 +27,24 @@ __device__ __forceinline__ float block_sum_f32(float v, float *shared) {
 // (one warp up to 128 elements: a block of whole warps, as block_sum_f32's shuffles need)
 static int norm_threads(int64_t D) { return D <= 128 ? ST_GPU_WARP_SIZE : D <= 1024 ? 128 : NORM_MAX_THREADS; }
 
-// One block per row: the sum of squares in f32 (a block tree), the scale as the CPU forms
-// it (1 / sqrt(mean + eps) in double, rounded to f32), then y = (x * s) * w.
+// The scale of row xr [D]: the sum of squares in f32 (each thread its elements t, t +
+// blockDim.x, ..., then a block tree), formed as the CPU forms it (1 / sqrt(mean + eps) in
+// double, rounded to f32). Every thread of the block calls it; rms_norm_f32 and
+// rms_norm_pack share it, so their scales are the same bits.
+__device__ __forceinline__ float rms_row_scale(const float *xr, int64_t D, float eps, float *shared) {
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    return cuda_rms_scale(block_sum_f32(ss, shared), D, eps);
+}
+
+// One block per row: y = (x * s) * w, s = rms_row_scale.
 __global__ void rms_norm_f32(st_cuda_view dst, st_cuda_view x, const float *__restrict__ w, float eps) {
     __shared__ float shared[NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
     const int64_t D = x.ne0, rows = x.ne1 * x.ne2 * x.ne3;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = (const float *)cuda_row(x, r);
         float *yr = (float *)cuda_row(dst, r);
-        float ss = 0.0f;
-        for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-        ss = block_sum_f32(ss, shared);
-        const float s = cuda_rms_scale(ss, D, eps);
+        const float s = rms_row_scale(xr, D, eps, shared);
         if (w) {
             for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = (xr[i] * s) * w[i];
         } else {
@@ -64,19 +70,16 @@ st_status st_cuda_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, co
     return ST_OK;
 }
 
-// out[r * D + i] = (x[r, i] * scale_r) * w[i] in the weight type T (cuda_store_as): the
-// rows of rms_norm_f32 packed as a GEMM's B operand, with its arithmetic (the same threads,
-// so the same sums), each value rounded once to T as pack_rows rounds rms_norm's output.
+// out[r * D + i] = (x[r, i] * s_r) * w[i] in the weight type T (cuda_store_as): the rows
+// of rms_norm_f32 packed as a GEMM's B operand (same scale, same product), each value
+// rounded once to T as pack_rows rounds rms_norm's output.
 template <st_type T> __global__ void rms_norm_pack(char *__restrict__ out, st_cuda_view x, const float *__restrict__ w,
                                                    float eps) {
     __shared__ float shared[NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
     const int64_t D = x.ne0, rows = x.ne1 * x.ne2 * x.ne3;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = (const float *)cuda_row(x, r);
-        float ss = 0.0f;
-        for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-        ss = block_sum_f32(ss, shared);
-        const float s = cuda_rms_scale(ss, D, eps);
+        const float s = rms_row_scale(xr, D, eps, shared);
         for (int64_t i = threadIdx.x; i < D; i += blockDim.x) cuda_store_as<T>(out, r * D + i, (xr[i] * s) * w[i]);
     }
 }

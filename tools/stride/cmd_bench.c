@@ -354,7 +354,7 @@ static int bench_batched(const bench_flags *f, const bench_results *r, char **mo
     b.wall = calloc(n_samples, sizeof(double));
     b.order = calloc(n_samples, sizeof(int64_t));
     const size_t n_profiles = (size_t)n_models * (size_t)n_policies * (size_t)b.n_cases * 2;
-    if (f->profile) b.profiles = calloc(n_profiles, sizeof(st_profile)); /* zeroed: initialised */
+    if (f->profile) b.profiles = calloc(n_profiles, sizeof(st_profile)); /* zeroed: empty */
     if (!b.loads || !b.cost || !b.t_pp || !b.t_tg || !b.wall || !b.order || (f->profile && !b.profiles)) {
         st_error_set(&err, ST_ERROR_NOMEM, "out of memory");
         cli_fail(CMD, &err);
@@ -590,7 +590,7 @@ int st_cmd_bench(int argc, char **argv) {
     r.seconds = calloc(n_samples, sizeof(double));
     r.wall = calloc(n_samples, sizeof(double));
     r.order = calloc(n_samples, sizeof(int64_t));
-    if (f.profile) /* zeroed: initialised profiles (st_profile_init) */
+    if (f.profile) /* zeroed: empty profiles */
         r.profiles = calloc((size_t)n_models * (size_t)bench_n_settings(&r) * (size_t)r.n_tests, sizeof(st_profile));
     command = join_command(argc, argv);
     if (!r.loads || !r.seconds || !r.wall || !r.order || !command || (f.profile && !r.profiles)) {
