@@ -88,6 +88,12 @@ typedef struct st_engine_options {
  * cache on. */
 st_engine_options st_engine_options_default(void);
 
+/* Logits candidates a row on a GPU: the backend picks each row's k largest logits and
+ * its log-sum-exp (runner.h) and only those come to the host. The default top-k (40) and
+ * the most top_logprobs (20) fit, so that most requests never need a whole row there; on
+ * the CPU, whose logits are in host memory already, the engine reads whole rows. */
+#define ST_ENGINE_CANDIDATES 64
+
 /* What an engine chose (for the report at start). */
 typedef struct st_engine_config {
     int64_t n_ctx;            /* min(asked, n_blocks * 64): one sequence can always fit */

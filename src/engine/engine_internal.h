@@ -9,10 +9,6 @@
 #include "stride/engine.h"
 #include "stride/runner.h"
 
-/* Logits candidates a row on a GPU (runner.h): the default top-k (40) and the most
- * top_logprobs (20) fit, so that most requests never need a whole row on the host. */
-#define ENGINE_CANDIDATES 64
-
 typedef enum req_state {
     REQ_WAITING = 0,
     REQ_RUNNING,

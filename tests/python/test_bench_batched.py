@@ -85,7 +85,8 @@ def test_reports(stride, fixtures):
         return
     j = json.loads(p.stdout)
     res = j["results"]
-    check(j["params"]["mode"] == "batched" and len(j["params"]["cases"]) == 4, f"params: {j['params']}")
+    check(j["params"]["mode"] == "batched" and len(j["params"]["cases"]) == 4 and j["params"]["logits"] == "all",
+          f"params (on the CPU every logit to the host by default): {j['params']}")
     check(len(res) == 2 * 2 * 4, f"2 models x 2 policies x 4 cases: {len(res)}")
     want_cases = [(20, 5, 1), (20, 5, 3), (20, 7, 1), (20, 7, 3)]  # PP, then TG, then B
     for m in models:
@@ -171,6 +172,28 @@ def test_profile(stride, fixtures):
               f"B={x['b']} {x['phase']}: {steps} steps, an attention and a routing a layer each: {calls}")
 
 
+def test_logits_top(stride, fixtures):
+    """--logits top: the decode steps pick each sequence's candidates on the backend (one
+    top_k a step over the B rows), as the engine samples; every report says so."""
+    model = os.path.join(fixtures, "llama-f32.gguf")
+    ntg = 3
+    args = ["-m", model, "-np", "2", "-npp", "8", "-ntg", str(ntg), "-r", "1", "--logits", "top"]
+    p = bench(stride, *args, "--profile", "-o", "json")
+    if not check(p.returncode == 0, f"--logits top: rc {p.returncode}, {p.stderr[-300:]!r}"):
+        return
+    j = json.loads(p.stdout)
+    check(j["params"]["logits"] == "top", f"params: {j['params']}")
+    decode = [x for x in j.get("profiles", []) if x["phase"] == "decode"]
+    calls = {o["op"]: o["calls"] for x in decode for o in x["ops"]}
+    top = [n for op, n in calls.items() if op.startswith("top_k ")]
+    check(len(decode) == 1 and top == [ntg], f"one top_k a decode step: {calls}")
+    p = bench(stride, *args, "-o", "csv")
+    rows = list(csv.DictReader(io.StringIO(p.stdout)))
+    check(p.returncode == 0 and len(rows) == 1 and rows[0]["logits"] == "top", f"csv: {rows}")
+    p = bench(stride, *args, "-o", "md")
+    check(p.returncode == 0 and "(--logits top)" in p.stdout, "the markdown says how the logits came back")
+
+
 def test_errors(stride, fixtures):
     model = os.path.join(fixtures, "llama-f32.gguf")
     for args, what in ((["-np", "4", "-p", "64"], "single-sequence tests"),
@@ -181,6 +204,8 @@ def test_errors(stride, fixtures):
                        (["-np", "2,2"], "-np"),
                        (["-np", "2", "-ntg", "x"], "-ntg"),
                        (["-np", "2", "-ub", "8,16"], "one value"),
+                       (["-np", "2", "--logits", "some"], "--logits"),
+                       (["--logits", "all"], "needs -np"),
                        (["-np", "2", "-npp", "100", "-ntg", "100"], "context_length")):
         p = bench(stride, "-m", model, "-r", "1", *args)
         check(p.returncode == 2 and what in p.stderr, f"{args}: rc {p.returncode}, {p.stderr.strip()!r}")
@@ -194,6 +219,7 @@ def main():
     fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
     test_reports(a.stride, fixtures)
     test_profile(a.stride, fixtures)
+    test_logits_top(a.stride, fixtures)
     test_errors(a.stride, fixtures)
     sys.exit(CHECKS.exit_code())
 

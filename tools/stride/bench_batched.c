@@ -4,18 +4,22 @@
  *
  * A case (PP, TG, B) runs as llama-batched-bench runs it: sequence s holds its own blocks
  * (its block table row); the prefill feeds the B prompts, in forward passes of up to
- * max(-ub, B) tokens (a decode step is one pass) that hold runs of several sequences, asking for the logits of each sequence's
- * last prompt token; then TG decode steps of B tokens, one per sequence, every logit
- * wanted (a sampler would read them). Token ids are random and valid (fixed seed). T_PP
+ * max(-ub, B) tokens (a decode step is one pass) that hold runs of several sequences,
+ * asking for the logits of each sequence's last prompt token; then TG decode steps of B
+ * tokens, one per sequence, each sequence's logits wanted. They come back as the engine's
+ * sampler takes them (r->all_logits false): each row's ST_ENGINE_CANDIDATES largest
+ * logits and its log-sum-exp, picked by the backend, or every logit of every row (true,
+ * as llama-batched-bench reads them). Token ids are random and valid (fixed seed). T_PP
  * and T_TG are the backend's timer (CUDA events on the stream, the host clock on the CPU)
- * around each phase, the backend synchronised before the start; the runner reads every
- * step's logits back before returning, so the time includes that, as for a user. With
+ * around each phase, the backend synchronised before the start; the runner returns once
+ * the step's logits are on the host, so the time includes that, as for a user. With
  * --profile, one more run of each case and policy times every op of each phase. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench_batched.h"
 #include "cli.h"
+#include "stride/engine.h"
 #include "stride/runner.h"
 
 #define T ST_KV_BLOCK_TOKENS
@@ -61,8 +65,8 @@ static st_status prefill(const bb_slot *sl, const bb_work *w, const bb_case *k, 
         const st_batch b = {.n_tokens = n, .tokens = w->tokens, .pos = w->pos, .seq = w->seq,
                             .block_table = w->table, .n_seq = (int32_t)k->b, .max_blocks = w->max_blocks,
                             .out = w->out, .n_out = n_out};
-        const float *logits;
-        st_status st = st_runner_eval(sl->runner, &b, &logits, err);
+        st_runner_output o;
+        st_status st = st_runner_eval_out(sl->runner, &b, &o, err);
         if (st != ST_OK) return st;
     }
     return ST_OK;
@@ -78,8 +82,8 @@ static st_status decode(const bb_slot *sl, const bb_work *w, const bb_case *k, s
         }
         const st_batch b = {.n_tokens = k->b, .tokens = w->tokens, .pos = w->pos, .seq = w->seq, .n_single = k->b,
                             .block_table = w->table, .n_seq = (int32_t)k->b, .max_blocks = w->max_blocks};
-        const float *logits;
-        st_status st = st_runner_eval(sl->runner, &b, &logits, err);
+        st_runner_output o;
+        st_status st = st_runner_eval_out(sl->runner, &b, &o, err);
         if (st != ST_OK) return st;
     }
     return ST_OK;
@@ -186,7 +190,10 @@ st_status bb_run_model(bb_results *r, int im, st_backend *be, const cli_model_se
             s = work_init(&w, r, im, sl->model->hp.n_vocab, err);
         }
         if (s == ST_OK) s = st_kv_pool_init(sl->model, n_blocks, setup->kv_type, &sl->pool, err);
-        const st_runner_options ro = {.max_tokens = w.U, .max_seqs = w.max_b, .max_blocks = w.max_blocks};
+        st_runner_options ro = {.max_tokens = w.U, .max_seqs = w.max_b, .max_blocks = w.max_blocks};
+        if (s == ST_OK && !r->all_logits)
+            ro.n_candidates = sl->model->hp.n_vocab < ST_ENGINE_CANDIDATES ? (int32_t)sl->model->hp.n_vocab
+                                                                           : ST_ENGINE_CANDIDATES;
         if (s == ST_OK) s = st_runner_init(sl->model, sl->pool, &ro, &sl->runner, err);
     }
     int64_t n_runs = 0;

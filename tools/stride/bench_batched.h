@@ -1,8 +1,9 @@
 /* stride bench -np: batched throughput in llama-batched-bench's form. B sequences of PP
  * prompt tokens each are prefilled together, then decoded together for TG steps of B
- * tokens; the report gives llama-batched-bench's columns (PP, TG, B, N_KV, T_PP s,
- * S_PP t/s, T_TG s, S_TG t/s, T s, S t/s) per model, --pad-weights value and case, and
- * the roofline of the decode steps next to S_TG. The measuring loop is bench_batched.c,
+ * tokens (their logits as the engine samples them, or all of them: --logits); the report
+ * gives llama-batched-bench's columns (PP, TG, B, N_KV, T_PP s, S_PP t/s, T_TG s, S_TG
+ * t/s, T s, S t/s) per model, --pad-weights value and case, and the roofline of the
+ * decode steps next to S_TG. The measuring loop is bench_batched.c,
  * the roofline and the reports bench_batched_report.c. */
 #ifndef STRIDE_TOOL_BENCH_BATCHED_H
 #define STRIDE_TOOL_BENCH_BATCHED_H
@@ -34,6 +35,7 @@ typedef struct bb_results {
     int n_cases;
     int reps;
     int64_t n_ubatch;   /* tokens of one forward pass of the prefill */
+    bool all_logits;    /* every logit of a step to the host, not each row's candidates */
     const char *backend;
     int threads;
     const char *kv_type;

@@ -167,9 +167,13 @@ void bb_report_md(FILE *out, const bb_results *r) {
             "S_TG roofline: a decode step reads the weights once (an untied token embedding not; MoE: the experts "
             "B tokens are expected to touch) and every sequence's keys and values, at %.1f TB/s, or computes its "
             "FLOPs at %.0f TFLOP/s, whichever takes longer (an H200's ceilings).\n"
+            "Logits: %s.\n"
             "device: %s; stride %s%s%s; %s; kv %s\n",
-            r->reps, (long long)r->n_ubatch, BENCH_ROOF_BYTES_PER_S / 1e12, BENCH_ROOF_FLOPS_PER_S / 1e12, r->device.name,
-            STRIDE_VERSION_STRING, commit ? " " : "", commit ? commit : "", r->date, r->kv_type);
+            r->reps, (long long)r->n_ubatch, BENCH_ROOF_BYTES_PER_S / 1e12, BENCH_ROOF_FLOPS_PER_S / 1e12,
+            r->all_logits ? "every logit of every sequence to the host (--logits all)"
+                          : "each sequence's largest logits and its log-sum-exp to the host, picked on the device, "
+                            "as the engine samples (--logits top)",
+            r->device.name, STRIDE_VERSION_STRING, commit ? " " : "", commit ? commit : "", r->date, r->kv_type);
 }
 
 /* ---- CSV -------------------------------------------------------------------------------- */
@@ -185,18 +189,18 @@ static void csv_rows(FILE *out, const bb_results *r, const bb_view *v) {
         fprintf(out, ",%s,%d,%d,%d,", r->backend, r->device.driver_version, r->device.runtime_version, r->threads);
         bench_csv_field(out, r->models[v->im]);
         fprintf(out,
-                ",%s,%" PRIu64 ",%s,%s,%lld,%lld,%lld,%lld,%lld,%s,%s,%" PRIu64 ",%d,%.9f,%.6f,%.9f,%.6f,%.9f,%.6f,"
-                "%.9f,%.3f,%lld\n",
+                ",%s,%" PRIu64 ",%s,%s,%lld,%lld,%lld,%lld,%lld,%s,%s,%s,%" PRIu64 ",%d,%.9f,%.6f,%.9f,%.6f,%.9f,"
+                "%.6f,%.9f,%.3f,%lld\n",
                 v->l->arch, v->l->weights_bytes, v->l->policy, v->l->pad_enabled ? "true" : "false",
                 (long long)v->k->pp, (long long)v->k->tg, (long long)v->k->b, (long long)v->n_kv,
-                (long long)r->n_ubatch, r->kv_type, r->weights, r->seed, i, v->t_pp[i], v->s_pp[i], v->t_tg[i],
-                v->s_tg[i], v->t_pp[i] + v->t_tg[i], v->s[i], v->wall[i], v->roof, (long long)v->order[i]);
+                (long long)r->n_ubatch, r->all_logits ? "all" : "top", r->kv_type, r->weights, r->seed, i, v->t_pp[i],
+                v->s_pp[i], v->t_tg[i], v->s_tg[i], v->t_pp[i] + v->t_tg[i], v->s[i], v->wall[i], v->roof, (long long)v->order[i]);
     }
 }
 
 void bb_report_csv(FILE *out, const bb_results *r) {
     fprintf(out, "stride_version,commit,date,device,backend,driver_version,runtime_version,threads,model_file,arch,"
-                 "model_size,pad_weights,pad_enabled,pp,tg,b,n_kv,n_ubatch,kv_type,weights,seed,rep,t_pp,s_pp,t_tg,"
+                 "model_size,pad_weights,pad_enabled,pp,tg,b,n_kv,n_ubatch,logits,kv_type,weights,seed,rep,t_pp,s_pp,t_tg,"
                  "s_tg,t,s,wall_seconds,s_tg_roofline,run_order\n");
     for_each(out, r, csv_rows);
 }
@@ -250,10 +254,11 @@ void bb_report_json(FILE *out, const bb_results *r) {
         fprintf(out, "%s{\"pp\": %lld, \"tg\": %lld, \"b\": %lld}", ic ? ", " : "", (long long)r->cases[ic].pp,
                 (long long)r->cases[ic].tg, (long long)r->cases[ic].b);
     fprintf(out,
-            "], \"repetitions\": %d, \"n_ubatch\": %lld, \"backend\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", "
-            "\"weights\": \"%s\", \"seed\": %" PRIu64 ", \"warmup_runs\": 1, \"interleaved\": true, "
+            "], \"repetitions\": %d, \"n_ubatch\": %lld, \"logits\": \"%s\", \"backend\": \"%s\", \"threads\": %d, "
+            "\"kv_type\": \"%s\", \"weights\": \"%s\", \"seed\": %" PRIu64 ", \"warmup_runs\": 1, \"interleaved\": true, "
             "\"clock\": \"%s\", \"roofline\": {\"bytes_per_s\": %.4g, \"flops_per_s\": %.4g}},\n",
-            r->reps, (long long)r->n_ubatch, r->backend, r->threads, r->kv_type, r->weights, r->seed,
+            r->reps, (long long)r->n_ubatch, r->all_logits ? "all" : "top", r->backend, r->threads, r->kv_type,
+            r->weights, r->seed,
             r->device.backend == ST_BACKEND_CUDA ? "backend timer (CUDA events)" : "backend timer (host clock)",
             BENCH_ROOF_BYTES_PER_S, BENCH_ROOF_FLOPS_PER_S);
     fprintf(out, "  \"results\": [");

@@ -85,6 +85,10 @@ static void usage(FILE *out) {
             "  -np LIST                 parallel sequences B (turns the batched mode on)\n"
             "  -npp LIST                prompt tokens of each sequence (default 128)\n"
             "  -ntg LIST                generated tokens of each sequence (default 128)\n"
+            "  --logits top|all         how a step's logits come back: top, each sequence's 64 largest\n"
+            "                           and its log-sum-exp, picked on the device (the engine's and the\n"
+            "                           server's sampling); all, every logit to the host (as\n"
+            "                           llama-batched-bench). Default: top on a GPU, all on the CPU\n"
             "  --kv-type f16|f32        KV cache type (default f16)\n"
             "  --backend cpu|cuda       (default: cuda when a GPU is present, else cpu)\n"
             "  --exact                  the CPU reference ops instead of the fast path\n"
@@ -164,7 +168,7 @@ static char *join_command(int argc, char **argv) {
 
 typedef struct bench_flags {
     const char *p, *n, *d, *r, *b, *ub, *ttft, *ttft_depth, *pad, *o, *oe, *seed, *chart;
-    const char *np, *npp, *ntg; /* the batched mode (-np) */
+    const char *np, *npp, *ntg, *logits; /* the batched mode (-np) */
     bool compare, profile;
     const char *single;         /* a flag of the single-sequence tests, when one was given */
 } bench_flags;
@@ -326,6 +330,8 @@ static int bench_batched(const bench_flags *f, const bench_results *r, char **mo
         return cli_usage_error(CMD, "-ntg: '%s' is not a comma-separated list of distinct token counts (1..%u)",
                                f->ntg, 1u << 20);
     if (r->n_ubatches != 1) return cli_usage_error(CMD, "-ub: the batched mode takes one value");
+    if (f->logits && strcmp(f->logits, "top") != 0 && strcmp(f->logits, "all") != 0)
+        return cli_usage_error(CMD, "--logits: '%s' is neither top nor all", f->logits);
     bb_report_fn report = bb_report_by_name(f->o), report_err = f->oe ? bb_report_by_name(f->oe) : NULL;
     bb_results b = {.models = (const char **)models, .n_models = n_models, .policies = (const char **)policy_names,
                     .n_policies = n_policies, .reps = r->reps, .n_ubatch = r->ubatches[0], .seed = r->seed,
@@ -372,6 +378,7 @@ static int bench_batched(const bench_flags *f, const bench_results *r, char **mo
     b.backend = st_backend_name(setup->backend);
     b.threads = setup->backend == ST_BACKEND_CPU ? st_cpu_get_threads() : 0;
     b.kv_type = st_type_name(setup->kv_type);
+    b.all_logits = f->logits ? strcmp(f->logits, "all") == 0 : setup->backend == ST_BACKEND_CPU;
     b.weights = setup->load.weights_type == ST_TYPE_COUNT ? "as stored" : st_type_name(setup->load.weights_type);
     const bool tty = isatty(STDERR_FILENO) == 1;
     for (int im = 0; im < n_models; im++)
@@ -461,6 +468,7 @@ int st_cmd_bench(int argc, char **argv) {
                    cli_take_value(argc, argv, &i, "-np", &f.np, &missing) ||
                    cli_take_value(argc, argv, &i, "-npp", &f.npp, &missing) ||
                    cli_take_value(argc, argv, &i, "-ntg", &f.ntg, &missing) ||
+                   cli_take_value(argc, argv, &i, "--logits", &f.logits, &missing) ||
                    cli_take_value(argc, argv, &i, "--pad-weights", &f.pad, &missing) ||
                    cli_take_value(argc, argv, &i, "-o", &f.o, &missing) ||
                    cli_take_value(argc, argv, &i, "--output", &f.o, &missing) ||
@@ -520,8 +528,9 @@ int st_cmd_bench(int argc, char **argv) {
         rc = cli_usage_error(CMD, "%s is a flag of the single-sequence tests, not of the batched mode (-np)", f.single);
         goto done;
     }
-    if (!f.np && (f.npp || f.ntg)) {
-        rc = cli_usage_error(CMD, "%s needs -np (the parallel sequences of the batched mode)", f.npp ? "-npp" : "-ntg");
+    if (!f.np && (f.npp || f.ntg || f.logits)) {
+        rc = cli_usage_error(CMD, "%s needs -np (the parallel sequences of the batched mode)",
+                             f.npp ? "-npp" : f.ntg ? "-ntg" : "--logits");
         goto done;
     }
     if (!f.np && (rc = build_tests(&f, &r)) != ST_EXIT_OK) goto done;
