@@ -2,21 +2,33 @@
 // batch's sampler needs k candidates a row on the host instead of the vocabulary.
 //
 //   logits F32 [V, n];  ids I32 [k, n] packed;  vals F32 [k + 1, n] (host memory of
-//   host_alloc's works: the block writes it directly)
+//   host_alloc's works: the last level writes it directly)
 //
-// A block a row. The row's max, then its sum of exp(x - max) (each thread in double, the
-// block tree in double), then a radix select of the k-th largest value: floats mapped to
-// keys whose unsigned order is the floats' order, 8 bits a pass from the top, each pass a
-// shared histogram of the keys that share the prefix found so far; then every key at or
-// above it is gathered (up to TOPK_CAP; more only for more than TOPK_CAP exact ties of the
-// k-th value, which a single thread then takes in id order), sorted (bitonic, descending
-// value, ascending id: the CPU's order) and the first k written.
+// Levels of tiles. A row is cut into tiles of TOPK_TILE logits, a block a (row, tile): it
+// holds the tile in registers (TOPK_PER_THREAD a thread), takes the tile's max and its sum
+// of exp(x - max) (in double) and keeps the tile's k best in the CPU's order (descending
+// value, ascending id among equal values). A row's k best are among its tiles' k best, so
+// the next level does the same over the tiles' candidates ((key, id) pairs, k a tile) until
+// one tile holds them all; that last level sorts its k best and writes ids, values (copies
+// of the logits) and the log-sum-exp (the tiles' maxima and sums combined in double).
+// V = 128256, k = 64: 32 tiles, then one of 2048 candidates; V <= TOPK_TILE: one level.
 //
-// Bytes: the row read 7 times (mostly from L2 for rows that fit). FLOPs: negligible.
+// A tile's k-th largest key is found bit by bit from the top, each bit one block count of
+// the keys at or above a threshold (no atomics, no histogram, the same work whatever the
+// values); ties of it are cut at the id found the same way, so that exactly k are kept.
+//
+// Bytes: the logits read once; 8 B a candidate written and read once a level. Scratch
+// (st_cuda_scratch): the tiles' statistics and candidates of the first two levels.
+#include <limits.h>
+
 #include "cuda/cuda_common.cuh"
 
-#define TOPK_THREADS 512
-#define TOPK_CAP 2048 // candidates sorted in shared memory (a power of two)
+#define TOPK_THREADS 256
+#define TOPK_PER_THREAD 16
+#define TOPK_TILE (TOPK_THREADS * TOPK_PER_THREAD) // 4096 entries a block
+#define TOPK_WARPS (TOPK_THREADS / ST_GPU_WARP_SIZE)
+#define TOPK_MAX_K 256 // ST_RUNNER_MAX_CANDIDATES; a level shrinks its input TOPK_TILE / k >= 16 times
+#define TOPK_MAX_LEVELS 8
 
 // The order-preserving key of a float: larger float, larger unsigned key (NaN above +inf).
 __device__ __forceinline__ uint32_t topk_key(float x) {
@@ -29,6 +41,23 @@ __device__ __forceinline__ bool topk_before(uint32_t ka, int32_t ia, uint32_t kb
     return ka > kb || (ka == kb && ia < ib);
 }
 
+// The block's sum of an int, in every thread, behind one barrier: red holds two rounds of
+// the warps' sums and *round flips each call, so a round's slots are rewritten only after
+// the next call's barrier, which every thread passes after reading them.
+__device__ __forceinline__ int topk_block_count(int v, int *red, int *round) {
+#pragma unroll
+    for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) v += st_gpu_shfl_xor(v, off);
+    int *r = red + *round * TOPK_WARPS;
+    *round ^= 1;
+    if (threadIdx.x % ST_GPU_WARP_SIZE == 0) r[threadIdx.x / ST_GPU_WARP_SIZE] = v;
+    __syncthreads();
+    int s = 0;
+#pragma unroll
+    for (int w = 0; w < TOPK_WARPS; w++) s += r[w];
+    return s;
+}
+
+// The block's max (is_max) or sum of v, in every thread.
 template <typename T> __device__ __forceinline__ T topk_block_reduce(T v, T *shared, bool is_max) {
     const int lane = threadIdx.x % ST_GPU_WARP_SIZE, warp = threadIdx.x / ST_GPU_WARP_SIZE;
 #pragma unroll
@@ -40,125 +69,164 @@ template <typename T> __device__ __forceinline__ T topk_block_reduce(T v, T *sha
     if (lane == 0) shared[warp] = v;
     __syncthreads();
     T r = shared[0];
-    for (int w = 1; w < TOPK_THREADS / ST_GPU_WARP_SIZE; w++) r = is_max ? (shared[w] > r ? shared[w] : r) : r + shared[w];
+    for (int w = 1; w < TOPK_WARPS; w++) r = is_max ? (shared[w] > r ? shared[w] : r) : r + shared[w];
     return r;
 }
 
-__global__ void __launch_bounds__(TOPK_THREADS)
-    top_k_logits_kernel(st_cuda_view logits, int k, int32_t *__restrict__ ids, st_cuda_view vals) {
-    __shared__ unsigned int hist[256];
-    __shared__ uint32_t c_key[TOPK_CAP];
-    __shared__ int32_t c_id[TOPK_CAP];
-    __shared__ double red_d[TOPK_THREADS / ST_GPU_WARP_SIZE];
-    __shared__ float red_f[TOPK_THREADS / ST_GPU_WARP_SIZE];
-    __shared__ uint32_t s_digit;
-    __shared__ int s_remaining, s_count;
-    const int64_t V = logits.ne0, r = blockIdx.x;
-    const float *x = (const float *)(logits.data + r * logits.nb1);
-    const int tid = threadIdx.x;
+struct topk_shared {
+    uint32_t key[TOPK_MAX_K]; // the tile's best, then (last level) sorted
+    int32_t id[TOPK_MAX_K];
+    int red[2 * TOPK_WARPS];
+    double red_d[TOPK_WARPS];
+    float red_f[TOPK_WARPS];
+    int n;
+};
 
-    // the log-sum-exp, max-subtracted
-    float mx = -INFINITY;
-    for (int64_t t = tid; t < V; t += TOPK_THREADS) mx = fmaxf(mx, x[t]);
-    mx = topk_block_reduce<float>(mx, red_f, true);
-    double sum = 0.0;
-    for (int64_t t = tid; t < V; t += TOPK_THREADS) sum += (double)expf(x[t] - mx);
-    sum = topk_block_reduce<double>(sum, red_d, false);
-    const float lse = (float)((double)mx + log(sum));
-
-    // the k-th largest key, 8 bits a pass
-    uint32_t prefix = 0, mask = 0;
-    int remaining = k;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = tid; i < 256; i += TOPK_THREADS) hist[i] = 0;
-        __syncthreads();
-        for (int64_t t = tid; t < V; t += TOPK_THREADS) {
-            const uint32_t key = topk_key(x[t]);
-            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+// The tile's k best slots (id < 0: an empty slot) into sh->key/id [k], in no order; when the
+// tile holds fewer than k entries, empty ones (key 0, id -1) fill the rest.
+__device__ __forceinline__ void topk_tile_select(const uint32_t (&key)[TOPK_PER_THREAD], const int32_t (&id)[TOPK_PER_THREAD], int k,
+                                 topk_shared *sh) {
+    int round = 0, c = 0;
+#pragma unroll
+    for (int i = 0; i < TOPK_PER_THREAD; i++) c += id[i] >= 0;
+    const int n_valid = topk_block_count(c, sh->red, &round);
+    uint32_t kth = 0;        // keep keys above kth ...
+    int32_t last_id = INT_MAX; // ... and keys equal to it with ids up to last_id
+    if (n_valid > k) {
+        // the largest kth with at least k keys at or above it
+        for (int bit = 31; bit >= 0; bit--) {
+            const uint32_t t = kth | (1u << bit);
+            c = 0;
+#pragma unroll
+            for (int i = 0; i < TOPK_PER_THREAD; i++) c += id[i] >= 0 && key[i] >= t;
+            if (topk_block_count(c, sh->red, &round) >= k) kth = t;
         }
-        __syncthreads();
-        if (tid == 0) {
-            int cum = 0;
-            for (int d = 255; d >= 0; d--) {
-                const int h = (int)hist[d];
-                if (cum + h >= remaining) {
-                    s_digit = (uint32_t)d;
-                    s_remaining = remaining - cum;
-                    break;
-                }
-                cum += h;
+        int gt = 0, eq = 0;
+#pragma unroll
+        for (int i = 0; i < TOPK_PER_THREAD; i++) {
+            gt += id[i] >= 0 && key[i] > kth;
+            eq += id[i] >= 0 && key[i] == kth;
+        }
+        const int want = k - topk_block_count(gt, sh->red, &round); // ties kept: 1..n_eq
+        if (topk_block_count(eq, sh->red, &round) > want) {
+            // the largest last_id with fewer than `want` tie ids below it: ids are distinct,
+            // so exactly `want` of them are at or below it
+            last_id = 0;
+            for (int bit = 30; bit >= 0; bit--) {
+                const int32_t t = last_id | (1 << bit);
+                c = 0;
+#pragma unroll
+                for (int i = 0; i < TOPK_PER_THREAD; i++) c += id[i] >= 0 && key[i] == kth && id[i] < t;
+                if (topk_block_count(c, sh->red, &round) < want) last_id = t;
             }
         }
-        __syncthreads();
-        prefix |= s_digit << shift;
-        mask |= 255u << shift;
-        remaining = s_remaining;
     }
-    const uint32_t kth = prefix; // `remaining` of the keys equal to it belong to the top k
+    if (threadIdx.x == 0) sh->n = 0;
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < TOPK_PER_THREAD; i++)
+        if (id[i] >= 0 && (key[i] > kth || (key[i] == kth && id[i] <= last_id))) {
+            const int j = atomicAdd(&sh->n, 1);
+            sh->key[j] = key[i], sh->id[j] = id[i];
+        }
+    __syncthreads();
+    for (int j = sh->n + (int)threadIdx.x; j < k; j += TOPK_THREADS) sh->key[j] = 0, sh->id[j] = -1;
+    __syncthreads();
+}
 
-    // every key at or above it (all of them unless there are more than TOPK_CAP ties)
-    if (tid == 0) s_count = 0;
-    __syncthreads();
-    for (int64_t t = tid; t < V; t += TOPK_THREADS) {
-        const uint32_t key = topk_key(x[t]);
-        if (key >= kth) {
-            const int i = atomicAdd(&s_count, 1);
-            if (i < TOPK_CAP) c_key[i] = key, c_id[i] = (int32_t)t;
-        }
-    }
-    __syncthreads();
-    int n = s_count;
-    if (n > TOPK_CAP) { // too many ties: the greater ones, then the ties in id order
-        __syncthreads();
-        if (tid == 0) s_count = 0;
-        __syncthreads();
-        for (int64_t t = tid; t < V; t += TOPK_THREADS) {
-            const uint32_t key = topk_key(x[t]);
-            if (key > kth) {
-                const int i = atomicAdd(&s_count, 1);
-                c_key[i] = key, c_id[i] = (int32_t)t;
-            }
-        }
-        __syncthreads();
-        if (tid == 0) {
-            int i = s_count;
-            for (int64_t t = 0; t < V && i < k; t++)
-                if (topk_key(x[t]) == kth) c_key[i] = kth, c_id[i++] = (int32_t)t;
-            s_count = i;
-        }
-        __syncthreads();
-        n = s_count;
-    }
-    // bitonic sort of the first P >= n entries (padding sorts last)
+// sh->key/id [k] sorted in place (bitonic over the next power of two; k <= TOPK_MAX_K).
+__device__ void topk_sort(int k, topk_shared *sh) {
     int P = 1;
-    while (P < n) P <<= 1;
-    for (int i = n + tid; i < P; i += TOPK_THREADS) c_key[i] = 0, c_id[i] = INT_MAX;
+    while (P < k) P <<= 1;
+    for (int i = k + (int)threadIdx.x; i < P; i += TOPK_THREADS) sh->key[i] = 0, sh->id[i] = INT_MAX;
     __syncthreads();
     for (int size = 2; size <= P; size <<= 1) {
         for (int stride = size / 2; stride > 0; stride >>= 1) {
-            for (int i = tid; i < P; i += TOPK_THREADS) {
+            for (int i = threadIdx.x; i < P; i += TOPK_THREADS) {
                 const int j = i ^ stride;
                 if (j > i) {
                     const bool up = (i & size) == 0; // this half sorts in "before" order
-                    const bool swap = up ? topk_before(c_key[j], c_id[j], c_key[i], c_id[i])
-                                         : topk_before(c_key[i], c_id[i], c_key[j], c_id[j]);
+                    const bool swap = up ? topk_before(sh->key[j], sh->id[j], sh->key[i], sh->id[i])
+                                         : topk_before(sh->key[i], sh->id[i], sh->key[j], sh->id[j]);
                     if (swap) {
-                        const uint32_t tk = c_key[i];
-                        const int32_t ti = c_id[i];
-                        c_key[i] = c_key[j], c_id[i] = c_id[j];
-                        c_key[j] = tk, c_id[j] = ti;
+                        const uint32_t tk = sh->key[i];
+                        const int32_t ti = sh->id[i];
+                        sh->key[i] = sh->key[j], sh->id[i] = sh->id[j];
+                        sh->key[j] = tk, sh->id[j] = ti;
                     }
                 }
             }
             __syncthreads();
         }
     }
-    float *v = (float *)(vals.data + r * vals.nb1);
-    for (int i = tid; i < k; i += TOPK_THREADS) {
-        ids[r * k + i] = c_id[i];
-        v[i] = x[c_id[i]];
+}
+
+// One level, a block a (row, tile): FROM_LOGITS reads the tile from the logits and takes its
+// statistics (to stats [n_tiles, n] (max, sum of exp(x - max)), or straight to the log-sum-exp
+// when the row is one tile); otherwise it reads candidates in [n_in, n]. LAST (one tile a
+// row) sorts the k best and writes ids [k, n] and vals [k + 1, n]; otherwise the k best go
+// to out [k * n_tiles, n].
+template <bool FROM_LOGITS, bool LAST>
+__global__ void __launch_bounds__(TOPK_THREADS)
+    top_k_level_kernel(st_cuda_view logits, const uint2 *__restrict__ in, int64_t n_in, int k, double2 *stats,
+                       int n_stats, uint2 *__restrict__ out, int32_t *__restrict__ ids, st_cuda_view vals) {
+    __shared__ topk_shared sh;
+    const int64_t row = blockIdx.x, tile = blockIdx.y, n_tiles = gridDim.y;
+    const int64_t base = tile * TOPK_TILE + threadIdx.x;
+    const float *x = (const float *)(logits.data + row * logits.nb1);
+    uint32_t key[TOPK_PER_THREAD];
+    int32_t id[TOPK_PER_THREAD];
+    float lse = 0.0f;
+    if (FROM_LOGITS) {
+        float v[TOPK_PER_THREAD], mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < TOPK_PER_THREAD; i++) {
+            const int64_t t = base + i * TOPK_THREADS;
+            v[i] = t < n_in ? x[t] : -INFINITY;
+            id[i] = t < n_in ? (int32_t)t : -1;
+            mx = fmaxf(mx, v[i]);
+        }
+        mx = topk_block_reduce<float>(mx, sh.red_f, true);
+        double sum = 0.0;
+#pragma unroll
+        for (int i = 0; i < TOPK_PER_THREAD; i++) {
+            if (id[i] >= 0) sum += (double)expf(v[i] - mx);
+            key[i] = topk_key(v[i]);
+        }
+        sum = topk_block_reduce<double>(sum, sh.red_d, false);
+        if (LAST) lse = (float)((double)mx + log(sum));
+        else if (threadIdx.x == 0) stats[row * n_tiles + tile] = make_double2((double)mx, sum);
+    } else {
+        const uint2 *p = in + row * n_in;
+#pragma unroll
+        for (int i = 0; i < TOPK_PER_THREAD; i++) {
+            const int64_t t = base + i * TOPK_THREADS;
+            const uint2 e = t < n_in ? p[t] : make_uint2(0u, 0xffffffffu);
+            key[i] = e.x, id[i] = (int32_t)e.y;
+        }
+        if (LAST) { // the row's tiles' statistics combined
+            const double2 *s = stats + row * n_stats;
+            double mx = -INFINITY, sum = 0.0;
+            for (int i = threadIdx.x; i < n_stats; i += TOPK_THREADS) mx = fmax(mx, s[i].x);
+            mx = topk_block_reduce<double>(mx, sh.red_d, true);
+            for (int i = threadIdx.x; i < n_stats; i += TOPK_THREADS) sum += s[i].y * exp(s[i].x - mx);
+            sum = topk_block_reduce<double>(sum, sh.red_d, false);
+            lse = (float)(mx + log(sum));
+        }
     }
-    if (tid == 0) v[k] = lse;
+    topk_tile_select(key, id, k, &sh);
+    if (!LAST) {
+        uint2 *o = out + (row * n_tiles + tile) * k;
+        for (int j = threadIdx.x; j < k; j += TOPK_THREADS) o[j] = make_uint2(sh.key[j], (uint32_t)sh.id[j]);
+        return;
+    }
+    topk_sort(k, &sh);
+    float *v = (float *)(vals.data + row * vals.nb1);
+    for (int j = threadIdx.x; j < k; j += TOPK_THREADS) {
+        ids[row * k + j] = sh.id[j];
+        v[j] = x[sh.id[j]];
+    }
+    if (threadIdx.x == 0) v[k] = lse;
 }
 
 st_status st_cuda_top_k(st_backend *b, st_tensor *ids, st_tensor *vals, const st_tensor *logits, int32_t k,
@@ -166,12 +234,48 @@ st_status st_cuda_top_k(st_backend *b, st_tensor *ids, st_tensor *vals, const st
     st_cuda_ctx *c = cuda_ctx(b);
     const int64_t V = logits->ne[0], n = logits->ne[1];
     ST_ASSERT(cuda_is_f32_rows(logits) && cuda_is_f32_rows(vals) && logits->ne[2] == 1 && logits->ne[3] == 1);
-    ST_ASSERT(k >= 1 && k <= V && k <= TOPK_CAP && vals->ne[0] == k + 1 && vals->ne[1] == n);
+    ST_ASSERT(k >= 1 && k <= V && k <= TOPK_MAX_K && vals->ne[0] == k + 1 && vals->ne[1] == n);
     ST_ASSERT(cuda_is_i32_index(ids) && ids->ne[0] == k && ids->nb[1] == (size_t)k * sizeof(int32_t));
     ST_ASSERT(V <= INT32_MAX && n <= INT32_MAX);
     if (n == 0) return ST_OK;
-    top_k_logits_kernel<<<(unsigned int)n, TOPK_THREADS, 0, c->stream>>>(cuda_view(logits), k, (int32_t *)ids->data,
-                                                                        cuda_view(vals));
+    // the inputs of each level: V logits, then k candidates a tile of the level before
+    int64_t n_in[TOPK_MAX_LEVELS], tiles[TOPK_MAX_LEVELS];
+    int levels = 0;
+    for (int64_t m = V;; m = tiles[levels - 1] * k) {
+        ST_ASSERT(levels < TOPK_MAX_LEVELS);
+        n_in[levels] = m;
+        tiles[levels] = (m + TOPK_TILE - 1) / TOPK_TILE;
+        ST_ASSERT(tiles[levels] <= 65535); // gridDim.y
+        levels++;
+        if (tiles[levels - 1] == 1) break;
+    }
+    const st_cuda_view lv = cuda_view(logits), vv = cuda_view(vals);
+    int32_t *id_out = (int32_t *)ids->data;
+    if (levels == 1) {
+        top_k_level_kernel<true, true><<<dim3((unsigned int)n, 1), TOPK_THREADS, 0, c->stream>>>(
+            lv, NULL, V, k, NULL, 0, NULL, id_out, vv);
+        ST_GPU_CHECK_LAUNCH();
+        return ST_OK;
+    }
+    // scratch: stats [tiles0, n], then candidates of even levels at a, of odd ones at bb
+    const size_t stats_bytes = (size_t)(tiles[0] * n) * sizeof(double2);
+    const size_t a_bytes = (size_t)(tiles[0] * k * n) * sizeof(uint2);
+    const size_t b_bytes = levels > 2 ? (size_t)(tiles[1] * k * n) * sizeof(uint2) : 0;
+    char *scratch = NULL;
+    st_status s = st_cuda_scratch(c, stats_bytes + a_bytes + b_bytes, (void **)&scratch, err);
+    if (s != ST_OK) return s;
+    double2 *stats = (double2 *)scratch;
+    uint2 *buf[2] = {(uint2 *)(scratch + stats_bytes), (uint2 *)(scratch + stats_bytes + a_bytes)};
+    top_k_level_kernel<true, false><<<dim3((unsigned int)n, (unsigned int)tiles[0]), TOPK_THREADS, 0, c->stream>>>(
+        lv, NULL, V, k, stats, 0, buf[0], NULL, vv);
+    ST_GPU_CHECK_LAUNCH();
+    for (int l = 1; l < levels - 1; l++) {
+        top_k_level_kernel<false, false><<<dim3((unsigned int)n, (unsigned int)tiles[l]), TOPK_THREADS, 0, c->stream>>>(
+            lv, buf[(l - 1) & 1], n_in[l], k, NULL, 0, buf[l & 1], NULL, vv);
+        ST_GPU_CHECK_LAUNCH();
+    }
+    top_k_level_kernel<false, true><<<dim3((unsigned int)n, 1), TOPK_THREADS, 0, c->stream>>>(
+        lv, buf[(levels - 2) & 1], n_in[levels - 1], k, stats, (int)tiles[0], NULL, id_out, vv);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }

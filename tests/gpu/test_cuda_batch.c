@@ -430,7 +430,10 @@ static void run_all(void) {
     test_top_k(262144, 2, 256, false);
     test_top_k(5003, 4, 64, true);
     test_top_k(5003, 2, 1, true);
-    test_top_k(20000, 2, 32, true); /* more ties of the k-th value than the kernel gathers */
+    test_top_k(20000, 2, 32, true);      /* thousands of ties of the k-th value in every tile */
+    test_top_k(4096 + 10, 3, 64, false); /* a last tile of fewer entries than k */
+    test_top_k(128256, 130, 64, false);  /* the engine's decode step at B = 130 */
+    test_top_k(262144 + 7, 1, 256, true); /* three levels of tiles, ties */
     const char *const presets[] = {"tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-phi3", "tiny-olmoe"};
     for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) test_runner(presets[i]);
 }
