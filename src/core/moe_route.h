@@ -33,10 +33,8 @@ static inline ST_HOST_DEVICE bool st_moe_route_before(float a, int64_t ia, float
     return a > b || (a == b && ia < ib);
 }
 
-static inline ST_HOST_DEVICE void st_moe_route_token(const float *l, int64_t n_expert, int32_t k,
-                                                     bool softmax_first, bool normalize, int32_t *id,
-                                                     float *wt) {
-    /* The j-th pick is the best expert ranked after the (j-1)-th: no scratch needed. */
+/* The k picks: the j-th is the best expert ranked after the (j-1)-th (no scratch needed). */
+static inline ST_HOST_DEVICE void st_moe_route_pick(const float *l, int64_t n_expert, int32_t k, int32_t *id) {
     for (int32_t j = 0; j < k; j++) {
         int64_t best = -1;
         for (int64_t e = 0; e < n_expert; e++) {
@@ -45,6 +43,13 @@ static inline ST_HOST_DEVICE void st_moe_route_token(const float *l, int64_t n_e
         }
         id[j] = (int32_t)best; /* found: the order is total and k <= n_expert */
     }
+}
+
+/* The weights of the k picks id [k] (in decreasing order of logit, as st_moe_route_pick
+ * leaves them). A kernel that picks another way calls this for the same bits. */
+static inline ST_HOST_DEVICE void st_moe_route_weights(const float *l, int64_t n_expert, int32_t k,
+                                                       bool softmax_first, bool normalize, const int32_t *id,
+                                                       float *wt) {
     const float top = l[id[0]];
     double denom = 0.0;
     if (softmax_first) {
@@ -60,6 +65,13 @@ static inline ST_HOST_DEVICE void st_moe_route_token(const float *l, int64_t n_e
     if (normalize) {
         for (int32_t j = 0; j < k; j++) wt[j] = (float)((double)wt[j] / sum);
     }
+}
+
+static inline ST_HOST_DEVICE void st_moe_route_token(const float *l, int64_t n_expert, int32_t k,
+                                                     bool softmax_first, bool normalize, int32_t *id,
+                                                     float *wt) {
+    st_moe_route_pick(l, n_expert, k, id);
+    st_moe_route_weights(l, n_expert, k, softmax_first, normalize, id, wt);
 }
 
 #endif /* STRIDE_CORE_MOE_ROUTE_H */

@@ -254,16 +254,44 @@ st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, 
 
 // ---- top-k routing --------------------------------------------------------------------------
 
-// One thread per token running the routing the CPU runs (core/moe_route.h).
-__global__ void topk_route_f32(char *__restrict__ ids, int64_t ids_nb1, st_cuda_view wts, st_cuda_view logits,
-                               int32_t k, bool softmax_first, bool normalize) {
+#define ROUTE_WARPS 4
+
+// One warp a token, lane l holding experts l, l + 32, ...: each of the k picks is the warp's
+// best in st_moe_route_before's total order among the experts ranked after the previous
+// pick (each lane's best, then a butterfly of (value, index) pairs: a total order's maximum,
+// the same in every lane), which is the CPU's j-th pick; then lane 0 weighs the picks as the
+// CPU does (st_moe_route_weights: the same sums in the same order, the same bits). A pick
+// costs one pass over the logits across the warp instead of one thread's pass over all E.
+__global__ void __launch_bounds__(ROUTE_WARPS *ST_GPU_WARP_SIZE)
+    topk_route_f32(char *__restrict__ ids, int64_t ids_nb1, st_cuda_view wts, st_cuda_view logits, int32_t k,
+                   bool softmax_first, bool normalize) {
     const int64_t E = logits.ne0, M = logits.ne1;
-    for (int64_t m = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; m < M; m += (int64_t)gridDim.x * blockDim.x) {
-        const float *l = (const float *)(logits.data + m * logits.nb1); /* [E] */
-        int32_t *id = (int32_t *)(ids + m * ids_nb1);                   /* [k] */
-        float *wt = (float *)(wts.data + m * wts.nb1);                   /* [k] */
-        st_moe_route_token(l, E, k, softmax_first, normalize, id, wt);
+    const int lane = threadIdx.x % ST_GPU_WARP_SIZE;
+    const int64_t m = (int64_t)blockIdx.x * ROUTE_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
+    if (m >= M) return; // (the whole warp)
+    const float *l = (const float *)(logits.data + m * logits.nb1); /* [E] */
+    int32_t *id = (int32_t *)(ids + m * ids_nb1);                   /* [k] */
+    float *wt = (float *)(wts.data + m * wts.nb1);                   /* [k] */
+    float prev_v = 0.0f;
+    int prev_i = -1;
+    for (int32_t j = 0; j < k; j++) {
+        float best_v = 0.0f;
+        int best_i = -1;
+        for (int64_t e = lane; e < E; e += ST_GPU_WARP_SIZE) {
+            const float v = l[e];
+            if (prev_i >= 0 && !st_moe_route_before(prev_v, prev_i, v, e)) continue;
+            if (best_i < 0 || st_moe_route_before(v, e, best_v, best_i)) best_v = v, best_i = (int)e;
+        }
+#pragma unroll
+        for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) {
+            const float ov = st_gpu_shfl_xor(best_v, off);
+            const int oi = st_gpu_shfl_xor(best_i, off);
+            if (oi >= 0 && (best_i < 0 || st_moe_route_before(ov, oi, best_v, best_i))) best_v = ov, best_i = oi;
+        }
+        prev_v = best_v, prev_i = best_i; // found: the order is total and k <= E
+        if (lane == 0) id[j] = best_i;
     }
+    if (lane == 0) st_moe_route_weights(l, E, k, softmax_first, normalize, id, wt);
 }
 
 st_status st_cuda_topk_route(st_backend *b, st_tensor *ids, st_tensor *weights, const st_tensor *logits, int32_t k,
@@ -274,12 +302,10 @@ st_status st_cuda_topk_route(st_backend *b, st_tensor *ids, st_tensor *weights, 
     ST_ASSERT(cuda_is_f32_rows(weights) && weights->ne[2] == 1 && weights->ne[3] == 1);
     ST_ASSERT(cuda_is_i32_index(ids) && ids->ne[0] == k);
     const int64_t E = logits->ne[0], M = logits->ne[1];
-    ST_ASSERT(k >= 1 && k <= E && weights->ne[0] == k && weights->ne[1] == M && ids->ne[1] >= M);
+    ST_ASSERT(k >= 1 && k <= E && E <= INT32_MAX && weights->ne[0] == k && weights->ne[1] == M && ids->ne[1] >= M);
     if (M == 0) return ST_OK;
-    const int threads = 64;
-    topk_route_f32<<<cuda_blocks(M, threads), threads, 0, c->stream>>>((char *)ids->data, (int64_t)ids->nb[1],
-                                                                        cuda_view(weights), cuda_view(logits), k,
-                                                                        softmax_first, normalize);
+    topk_route_f32<<<cuda_blocks(M, ROUTE_WARPS), ROUTE_WARPS * ST_GPU_WARP_SIZE, 0, c->stream>>>(
+        (char *)ids->data, (int64_t)ids->nb[1], cuda_view(weights), cuda_view(logits), k, softmax_first, normalize);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }

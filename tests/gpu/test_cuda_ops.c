@@ -1213,12 +1213,20 @@ static void test_prepared_norm_rule(void) {
 
 /* ---- routing and combination ---------------------------------------------------------- */
 
-static void test_topk(int64_t E, int32_t k, bool softmax_first, bool normalize, int64_t M) {
+/* ties: logits of four values only, so that picks are decided by the lower index. */
+static void test_topk(int64_t E, int32_t k, bool softmax_first, bool normalize, int64_t M, bool ties) {
     view vl = mkview(ST_TYPE_F32, E, M, 1, (size_t)(E + 1) * 4, (size_t)(E + 1) * 4 * (size_t)M, 0);
     view vi = ids_view(k, M);
     view vw = mkview(ST_TYPE_F32, k, M, 1, (size_t)(k + 2) * 4, (size_t)(k + 2) * 4 * (size_t)M, 0);
     dual dl = dual_new(view_bytes(&vl)), di = dual_new(view_bytes(&vi)), dw = dual_new(view_bytes(&vw));
     dual_random_f32(&dl);
+    if (ties) {
+        for (size_t i = 0; i + 4 <= dl.bytes; i += 4) {
+            const float f = 0.5f * (float)rng_int(4);
+            memcpy(dl.host + i, &f, 4);
+        }
+        dual_upload(&dl);
+    }
     memset(di.host, 0xff, di.bytes);
     dual_upload(&di);
     dual_poison(&dw);
@@ -1231,8 +1239,8 @@ static void test_topk(int64_t E, int32_t k, bool softmax_first, bool normalize, 
     cmp_result ri = compare_bytes(di.cpu, got_i, di.bytes);
     r.bad += ri.bad;
     char desc[128];
-    snprintf(desc, sizeof(desc), "E=%lld k=%d M=%lld softmax_first=%d normalize=%d", (long long)E, k, (long long)M,
-             softmax_first, normalize);
+    snprintf(desc, sizeof(desc), "E=%lld k=%d M=%lld softmax_first=%d normalize=%d%s", (long long)E, k, (long long)M,
+             softmax_first, normalize, ties ? " ties" : "");
     record("topk_route", desc, &r, TOL_ELEMENTWISE);
     free(got_w);
     free(got_i);
@@ -1639,7 +1647,12 @@ static void run_all(void) {
         for (int ki = 0; ki < 3; ki++)
             for (int sf = 0; sf < 2; sf++)
                 for (int nz = 0; nz < 2; nz++)
-                    for (int64_t M = 1; M <= 33; M = M == 1 ? 5 : M == 5 ? 33 : 34) test_topk(E, ks[ki], sf, nz, M);
+                    for (int64_t M = 1; M <= 33; M = M == 1 ? 5 : M == 5 ? 33 : 34) test_topk(E, ks[ki], sf, nz, M, false);
+    /* experts not a multiple of the warp, more than two a lane; ties broken by index */
+    test_topk(60, 4, true, true, 7, false);
+    test_topk(128, 8, true, false, 9, false);
+    test_topk(64, 8, true, false, 5, true);
+    test_topk(60, 6, false, true, 3, true);
 
     for (int64_t D = 37; D <= 64; D += 27)
         for (int64_t k = 2; k <= 8; k += 6)
