@@ -50,3 +50,20 @@ st_status st_fused_rope_attention_composite(st_backend *b, const st_fused_rope_a
     if (s != ST_OK) return s;
     return b->iface->attention(b, op->out, rs->q, rs->k_cache, rs->v_cache, rs->positions, op->pages, op->attn, err);
 }
+
+st_status st_fused_moe_composite(st_backend *b, const st_fused_moe *op, st_error *err) {
+    const st_backend_iface *be = b->iface;
+    if (op->kind == ST_FUSED_MOE_DOWN) {
+        st_status s = be->mul_mat_id(b, op->y[0], op->w[0], op->x, op->ids, err);
+        if (s != ST_OK) return s;
+        be->moe_combine(b, op->out, op->y[0], op->wts);
+        return ST_OK;
+    }
+    for (int i = 0; i < 2; i++) {
+        st_status s = be->mul_mat_id(b, op->y[i], op->w[i], op->x, op->ids, err);
+        if (s != ST_OK) return s;
+    }
+    if (op->gelu) be->geglu(b, op->out, op->y[0], op->y[1]);
+    else be->swiglu(b, op->out, op->y[0], op->y[1]);
+    return ST_OK;
+}

@@ -198,6 +198,49 @@ static bool match_rope_attention(const st_graph *g, int i, st_fuse_group *out) {
     return true;
 }
 
+/* mul_mat_id(g <- W_gate, x, ids), mul_mat_id(u <- W_up, x, ids), swiglu/geglu(out <- g, u):
+ * nothing after reads g, nor u unless the unit wrote out over it. */
+static bool match_moe_glu(const st_graph *g, int i, st_fused_moe *op) {
+    if (i + 2 >= g->n_nodes) return false;
+    const st_node *mg = &g->nodes[i], *mu = &g->nodes[i + 1], *glu = &g->nodes[i + 2];
+    if (mg->op != ST_OP_MUL_MAT_ID || mu->op != ST_OP_MUL_MAT_ID || (glu->op != ST_OP_SWIGLU && glu->op != ST_OP_GEGLU))
+        return false;
+    if (!st_tensor_same(mg->src[1], mu->src[1]) || !st_tensor_same(mg->src[2], mu->src[2]) ||
+        mg->src[0]->type != mu->src[0]->type || !st_tensor_same(glu->src[0], mg->dst) ||
+        !st_tensor_same(glu->src[1], mu->dst))
+        return false;
+    if (st_graph_read_later(g, i + 3, mg->dst) ||
+        (!st_tensor_same(glu->dst, mu->dst) && st_graph_read_later(g, i + 3, mu->dst)))
+        return false;
+    memset(op, 0, sizeof(*op));
+    op->kind = ST_FUSED_MOE_GLU;
+    op->gelu = glu->op == ST_OP_GEGLU;
+    op->w[0] = mg->src[0], op->w[1] = mu->src[0];
+    op->y[0] = mg->dst, op->y[1] = mu->dst;
+    op->x = mg->src[1];
+    op->ids = mg->src[2];
+    op->out = glu->dst;
+    return true;
+}
+
+/* mul_mat_id(y <- W_down, a, ids), moe_combine(out <- y, wts): nothing after reads y. */
+static bool match_moe_down(const st_graph *g, int i, st_fused_moe *op) {
+    if (i + 1 >= g->n_nodes) return false;
+    const st_node *mm = &g->nodes[i], *comb = &g->nodes[i + 1];
+    if (mm->op != ST_OP_MUL_MAT_ID || comb->op != ST_OP_MOE_COMBINE || !st_tensor_same(comb->src[0], mm->dst) ||
+        st_graph_read_later(g, i + 2, mm->dst))
+        return false;
+    memset(op, 0, sizeof(*op));
+    op->kind = ST_FUSED_MOE_DOWN;
+    op->w[0] = mm->src[0];
+    op->y[0] = mm->dst;
+    op->x = mm->src[1];
+    op->ids = mm->src[2];
+    op->wts = comb->src[1];
+    op->out = comb->dst;
+    return true;
+}
+
 void st_fuse_match(const st_graph *g, int i, st_fuse_group *out) {
     memset(out, 0, sizeof(*out));
     out->first = i;
@@ -210,6 +253,12 @@ void st_fuse_match(const st_graph *g, int i, st_fuse_group *out) {
         out->n_nodes = used;
     } else if (match_residual_add(g, i, &out->mm)) {
         out->kind = ST_FUSE_MUL_MAT;
+        out->n_nodes = 2;
+    } else if (match_moe_glu(g, i, &out->moe)) {
+        out->kind = ST_FUSE_MOE;
+        out->n_nodes = 3;
+    } else if (match_moe_down(g, i, &out->moe)) {
+        out->kind = ST_FUSE_MOE;
         out->n_nodes = 2;
     }
 }

@@ -11,6 +11,9 @@
  *   residual add     mul_mat(y <- W, a), then add(x <- x, y)
  *   rope-attention   [rms_norm(q), rms_norm(k) per head,] rope(q), rope(k), kv_store(k),
  *                    kv_store(v), attention
+ *   experts' unit    mul_mat_id(g <- W_gate, x), mul_mat_id(u <- W_up, x) with one ids,
+ *                    swiglu/geglu(out <- g, u)
+ *   experts' down    mul_mat_id(y <- W_down, a), moe_combine(out <- y, wts) with its ids
  */
 #ifndef STRIDE_BACKEND_FUSE_H
 #define STRIDE_BACKEND_FUSE_H
@@ -25,6 +28,7 @@ typedef enum st_fuse_kind {
     ST_FUSE_NONE = 0,       /* the node alone */
     ST_FUSE_MUL_MAT,        /* a normed product or a residual add: mm */
     ST_FUSE_ROPE_ATTENTION, /* ra (ra.attn points at attn; its n_kv is set per compute) */
+    ST_FUSE_MOE,            /* an experts' unit or down product: moe */
 } st_fuse_kind;
 
 typedef struct st_fuse_group {
@@ -33,6 +37,7 @@ typedef struct st_fuse_group {
     st_fused_mul_mat mm;
     st_fused_rope_attention ra;
     st_attn_params attn;
+    st_fused_moe moe;
 } st_fuse_group;
 
 /* The group that starts at node i of g. Its descriptors point into g's nodes (valid while

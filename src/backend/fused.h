@@ -94,10 +94,36 @@ typedef struct st_fused_rope_attention {
     const st_attn_params *attn;
 } st_fused_rope_attention;
 
+/* A MoE layer's experts over a step's slots: slot (j, m) is token m's j-th chosen expert
+ * e = ids[j, m] (mul_mat_id's slots, backend.h: W_e = w + e * nb[2], x as mul_mat_id
+ * takes it). Its meaning is st_fused_moe_composite's plain ops:
+ *   GLU:  y_gate = W_gate[e] x,  y_up = W_up[e] x  (mul_mat_id, [F, n_used, M]),
+ *         out [F, n_used, M] = act(y_gate) * y_up  (swiglu, or geglu when gelu)
+ *   DOWN: y_down [D, n_used, M] = W_down[e] x[:, j, m]  (mul_mat_id),
+ *         out [D, M] = sum over j in order of wts[j, m] * y_down[:, j, m]  (moe_combine)
+ * ids I32 [n_used, M]; wts F32 [n_used, M]. out may be y_up (the unit in place); the y
+ * tensors are otherwise scratch whose contents are unspecified afterwards. */
+typedef enum st_fused_moe_kind {
+    ST_FUSED_MOE_GLU = 0,
+    ST_FUSED_MOE_DOWN = 1,
+} st_fused_moe_kind;
+
+typedef struct st_fused_moe {
+    st_fused_moe_kind kind;
+    bool gelu;                      /* GLU: geglu, else swiglu */
+    const st_tensor *w[2];          /* GLU: gate, up [K, F, E]; DOWN: down [F, D, E] */
+    st_tensor *y[2];                /* GLU: y_gate, y_up; DOWN: y_down */
+    const st_tensor *x;
+    const st_tensor *ids;
+    const st_tensor *wts;           /* DOWN */
+    st_tensor *out;
+} st_fused_moe;
+
 /* The meaning of each fused op as plain ops of b's table. */
 st_status st_fused_mul_mat_composite(st_backend *b, const st_fused_mul_mat *op, st_error *err);
 st_status st_fused_rope_store_composite(st_backend *b, const st_fused_rope_store *op, st_error *err);
 st_status st_fused_rope_attention_composite(st_backend *b, const st_fused_rope_attention *op, st_error *err);
+st_status st_fused_moe_composite(st_backend *b, const st_fused_moe *op, st_error *err);
 
 #ifdef __cplusplus
 }

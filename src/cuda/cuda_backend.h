@@ -36,6 +36,9 @@ st_status st_backend_cuda_init_tuned(int index, const st_cuda_tuning *tune, st_b
  * operands, their composites. */
 st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err);
 st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_error *err);
+/* The experts' unit or down product: one kernel each for the decode path's slots (fewer
+ * than ST_CUDA_MOE_GROUPED_MIN_M tokens, or while recording), float experts. */
+st_status st_cuda_moe_fused(st_backend *b, const st_fused_moe *op, st_error *err);
 /* One token: the rope and the store folded into the decode attention kernel. */
 st_status st_cuda_rope_attention(st_backend *b, const st_fused_rope_attention *op, st_error *err);
 /* dst [n_rot] F32 = the (cos, sin) of each rotated pair at positions[0] under p, as RoPE

@@ -1,6 +1,6 @@
 // The CUDA backend's plan of a step (stride/graph.h): the forward pass issues plain ops;
 // this file runs the groups backend/fuse.h finds in them (normed products, residual adds,
-// rope-attention) as their fused ops and every other node through the backend's plain
+// rope-attention, the experts' unit and down product) as their fused ops and every other node through the backend's plain
 // ops, decides the schedule of a one-token step, and records decode steps as CUDA graphs.
 // The fused ops fall back to their composites for the operands their kernels do not take,
 // so every group means exactly its nodes.
@@ -35,7 +35,7 @@
 #define GRAPH_FIRST_BOUND 64
 #define GRAPH_MAX_ROPES 4
 
-enum item_kind { ITEM_NODE, ITEM_MUL_MAT, ITEM_ROPE_ATTENTION, ITEM_ROPE_TABLE };
+enum item_kind { ITEM_NODE, ITEM_MUL_MAT, ITEM_ROPE_ATTENTION, ITEM_MOE, ITEM_ROPE_TABLE };
 
 typedef struct plan_item {
     int kind;
@@ -43,6 +43,7 @@ typedef struct plan_item {
     st_fused_mul_mat mm;        // ITEM_MUL_MAT
     st_fused_rope_attention ra; // ITEM_ROPE_ATTENTION (ra.attn -> attn)
     st_attn_params attn;        //   its parameters, n_kv set per run
+    st_fused_moe moe;           // ITEM_MOE
     int table;                  // ITEM_ROPE_TABLE, ITEM_ROPE_ATTENTION: which of the plan's tables (-1 none)
     bool prepares_next;         // ITEM_MUL_MAT (ADD): forms the next item's x * norm_w
 } plan_item;
@@ -122,13 +123,16 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
         plan_item *it = &p->items[p->n_items];
         st_fuse_group grp;
         st_fuse_match(g, i, &grp);
-        it->kind = grp.kind == ST_FUSE_MUL_MAT ? ITEM_MUL_MAT : grp.kind == ST_FUSE_ROPE_ATTENTION ? ITEM_ROPE_ATTENTION
-                                                                                                   : ITEM_NODE;
+        it->kind = grp.kind == ST_FUSE_MUL_MAT           ? ITEM_MUL_MAT
+                   : grp.kind == ST_FUSE_ROPE_ATTENTION ? ITEM_ROPE_ATTENTION
+                   : grp.kind == ST_FUSE_MOE            ? ITEM_MOE
+                                                        : ITEM_NODE;
         it->node = i;
         it->table = -1;
         it->mm = grp.mm;
         it->ra = grp.ra;
         it->attn = grp.attn;
+        it->moe = grp.moe;
         const int used = grp.n_nodes;
         const st_op op = g->nodes[i].op;
         if (first_layer_item < 0 && !(it->kind == ITEM_NODE && (op == ST_OP_GET_ROWS || op == ST_OP_SCALE)))
@@ -212,6 +216,7 @@ static st_status run_item(st_backend *b, const st_graph *g, cuda_plan *p, plan_i
     case ITEM_NODE: return st_backend_run_node(b, &g->nodes[it->node], n_kv, err);
     case ITEM_MUL_MAT: return st_cuda_mul_mat_fused(b, &it->mm, err);
     case ITEM_ROPE_ATTENTION: it->attn.n_kv = n_kv; return st_cuda_rope_attention(b, &it->ra, err);
+    case ITEM_MOE: return st_cuda_moe_fused(b, &it->moe, err);
     default: {
         rope_table *t = &p->tables[it->table];
         return st_cuda_rope_table(b, &t->cs, t->positions, &t->rope, err);
@@ -245,6 +250,7 @@ static void item_cost(const st_graph *g, const plan_item *it, int64_t n_kv, st_o
     case ITEM_NODE: st_op_cost_node(&g->nodes[it->node], n_kv, cost); return;
     case ITEM_MUL_MAT: st_op_cost_fused_mul_mat(&it->mm, cost); return;
     case ITEM_ROPE_ATTENTION: st_op_cost_rope_attention(&it->ra, n_kv, cost); return;
+    case ITEM_MOE: st_op_cost_fused_moe(&it->moe, cost); return;
     default: snprintf(cost->label, sizeof(cost->label), "rope_table"), cost->bytes = cost->flops = 0.0;
     }
 }

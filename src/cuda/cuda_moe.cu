@@ -252,6 +252,152 @@ st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, 
     return ST_OK;
 }
 
+// ---- decode: the experts' unit and down product fused (backend/fused.h st_fused_moe) -------
+
+// out[n, j, m] = act(W_gate[e] x) * (W_up[e] x): a warp a (row n, slot), both rows read by
+// it; each product and the unit as mul_mat_id and the unit's kernel form them (the same
+// bits as the composite).
+template <st_type T, bool GELU>
+__device__ void moe_glu_impl(const char *__restrict__ wg, const char *__restrict__ wu, int64_t g_nb1, int64_t g_nb2,
+                             int64_t u_nb1, int64_t u_nb2, int64_t K, int64_t N, int64_t n_expert, bool w_vec,
+                             st_cuda_view x, int x_mode, bool x_vec, st_cuda_view out, const int32_t *__restrict__ ids,
+                             int64_t ids_nb1, st_cuda_op_error *op_err) {
+    const int64_t n = (int64_t)blockIdx.x * CUDA_GEMV_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
+    const int lane = threadIdx.x % ST_GPU_WARP_SIZE;
+    moe_for_each_slot(out, ids, ids_nb1, n_expert, op_err, [&](int64_t j, int64_t m, int32_t e) {
+        if (n >= N) return;
+        const float *xs[1] = {moe_slot_x(x, x_mode, j, m)};
+        float g[1], u[1];
+        cuda_gemv_row<T, false, 1>(wg + (int64_t)e * g_nb2 + n * g_nb1, K, w_vec, xs, 1, x_vec, g);
+        cuda_gemv_row<T, false, 1>(wu + (int64_t)e * u_nb2 + n * u_nb1, K, w_vec, xs, 1, x_vec, u);
+        if (lane == 0) moe_slot_y(out, j, m)[n] = __fmul_rn(GELU ? cuda_gelu_tanh_f32(g[0]) : cuda_silu_f32(g[0]), u[0]);
+    });
+}
+
+template <st_type T, bool GELU>
+__global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)
+    moe_glu_kernel(const char *wg, const char *wu, int64_t g_nb1, int64_t g_nb2, int64_t u_nb1, int64_t u_nb2,
+                   int64_t K, int64_t N, int64_t E, bool w_vec, st_cuda_view x, int x_mode, bool x_vec,
+                   st_cuda_view out, const int32_t *__restrict__ ids, int64_t ids_nb1, st_cuda_op_error *e) {
+    moe_glu_impl<T, GELU>(wg, wu, g_nb1, g_nb2, u_nb1, u_nb2, K, N, E, w_vec, x, x_mode, x_vec, out, ids, ids_nb1, e);
+}
+
+// The most slots a token of the fused down product (a block's warps take them).
+#define MOE_DOWN_MAX_USED 64
+
+// out[d, m] = sum over j in order of wts[j, m] * (W_down[e_j] row d . x[:, j, m]): a block
+// a (group of rows, token), its warps the (row, slot) pairs, rows_per_block = max(1,
+// CUDA_GEMV_WARPS / n_used) of them; each product as mul_mat_id forms it, the sum with
+// moe_combine's roundings (a product, then a sum, in slot order): the composite's bits. A
+// bad expert id is recorded and its term left out.
+template <st_type T>
+__global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)
+    moe_down_kernel(const char *__restrict__ w, int64_t nb1, int64_t nb2, int64_t K, int64_t D, int64_t n_expert,
+                    bool w_vec, st_cuda_view x, bool x_vec, st_cuda_view wts, st_cuda_view out,
+                    const int32_t *__restrict__ ids, int64_t ids_nb1, int rows_per_block, st_cuda_op_error *op_err) {
+    __shared__ float part[MOE_DOWN_MAX_USED > CUDA_GEMV_WARPS ? MOE_DOWN_MAX_USED : CUDA_GEMV_WARPS];
+    const int64_t n_used = x.ne1, M = x.ne2;
+    const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
+    const int n_tasks = rows_per_block * (int)n_used;
+    const int64_t d0 = (int64_t)blockIdx.x * rows_per_block;
+    for (int64_t m = blockIdx.y; m < M; m += gridDim.y) {
+        const int32_t *id = (const int32_t *)((const char *)ids + m * ids_nb1);
+        for (int t = warp; t < n_tasks; t += CUDA_GEMV_WARPS) {
+            const int64_t d = d0 + t / n_used, j = t % n_used;
+            const int32_t e = id[j];
+            float acc[1] = {0.0f};
+            if (e < 0 || e >= n_expert) {
+                if (blockIdx.x == 0 && lane == 0)
+                    cuda_report_op_error(op_err, ST_CUDA_OP_ERROR_EXPERT_ID, e, m * n_used + j, n_expert);
+            } else if (d < D) {
+                const float *xs[1] = {(const float *)(x.data + j * x.nb1 + m * x.nb2)};
+                cuda_gemv_row<T, false, 1>(w + (int64_t)e * nb2 + d * nb1, K, w_vec, xs, 1, x_vec, acc);
+            }
+            if (lane == 0) part[t] = acc[0];
+        }
+        __syncthreads();
+        if ((int)threadIdx.x < rows_per_block && d0 + threadIdx.x < D) {
+            const float *wt = (const float *)(wts.data + m * wts.nb1);
+            float sum = 0.0f;
+            for (int64_t j = 0; j < n_used; j++) sum = __fadd_rn(sum, __fmul_rn(wt[j], part[threadIdx.x * n_used + j]));
+            ((float *)(out.data + m * out.nb1))[d0 + threadIdx.x] = sum;
+        }
+        __syncthreads(); // part is free for the next token
+    }
+}
+
+// Whether the fused kernels take op: float experts of one type (F32/F16/BF16), the decode
+// path's slots, the shapes mul_mat_id and moe_combine take.
+static bool moe_fused_takes(const st_cuda_ctx *c, const st_fused_moe *op) {
+    const st_tensor *w = op->w[0];
+    if (!cuda_is_float_weight(w)) return false;
+    if (op->kind == ST_FUSED_MOE_GLU && (op->w[1]->type != w->type || op->w[1]->ne[0] != w->ne[0] ||
+                                         op->w[1]->ne[1] != w->ne[1] || op->w[1]->ne[2] != w->ne[2]))
+        return false;
+    const int64_t n_used = op->y[0]->ne[1], M = op->y[0]->ne[2];
+    if (M >= ST_CUDA_MOE_GROUPED_MIN_M && !c->capturing && moe_grouped_supported(w, n_used * M)) return false;
+    if (op->kind == ST_FUSED_MOE_DOWN)
+        return n_used <= MOE_DOWN_MAX_USED && op->x->ne[1] == n_used && op->x->ne[2] == M && cuda_is_f32_rows(op->out) &&
+               op->out->ne[0] == w->ne[1] && op->out->ne[1] == M && cuda_is_f32_rows(op->wts) &&
+               op->wts->ne[0] == n_used && op->wts->ne[1] >= M;
+    return cuda_is_f32_rows(op->out) && op->out->ne[0] == w->ne[1] && op->out->ne[1] == n_used && op->out->ne[2] == M;
+}
+
+st_status st_cuda_moe_fused(st_backend *b, const st_fused_moe *op, st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    if (!moe_fused_takes(c, op)) return st_fused_moe_composite(b, op, err);
+    const st_tensor *w = op->w[0], *x = op->x, *ids = op->ids;
+    const int64_t K = w->ne[0], N = w->ne[1], E = w->ne[2], n_used = op->y[0]->ne[1], M = op->y[0]->ne[2];
+    if (N == 0 || n_used * M == 0) return ST_OK;
+    const int x_mode = moe_check_operands(op->y[0], w, x, ids);
+    const bool x_vec = cuda_aligned16(x->data) && x->nb[1] % 16 == 0 && x->nb[2] % 16 == 0;
+    const int32_t *id = (const int32_t *)ids->data;
+    const int64_t ids_nb1 = (int64_t)ids->nb[1];
+    const dim3 block(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE);
+    if (op->kind == ST_FUSED_MOE_GLU) {
+        const st_tensor *wu = op->w[1];
+        const bool w_vec = cuda_aligned16(w->data) && w->nb[1] % 16 == 0 && w->nb[2] % 16 == 0 &&
+                           cuda_aligned16(wu->data) && wu->nb[1] % 16 == 0 && wu->nb[2] % 16 == 0;
+        const dim3 grid(cuda_blocks(N, CUDA_GEMV_WARPS), cuda_grid_y(n_used * M));
+        const char *g = (const char *)w->data, *u = (const char *)wu->data;
+        const int64_t gn1 = (int64_t)w->nb[1], gn2 = (int64_t)w->nb[2], un1 = (int64_t)wu->nb[1],
+                      un2 = (int64_t)wu->nb[2];
+        const st_cuda_view xv = cuda_view(x), ov = cuda_view(op->out);
+#define MOE_GLU_LAUNCH(T, GELU)                                                                                          moe_glu_kernel<T, GELU><<<grid, block, 0, c->stream>>>(g, u, gn1, gn2, un1, un2, K, N, E, w_vec, xv, x_mode, x_vec,                                                            ov, id, ids_nb1, c->d_op_error)
+        switch (w->type) {
+        case ST_TYPE_F32: op->gelu ? MOE_GLU_LAUNCH(ST_TYPE_F32, true) : MOE_GLU_LAUNCH(ST_TYPE_F32, false); break;
+        case ST_TYPE_F16: op->gelu ? MOE_GLU_LAUNCH(ST_TYPE_F16, true) : MOE_GLU_LAUNCH(ST_TYPE_F16, false); break;
+        default: op->gelu ? MOE_GLU_LAUNCH(ST_TYPE_BF16, true) : MOE_GLU_LAUNCH(ST_TYPE_BF16, false); break;
+        }
+#undef MOE_GLU_LAUNCH
+        ST_GPU_CHECK_LAUNCH();
+        return ST_OK;
+    }
+    ST_ASSERT(x_mode == MOE_X_PER_SLOT);
+    const bool w_vec = cuda_aligned16(w->data) && w->nb[1] % 16 == 0 && w->nb[2] % 16 == 0;
+    const int rows_per_block = n_used >= CUDA_GEMV_WARPS ? 1 : (int)(CUDA_GEMV_WARPS / n_used);
+    const dim3 grid(cuda_blocks(N, rows_per_block), cuda_grid_y(M));
+    const char *wd = (const char *)w->data;
+    const int64_t nb1 = (int64_t)w->nb[1], nb2 = (int64_t)w->nb[2];
+    const st_cuda_view xv = cuda_view(x), wv = cuda_view(op->wts), ov = cuda_view(op->out);
+    switch (w->type) {
+    case ST_TYPE_F32:
+        moe_down_kernel<ST_TYPE_F32><<<grid, block, 0, c->stream>>>(wd, nb1, nb2, K, N, E, w_vec, xv, x_vec, wv, ov, id,
+                                                                    ids_nb1, rows_per_block, c->d_op_error);
+        break;
+    case ST_TYPE_F16:
+        moe_down_kernel<ST_TYPE_F16><<<grid, block, 0, c->stream>>>(wd, nb1, nb2, K, N, E, w_vec, xv, x_vec, wv, ov, id,
+                                                                    ids_nb1, rows_per_block, c->d_op_error);
+        break;
+    default:
+        moe_down_kernel<ST_TYPE_BF16><<<grid, block, 0, c->stream>>>(wd, nb1, nb2, K, N, E, w_vec, xv, x_vec, wv, ov,
+                                                                     id, ids_nb1, rows_per_block, c->d_op_error);
+        break;
+    }
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
 // ---- top-k routing --------------------------------------------------------------------------
 
 #define ROUTE_WARPS 4

@@ -3,8 +3,10 @@
  * sequence, a prompt micro-batch, and a paged batch of several sequences, matched group by
  * group. What must fuse: per layer the normed q/k/v product, the rope-attention, the
  * residual adds of o and down and the normed gate/up with its gated unit, except where a
- * post-norm (gemma3), a fused gate_up (phi3), a whole-projection q/k norm or the experts
- * (olmoe) keep the intermediate alive; the liveness rules must refuse those. */
+ * post-norm (gemma3), a fused gate_up (phi3) or a whole-projection q/k norm (olmoe) keep
+ * the intermediate alive; the liveness rules must refuse those. An MoE layer's experts form
+ * two groups: the gate and up products with their gated unit, the down product with the
+ * weighted combination. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,12 +18,14 @@
 #include <cmocka.h>
 
 #include "backend/fuse.h"
+#include "stride/graph.h"
 #include "model/runner_internal.h"
 #include "stride/synth.h"
 
 /* One layer's groups, in order: 'Q' normed product STORE of three weights (q/k/v), 'S' of
  * one (a fused qkv or gate_up, the output head), 'A' rope-attention, 'R' residual add,
- * 'G' normed gated pair, '.' a node alone. */
+ * 'G' normed gated pair, 'E' the experts' gated unit, 'D' the experts' down product with
+ * its combination, '.' a node alone. */
 typedef struct arch_case {
     const char *preset;
     const char *layer;  /* the groups of every layer */
@@ -33,12 +37,13 @@ static const arch_case CASES[] = {
     {"tiny-qwen3", "QARGR", 3},          /* per-head q/k norms fold into the rope-attention */
     {"tiny-gemma3", "QA...G...", 3},      /* post-norms keep o and down apart */
     {"tiny-phi3", "SARS.R", 1},          /* fused qkv; fused gate_up, its SwiGLU apart */
-    {"tiny-olmoe", "Q..AR.........", 3},  /* whole-projection q/k norms; the experts apart */
+    {"tiny-olmoe", "Q..AR...ED.", 3},    /* whole-projection q/k norms; the router apart */
 };
 
 static char group_code(const st_fuse_group *grp) {
     if (grp->kind == ST_FUSE_ROPE_ATTENTION) return 'A';
     if (grp->kind == ST_FUSE_NONE) return '.';
+    if (grp->kind == ST_FUSE_MOE) return grp->moe.kind == ST_FUSED_MOE_GLU ? 'E' : 'D';
     const st_fused_mul_mat *mm = &grp->mm;
     if (mm->epilogue == ST_FUSED_EPILOGUE_ADD) return mm->norm_w ? '?' : 'R';
     if (!mm->norm_w) return '?'; /* (no such group: a product alone is not fused) */
@@ -154,9 +159,75 @@ static void test_every_architecture(void **state) {
     }
 }
 
+/* A packed F32 tensor of ne0 x ne1 x ne2 at a fake address (the matcher compares views and
+ * their memory, never their contents). */
+static st_tensor fake(uintptr_t at, st_type type, int64_t ne0, int64_t ne1, int64_t ne2) {
+    st_tensor t = {0};
+    const size_t ts = type == ST_TYPE_F16 ? 2 : 4;
+    t.type = type;
+    t.data = (void *)at;
+    t.ne[0] = ne0, t.ne[1] = ne1, t.ne[2] = ne2, t.ne[3] = 1;
+    t.nb[0] = ts, t.nb[1] = ts * (size_t)ne0, t.nb[2] = t.nb[1] * (size_t)ne1, t.nb[3] = t.nb[2] * (size_t)ne2;
+    return t;
+}
+
+/* The experts' groups form only where nothing after them reads what the fused kernels
+ * leave unwritten: the gate's products, the up products unless the unit wrote over them,
+ * the down products. */
+static void test_moe_liveness(void **state) {
+    (void)state;
+    const int64_t K = 8, F = 4, D = 8, E = 4, k = 2, M = 1;
+    st_tensor wg = fake(0x100000, ST_TYPE_F16, K, F, E), wu = fake(0x200000, ST_TYPE_F16, K, F, E);
+    st_tensor wd = fake(0x300000, ST_TYPE_F16, F, D, E), x = fake(0x400000, ST_TYPE_F32, K, M, 1);
+    st_tensor ids = fake(0x500000, ST_TYPE_I32, k, M, 1), wts = fake(0x600000, ST_TYPE_F32, k, M, 1);
+    st_tensor gate = fake(0x700000, ST_TYPE_F32, F, k, M), up = fake(0x800000, ST_TYPE_F32, F, k, M);
+    st_tensor down = fake(0x900000, ST_TYPE_F32, D, k, M), out = fake(0xa00000, ST_TYPE_F32, D, M, 1);
+    st_tensor sum = fake(0xb00000, ST_TYPE_F32, D, M, 1);
+    for (int reader = 0; reader < 4; reader++) { /* 0 none; then a later add reading gate, up, down */
+        st_graph g;
+        st_graph_init(&g);
+        st_graph_mul_mat_id(&g, &gate, &wg, &x, &ids);
+        st_graph_mul_mat_id(&g, &up, &wu, &x, &ids);
+        st_graph_swiglu(&g, &up, &gate, &up);
+        st_graph_mul_mat_id(&g, &down, &wd, &up, &ids);
+        st_graph_moe_combine(&g, &out, &down, &wts);
+        const st_tensor *read = reader == 1 ? &gate : reader == 2 ? &up : reader == 3 ? &down : &out;
+        st_graph_add(&g, &sum, &sum, read);
+        st_fuse_group grp;
+        st_fuse_match(&g, 0, &grp);
+        /* the unit wrote up in place: reading up after it reads the unit's output */
+        assert_int_equal(grp.kind, reader == 1 ? ST_FUSE_NONE : ST_FUSE_MOE);
+        if (reader != 1) {
+            assert_int_equal(grp.n_nodes, 3);
+            assert_int_equal(grp.moe.kind, ST_FUSED_MOE_GLU);
+            assert_ptr_equal(grp.moe.out->data, up.data);
+        }
+        st_fuse_match(&g, 3, &grp);
+        assert_int_equal(grp.kind, reader == 3 ? ST_FUSE_NONE : ST_FUSE_MOE);
+        if (reader != 3) {
+            assert_int_equal(grp.n_nodes, 2);
+            assert_int_equal(grp.moe.kind, ST_FUSED_MOE_DOWN);
+            assert_ptr_equal(grp.moe.wts->data, wts.data);
+        }
+        st_graph_free(&g);
+    }
+    /* the unit into another tensor: then reading up after it is a read of the products */
+    st_graph g;
+    st_graph_init(&g);
+    st_graph_mul_mat_id(&g, &gate, &wg, &x, &ids);
+    st_graph_mul_mat_id(&g, &up, &wu, &x, &ids);
+    st_graph_swiglu(&g, &down, &gate, &up);
+    st_graph_add(&g, &sum, &sum, &up);
+    st_fuse_group grp;
+    st_fuse_match(&g, 0, &grp);
+    assert_int_equal(grp.kind, ST_FUSE_NONE);
+    st_graph_free(&g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_architecture),
+        cmocka_unit_test(test_moe_liveness),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
