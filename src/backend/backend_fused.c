@@ -67,3 +67,8 @@ st_status st_fused_moe_composite(st_backend *b, const st_fused_moe *op, st_error
     else be->swiglu(b, op->out, op->y[0], op->y[1]);
     return ST_OK;
 }
+
+void st_fused_norm_add_composite(st_backend *b, const st_fused_norm_add *op) {
+    b->iface->rms_norm(b, op->h, op->y, op->norm_w, op->eps);
+    b->iface->add(b, op->out, op->x, op->h);
+}

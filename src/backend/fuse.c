@@ -241,6 +241,33 @@ static bool match_moe_down(const st_graph *g, int i, st_fused_moe *op) {
     return true;
 }
 
+static bool same_shape(const st_tensor *a, const st_tensor *b) {
+    for (int d = 0; d < ST_MAX_DIMS; d++)
+        if (a->ne[d] != b->ne[d]) return false;
+    return true;
+}
+
+/* rms_norm(h <- y, w), add(out <- x, h) with x, y, h and out of one shape, x not h:
+ * nothing after reads h. */
+static bool match_norm_add(const st_graph *g, int i, st_fused_norm_add *op) {
+    if (i + 1 >= g->n_nodes) return false;
+    const st_node *norm = &g->nodes[i], *add = &g->nodes[i + 1];
+    if (norm->op != ST_OP_RMS_NORM || add->op != ST_OP_ADD || !st_tensor_same(add->src[1], norm->dst) ||
+        st_tensor_same(add->src[0], norm->dst))
+        return false;
+    if (!same_shape(norm->dst, norm->src[0]) || !same_shape(add->src[0], norm->dst) || !same_shape(add->dst, norm->dst))
+        return false;
+    if (st_graph_read_later(g, i + 2, norm->dst)) return false;
+    memset(op, 0, sizeof(*op));
+    op->y = norm->src[0];
+    op->norm_w = norm->src[1];
+    op->eps = norm->p.eps;
+    op->h = norm->dst;
+    op->x = add->src[0];
+    op->out = add->dst;
+    return true;
+}
+
 void st_fuse_match(const st_graph *g, int i, st_fuse_group *out) {
     memset(out, 0, sizeof(*out));
     out->first = i;
@@ -259,6 +286,9 @@ void st_fuse_match(const st_graph *g, int i, st_fuse_group *out) {
         out->n_nodes = 3;
     } else if (match_moe_down(g, i, &out->moe)) {
         out->kind = ST_FUSE_MOE;
+        out->n_nodes = 2;
+    } else if (match_norm_add(g, i, &out->na)) {
+        out->kind = ST_FUSE_NORM_ADD;
         out->n_nodes = 2;
     }
 }

@@ -14,6 +14,7 @@
  *   experts' unit    mul_mat_id(g <- W_gate, x), mul_mat_id(u <- W_up, x) with one ids,
  *                    swiglu/geglu(out <- g, u)
  *   experts' down    mul_mat_id(y <- W_down, a), moe_combine(out <- y, wts) with its ids
+ *   post-norm add    rms_norm(h <- y, w), add(out <- x, h): a post-norm into the residual
  */
 #ifndef STRIDE_BACKEND_FUSE_H
 #define STRIDE_BACKEND_FUSE_H
@@ -29,6 +30,7 @@ typedef enum st_fuse_kind {
     ST_FUSE_MUL_MAT,        /* a normed product or a residual add: mm */
     ST_FUSE_ROPE_ATTENTION, /* ra (ra.attn points at attn; its n_kv is set per compute) */
     ST_FUSE_MOE,            /* an experts' unit or down product: moe */
+    ST_FUSE_NORM_ADD,       /* a post-norm into the residual: na */
 } st_fuse_kind;
 
 typedef struct st_fuse_group {
@@ -38,6 +40,7 @@ typedef struct st_fuse_group {
     st_fused_rope_attention ra;
     st_attn_params attn;
     st_fused_moe moe;
+    st_fused_norm_add na;
 } st_fuse_group;
 
 /* The group that starts at node i of g. Its descriptors point into g's nodes (valid while

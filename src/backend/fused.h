@@ -119,11 +119,25 @@ typedef struct st_fused_moe {
     st_tensor *out;
 } st_fused_moe;
 
+/* A post-norm into the residual: h = rmsnorm(y) * norm_w (norm_w NULL: no weight), then
+ * out = x + h (rms_norm then add, st_fused_norm_add_composite). y, x, h, out F32 of one
+ * shape [D, ...]; h may be y, out may be x; h is scratch whose contents are unspecified
+ * afterwards. */
+typedef struct st_fused_norm_add {
+    const st_tensor *y;
+    const st_tensor *norm_w; /* [D] F32, or NULL */
+    float eps;
+    st_tensor *h;
+    const st_tensor *x;
+    st_tensor *out;
+} st_fused_norm_add;
+
 /* The meaning of each fused op as plain ops of b's table. */
 st_status st_fused_mul_mat_composite(st_backend *b, const st_fused_mul_mat *op, st_error *err);
 st_status st_fused_rope_store_composite(st_backend *b, const st_fused_rope_store *op, st_error *err);
 st_status st_fused_rope_attention_composite(st_backend *b, const st_fused_rope_attention *op, st_error *err);
 st_status st_fused_moe_composite(st_backend *b, const st_fused_moe *op, st_error *err);
+void st_fused_norm_add_composite(st_backend *b, const st_fused_norm_add *op);
 
 #ifdef __cplusplus
 }

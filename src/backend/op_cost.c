@@ -151,3 +151,9 @@ void st_op_cost_fused_moe(const st_fused_moe *op, st_op_cost *c) {
         op->kind == ST_FUSED_MOE_GLU ? (op->gelu ? "mul_mat_id+geglu" : "mul_mat_id+swiglu") : "mul_mat_id+combine",
         st_type_name(w->type), (long long)K, (long long)N, (long long)E, (long long)k);
 }
+
+void st_op_cost_norm_add(const st_fused_norm_add *op, st_op_cost *c) {
+    /* y and x read, out written, the weight */
+    set(c, 3.0 * f32_bytes(op->y) + f32_bytes(op->norm_w), 4.0 * (double)st_tensor_nelements(op->y),
+        "rms_norm+add D=%lld", (long long)op->y->ne[0]);
+}

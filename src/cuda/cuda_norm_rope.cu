@@ -70,6 +70,38 @@ st_status st_cuda_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, co
     return ST_OK;
 }
 
+// One block per row: out = x + (y * s) * w, s = rms_row_scale(y): rms_norm_f32's values
+// added as the add kernel adds them (the composite's bits, one pass).
+__global__ void rms_norm_add_f32(st_cuda_view out, st_cuda_view x, st_cuda_view y, const float *__restrict__ w,
+                                 float eps) {
+    __shared__ float shared[NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
+    const int64_t D = y.ne0, rows = y.ne1 * y.ne2 * y.ne3;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *yr = (const float *)cuda_row(y, r), *xr = (const float *)cuda_row(x, r);
+        float *o = (float *)cuda_row(out, r);
+        const float s = rms_row_scale(yr, D, eps, shared);
+        for (int64_t i = threadIdx.x; i < D; i += blockDim.x) o[i] = __fadd_rn(xr[i], w ? (yr[i] * s) * w[i] : yr[i] * s);
+    }
+}
+
+st_status st_cuda_norm_add(st_backend *b, const st_fused_norm_add *op, st_error *err) {
+    // y, x, out F32 [D, ...] of one shape; norm_w F32 [D] or NULL; h (not written) as y
+    st_cuda_ctx *c = cuda_ctx(b);
+    const st_tensor *y = op->y, *x = op->x, *w = op->norm_w;
+    if (!cuda_is_f32_rows(y) || !cuda_is_f32_rows(x) || !cuda_is_f32_rows(op->out) || !cuda_same_shape(x, y) ||
+        !cuda_same_shape(op->out, y) || (w && !(cuda_is_f32_rows(w) && w->ne[0] == y->ne[0] && cuda_nrows(w) == 1))) {
+        st_fused_norm_add_composite(b, op); // (its ops keep their errors in the context, as plain nodes do)
+        return ST_OK;
+    }
+    const int64_t D = y->ne[0], rows = cuda_nrows(y);
+    if (rows == 0 || D == 0) return ST_OK;
+    const unsigned int grid = (unsigned int)(rows < (1 << 30) ? rows : (1 << 30));
+    rms_norm_add_f32<<<grid, norm_threads(D), 0, c->stream>>>(cuda_view(op->out), cuda_view(x), cuda_view(y),
+                                                              w ? (const float *)w->data : (const float *)NULL, op->eps);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
 // out[r * D + i] = (x[r, i] * s_r) * w[i] in the weight type T (cuda_store_as): the rows
 // of rms_norm_f32 packed as a GEMM's B operand (same scale, same product), each value
 // rounded once to T as pack_rows rounds rms_norm's output.

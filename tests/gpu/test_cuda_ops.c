@@ -578,6 +578,56 @@ static void test_moe_fused(st_type t, int64_t K, int64_t F, int64_t D, int64_t E
 
 /* ---- rms_norm ------------------------------------------------------------------------ */
 
+/* A post-norm into the residual (st_fused_norm_add): out = x + rmsnorm(y) * w over M rows
+ * of D, y and x at padded row strides; out over x (the residual in place) or apart. The
+ * CUDA fused op against the CPU composite, and bitwise against the CUDA composite (the
+ * norm's scale and the add's rounding in one kernel). */
+static void test_norm_add(int64_t D, int64_t M, bool with_w, bool in_place) {
+    view vy = mkview(ST_TYPE_F32, D, M, 1, (size_t)(D + 3) * 4, (size_t)(D + 3) * 4 * (size_t)M, 4);
+    view vx = mkview(ST_TYPE_F32, D, M, 1, (size_t)(D + 1) * 4, (size_t)(D + 1) * 4 * (size_t)M, 0);
+    view vw = mkpacked(ST_TYPE_F32, D, 1, 1);
+    dual dy = dual_new(view_bytes(&vy)), dw = dual_new(view_bytes(&vw));
+    dual_random_f32(&dy);
+    dual_random_f32(&dw);
+    /* three runs, each its own x, h and out: [0] CPU composite, [1] CUDA fused, [2] CUDA
+     * composite; one set of x values for all */
+    dual dx[3], dh[3], dout[3];
+    st_tensor tx[3], th[3], tout[3];
+    const st_tensor ty[2] = {on(&vy, dy.cpu), on(&vy, dy.gpu)}, tw[2] = {on(&vw, dw.cpu), on(&vw, dw.gpu)};
+    st_fused_norm_add op[3];
+    for (int r = 0; r < 3; r++) {
+        const int b = r > 0;
+        dx[r] = dual_new(view_bytes(&vx)), dh[r] = dual_new(view_bytes(&vy));
+        if (r == 0) dual_random_f32(&dx[0]);
+        else memcpy(dx[r].host, dx[0].host, dx[0].bytes), dual_upload(&dx[r]);
+        dual_poison(&dh[r]);
+        dout[r] = in_place ? dx[r] : dual_new(view_bytes(&vx));
+        if (!in_place) dual_poison(&dout[r]);
+        tx[r] = on(&vx, b ? dx[r].gpu : dx[r].cpu), th[r] = on(&vy, b ? dh[r].gpu : dh[r].cpu);
+        tout[r] = on(&vx, b ? dout[r].gpu : dout[r].cpu);
+        op[r] = (st_fused_norm_add){.y = &ty[b], .norm_w = with_w ? &tw[b] : NULL, .eps = 1e-6f, .h = &th[r],
+                                    .x = &tx[r], .out = &tout[r]};
+    }
+    st_error err = {0};
+    st_fused_norm_add_composite(g_cpu, &op[0]);
+    if (st_cuda_norm_add(g_gpu, &op[1], &err) != ST_OK) test_die("cuda norm_add", &err);
+    st_fused_norm_add_composite(g_gpu, &op[2]);
+    char *got = dual_fetch(&dout[1]), *comp = dual_fetch(&dout[2]);
+    char desc[96];
+    snprintf(desc, sizeof(desc), "D=%lld M=%lld%s%s", (long long)D, (long long)M, with_w ? " w" : "",
+             in_place ? " out=x" : "");
+    cmp_result r = compare_f32(&vx, dout[0].cpu, got, dout[0].bytes);
+    record("rms_norm+add fused", desc, &r, TOL_ELEMENTWISE);
+    r = compare_bytes(comp, got, dout[1].bytes);
+    record("rms_norm+add fused = composite", desc, &r, TOL_EXACT);
+    free(got), free(comp);
+    for (int k = 0; k < 3; k++) {
+        if (!in_place) dual_free(&dout[k]);
+        dual_free(&dx[k]), dual_free(&dh[k]);
+    }
+    dual_free(&dy), dual_free(&dw);
+}
+
 /* heads: x is [D, 6, M] inside a wider (qkv-like) row; else [D, 1, M] packed. */
 static void test_rms_norm(int64_t D, int64_t M, bool heads, bool with_w, bool in_place) {
     const int64_t H = heads ? 6 : 1;
@@ -1668,6 +1718,13 @@ static void run_all(void) {
             test_moe_fused(types[ti], 2048, 1024, 2048, 64, 8, 1, pad, false);
             test_moe_fused(types[ti], 256, 128, 192, 64, 8, 5, pad, false);
             test_moe_fused(types[ti], 256, 128, 192, 64, 8, 9, pad, false);
+        }
+
+    for (int64_t M = 1; M <= 33; M += 32)
+        for (int w = 0; w < 2; w++) {
+            test_norm_add(1152, M, w, true); /* gemma-3-1b's post-norms */
+            test_norm_add(37, M, w, false);
+            test_norm_add(4096, M, w, M == 1);
         }
 
     const int64_t Ds[] = {18, 64, 128, 1000, 4096};

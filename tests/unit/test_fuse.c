@@ -4,7 +4,8 @@
  * group. What must fuse: per layer the normed q/k/v product, the rope-attention, the
  * residual adds of o and down and the normed gate/up with its gated unit, except where a
  * post-norm (gemma3), a fused gate_up (phi3) or a whole-projection q/k norm (olmoe) keep
- * the intermediate alive; the liveness rules must refuse those. An MoE layer's experts form
+ * the intermediate alive; the liveness rules must refuse those. A post-norm goes into
+ * its residual add instead. An MoE layer's experts form
  * two groups: the gate and up products with their gated unit, the down product with the
  * weighted combination. */
 #include <setjmp.h>
@@ -25,7 +26,7 @@
 /* One layer's groups, in order: 'Q' normed product STORE of three weights (q/k/v), 'S' of
  * one (a fused qkv or gate_up, the output head), 'A' rope-attention, 'R' residual add,
  * 'G' normed gated pair, 'E' the experts' gated unit, 'D' the experts' down product with
- * its combination, '.' a node alone. */
+ * its combination, 'N' a post-norm into the residual, '.' a node alone. */
 typedef struct arch_case {
     const char *preset;
     const char *layer;  /* the groups of every layer */
@@ -35,7 +36,7 @@ typedef struct arch_case {
 static const arch_case CASES[] = {
     {"tiny-llama", "QARGR", 3},
     {"tiny-qwen3", "QARGR", 3},          /* per-head q/k norms fold into the rope-attention */
-    {"tiny-gemma3", "QA...G...", 3},      /* post-norms keep o and down apart */
+    {"tiny-gemma3", "QA.NG.N", 3},        /* post-norms keep o and down apart, fused into the adds */
     {"tiny-phi3", "SARS.R", 1},          /* fused qkv; fused gate_up, its SwiGLU apart */
     {"tiny-olmoe", "Q..AR...ED.", 3},    /* whole-projection q/k norms; the router apart */
 };
@@ -44,6 +45,7 @@ static char group_code(const st_fuse_group *grp) {
     if (grp->kind == ST_FUSE_ROPE_ATTENTION) return 'A';
     if (grp->kind == ST_FUSE_NONE) return '.';
     if (grp->kind == ST_FUSE_MOE) return grp->moe.kind == ST_FUSED_MOE_GLU ? 'E' : 'D';
+    if (grp->kind == ST_FUSE_NORM_ADD) return 'N';
     const st_fused_mul_mat *mm = &grp->mm;
     if (mm->epilogue == ST_FUSED_EPILOGUE_ADD) return mm->norm_w ? '?' : 'R';
     if (!mm->norm_w) return '?'; /* (no such group: a product alone is not fused) */
