@@ -88,7 +88,27 @@ bool st_graph_read_later(const st_graph *g, int from, const st_tensor *t) {
 
 /* ---- the groups ----------------------------------------------------------------------- */
 
-/* rms_norm(h <- x, w) then mul_mats of h [, a gated unit]: *used nodes. */
+/* op's fused gate_up product y <- W [K, 2F] split into the gated pair of its halves (gate
+ * rows first): the weight's rows [0, F) and [F, 2F), the product's elements likewise. */
+static void split_gate_up(st_fused_mul_mat *op) {
+    const st_tensor *w = op->w[0], *y = op->y[0];
+    const int64_t F = w->ne[1] / 2;
+    for (int i = 0; i < 2; i++) {
+        st_tensor hw = *w, hy = *y;
+        hw.ne[1] = F;
+        hw.nb[2] = hw.nb[3] = w->nb[1] * (size_t)F;
+        hw.data = (char *)w->data + (size_t)i * (size_t)F * w->nb[1];
+        hy.ne[0] = F;
+        hy.data = (char *)y->data + (size_t)i * (size_t)F * y->nb[0];
+        op->half_w[i] = hw, op->half_y[i] = hy;
+    }
+    op->n_w = 2;
+    op->halves = true;
+    st_fused_mul_mat_point_halves(op);
+}
+
+/* rms_norm(h <- x, w) then mul_mats of h [, a gated unit; or one product of a fused gate_up
+ * weight and the unit over its halves]: *used nodes. */
 static bool match_normed_product(const st_graph *g, int i, st_fused_mul_mat *op, int *used) {
     const st_node *norm = &g->nodes[i];
     if (norm->op != ST_OP_RMS_NORM || !norm->src[1] || st_tensor_same(norm->dst, norm->src[0])) return false;
@@ -112,6 +132,17 @@ static bool match_normed_product(const st_graph *g, int i, st_fused_mul_mat *op,
     op->epilogue = ST_FUSED_EPILOGUE_STORE;
     *used = 1 + n_w;
     const int a = i + 1 + n_w;
+    if (n_w == 1 && a < g->n_nodes) {
+        const st_node *glu = &g->nodes[a];
+        const st_tensor *w = op->w[0], *y = op->y[0];
+        if (glu->op == ST_OP_SWIGLU_FUSED && st_tensor_same(glu->src[0], y) && w->ne[1] % 2 == 0 &&
+            y->ne[0] == w->ne[1] && w->ne[2] == 1 && w->ne[3] == 1 && !st_graph_read_later(g, a + 1, y)) {
+            split_gate_up(op);
+            op->epilogue = ST_FUSED_EPILOGUE_SWIGLU;
+            op->out = glu->dst;
+            *used += 1;
+        }
+    }
     if (n_w == 2 && a < g->n_nodes) {
         const st_node *glu = &g->nodes[a];
         if ((glu->op == ST_OP_SWIGLU || glu->op == ST_OP_GEGLU) && st_tensor_same(glu->src[0], op->y[0]) &&

@@ -132,6 +132,7 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
         it->node = i;
         it->table = -1;
         it->mm = grp.mm;
+        st_fused_mul_mat_point_halves(&it->mm); // (at this item's own halves, not grp's)
         it->ra = grp.ra;
         it->attn = grp.attn;
         it->moe = grp.moe;
@@ -197,8 +198,10 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
             p->n_items += p->n_tables;
         }
     }
-    for (int k = 0; k < p->n_items; k++)
+    for (int k = 0; k < p->n_items; k++) { // (the items have moved)
         if (p->items[k].kind == ITEM_ROPE_ATTENTION) p->items[k].ra.attn = &p->items[k].attn;
+        if (p->items[k].kind == ITEM_MUL_MAT) st_fused_mul_mat_point_halves(&p->items[k].mm);
+    }
     // decode steps are recorded; not one whose experts are grouped on the host (it waits)
     p->record = g->decode && !grouped_moe && c->tune.graphs;
     return ST_OK;

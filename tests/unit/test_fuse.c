@@ -2,10 +2,10 @@
  * graph the runner builds for a tiny model of each architecture, a decode step of one
  * sequence, a prompt micro-batch, and a paged batch of several sequences, matched group by
  * group. What must fuse: per layer the normed q/k/v product, the rope-attention, the
- * residual adds of o and down and the normed gate/up with its gated unit, except where a
- * post-norm (gemma3), a fused gate_up (phi3) or a whole-projection q/k norm (olmoe) keep
- * the intermediate alive; the liveness rules must refuse those. A post-norm goes into
- * its residual add instead. An MoE layer's experts form
+ * residual adds of o and down and the normed gate/up with its gated unit (a fused gate_up
+ * weight, phi3, as the pair of its halves), except where a post-norm (gemma3) or a
+ * whole-projection q/k norm (olmoe) keep the intermediate alive; the liveness rules must
+ * refuse those. A post-norm goes into its residual add instead. An MoE layer's experts form
  * two groups: the gate and up products with their gated unit, the down product with the
  * weighted combination. */
 #include <setjmp.h>
@@ -37,7 +37,7 @@ static const arch_case CASES[] = {
     {"tiny-llama", "QARGR", 3},
     {"tiny-qwen3", "QARGR", 3},          /* per-head q/k norms fold into the rope-attention */
     {"tiny-gemma3", "QA.NG.N", 3},        /* post-norms keep o and down apart, fused into the adds */
-    {"tiny-phi3", "SARS.R", 1},          /* fused qkv; fused gate_up, its SwiGLU apart */
+    {"tiny-phi3", "SARGR", 1},           /* fused qkv; fused gate_up as the gated pair of its halves */
     {"tiny-olmoe", "Q..AR...ED.", 3},    /* whole-projection q/k norms; the router apart */
 };
 
@@ -62,6 +62,15 @@ static void codes_of(const st_graph *g, char *out, size_t cap, int *qkv_weights)
         st_fuse_match(g, i, &grp);
         const char c = group_code(&grp);
         if ((c == 'Q' || c == 'S') && *qkv_weights < 0) *qkv_weights = grp.mm.n_w; /* the first: q/k/v */
+        if (grp.kind == ST_FUSE_MUL_MAT && grp.mm.halves) { /* the pair: the halves of one weight and product */
+            const st_fused_mul_mat *mm = &grp.mm;
+            const st_node *prod = &g->nodes[i + 1];
+            assert_ptr_equal(mm->w[0], &mm->half_w[0]);
+            assert_ptr_equal(mm->y[1], &mm->half_y[1]);
+            assert_int_equal(2 * mm->w[0]->ne[1], prod->src[0]->ne[1]);
+            assert_ptr_equal(mm->w[1]->data, (char *)prod->src[0]->data + mm->w[0]->ne[1] * prod->src[0]->nb[1]);
+            assert_ptr_equal(mm->y[1]->data, (char *)prod->dst->data + mm->y[0]->ne[0] * sizeof(float));
+        }
         assert_true(n + 1 < cap);
         out[n++] = c;
         i += grp.n_nodes;
