@@ -62,6 +62,7 @@ st_status st_fused_moe_composite(st_backend *b, const st_fused_moe *op, st_error
         st_status s = be->mul_mat_id(b, op->y[0], op->w[0], op->x, op->ids, err);
         if (s != ST_OK) return s;
         be->moe_combine(b, op->out, op->y[0], op->wts);
+        if (op->residual) be->add(b, op->residual, op->residual, op->out);
         return ST_OK;
     }
     for (int i = 0; i < 2; i++) {

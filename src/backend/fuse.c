@@ -254,13 +254,20 @@ static bool match_moe_glu(const st_graph *g, int i, st_fused_moe *op) {
     return true;
 }
 
-/* mul_mat_id(y <- W_down, a, ids), moe_combine(out <- y, wts): nothing after reads y. */
-static bool match_moe_down(const st_graph *g, int i, st_fused_moe *op) {
-    if (i + 1 >= g->n_nodes) return false;
+/* mul_mat_id(y <- W_down, a, ids), moe_combine(out <- y, wts) [, add(x <- x, out)]: nothing
+ * after reads y [nor out]. The nodes it takes, or 0. */
+static int match_moe_down(const st_graph *g, int i, st_fused_moe *op) {
+    if (i + 1 >= g->n_nodes) return 0;
     const st_node *mm = &g->nodes[i], *comb = &g->nodes[i + 1];
-    if (mm->op != ST_OP_MUL_MAT_ID || comb->op != ST_OP_MOE_COMBINE || !st_tensor_same(comb->src[0], mm->dst) ||
-        st_graph_read_later(g, i + 2, mm->dst))
-        return false;
+    if (mm->op != ST_OP_MUL_MAT_ID || comb->op != ST_OP_MOE_COMBINE || !st_tensor_same(comb->src[0], mm->dst))
+        return 0;
+    const st_node *add = i + 2 < g->n_nodes ? &g->nodes[i + 2] : NULL;
+    const bool residual = add && add->op == ST_OP_ADD && st_tensor_same(add->src[1], comb->dst) &&
+                          st_tensor_same(add->dst, add->src[0]) && !st_tensor_same(add->dst, comb->dst) &&
+                          add->dst->ne[0] == comb->dst->ne[0] && add->dst->ne[1] == comb->dst->ne[1] &&
+                          add->dst->ne[2] == 1 && add->dst->ne[3] == 1 && !st_graph_read_later(g, i + 3, comb->dst) &&
+                          !st_graph_read_later(g, i + 3, mm->dst);
+    if (!residual && st_graph_read_later(g, i + 2, mm->dst)) return 0;
     memset(op, 0, sizeof(*op));
     op->kind = ST_FUSED_MOE_DOWN;
     op->w[0] = mm->src[0];
@@ -269,7 +276,8 @@ static bool match_moe_down(const st_graph *g, int i, st_fused_moe *op) {
     op->ids = mm->src[2];
     op->wts = comb->src[1];
     op->out = comb->dst;
-    return true;
+    op->residual = residual ? add->dst : NULL;
+    return residual ? 3 : 2;
 }
 
 static bool same_shape(const st_tensor *a, const st_tensor *b) {
@@ -315,9 +323,9 @@ void st_fuse_match(const st_graph *g, int i, st_fuse_group *out) {
     } else if (match_moe_glu(g, i, &out->moe)) {
         out->kind = ST_FUSE_MOE;
         out->n_nodes = 3;
-    } else if (match_moe_down(g, i, &out->moe)) {
+    } else if ((used = match_moe_down(g, i, &out->moe)) > 0) {
         out->kind = ST_FUSE_MOE;
-        out->n_nodes = 2;
+        out->n_nodes = used;
     } else if (match_norm_add(g, i, &out->na)) {
         out->kind = ST_FUSE_NORM_ADD;
         out->n_nodes = 2;

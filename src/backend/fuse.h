@@ -13,7 +13,8 @@
  *                    kv_store(v), attention
  *   experts' unit    mul_mat_id(g <- W_gate, x), mul_mat_id(u <- W_up, x) with one ids,
  *                    swiglu/geglu(out <- g, u)
- *   experts' down    mul_mat_id(y <- W_down, a), moe_combine(out <- y, wts) with its ids
+ *   experts' down    mul_mat_id(y <- W_down, a), moe_combine(out <- y, wts) with its ids[,
+ *                    add(x <- x, out): the residual]
  *   post-norm add    rms_norm(h <- y, w), add(out <- x, h): a post-norm into the residual
  */
 #ifndef STRIDE_BACKEND_FUSE_H

@@ -109,7 +109,8 @@ typedef struct st_fused_rope_attention {
  *   GLU:  y_gate = W_gate[e] x,  y_up = W_up[e] x  (mul_mat_id, [F, n_used, M]),
  *         out [F, n_used, M] = act(y_gate) * y_up  (swiglu, or geglu when gelu)
  *   DOWN: y_down [D, n_used, M] = W_down[e] x[:, j, m]  (mul_mat_id),
- *         out [D, M] = sum over j in order of wts[j, m] * y_down[:, j, m]  (moe_combine)
+ *         out [D, M] = sum over j in order of wts[j, m] * y_down[:, j, m]  (moe_combine),
+ *         then, with residual, residual [D, M] += out  (add; out is then scratch)
  * ids I32 [n_used, M]; wts F32 [n_used, M]. out may be y_up (the unit in place); the y
  * tensors are otherwise scratch whose contents are unspecified afterwards. */
 typedef enum st_fused_moe_kind {
@@ -126,6 +127,7 @@ typedef struct st_fused_moe {
     const st_tensor *ids;
     const st_tensor *wts;           /* DOWN */
     st_tensor *out;
+    st_tensor *residual;            /* DOWN, optional: [D, M] F32 += out */
 } st_fused_moe;
 
 /* A post-norm into the residual: h = rmsnorm(y) * norm_w (norm_w NULL: no weight), then

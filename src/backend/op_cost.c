@@ -146,9 +146,12 @@ void st_op_cost_fused_moe(const st_fused_moe *op, st_op_cost *c) {
     const st_tensor *w = op->w[0];
     const int64_t K = w->ne[0], N = w->ne[1], E = w->ne[2], k = op->y[0]->ne[1], M = op->y[0]->ne[2];
     const double experts = (double)(k * M < E ? k * M : E), n_w = op->kind == ST_FUSED_MOE_GLU ? 2.0 : 1.0;
-    set(c, n_w * experts * (double)N * elems_bytes(w->type, K) + f32_bytes(op->x) + f32_bytes(op->out),
+    set(c, n_w * experts * (double)N * elems_bytes(w->type, K) + f32_bytes(op->x) + f32_bytes(op->out) +
+               2.0 * f32_bytes(op->residual),
         n_w * 2.0 * (double)K * (double)N * (double)(k * M), "%s %s K=%lld N=%lld E=%lld k=%lld",
-        op->kind == ST_FUSED_MOE_GLU ? (op->gelu ? "mul_mat_id+geglu" : "mul_mat_id+swiglu") : "mul_mat_id+combine",
+        op->kind == ST_FUSED_MOE_GLU ? (op->gelu ? "mul_mat_id+geglu" : "mul_mat_id+swiglu")
+        : op->residual               ? "mul_mat_id+combine+add"
+                                     : "mul_mat_id+combine",
         st_type_name(w->type), (long long)K, (long long)N, (long long)E, (long long)k);
 }
 

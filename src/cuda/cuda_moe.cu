@@ -285,15 +285,16 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)
 // The most slots a token of the fused down product (a block's warps take them).
 #define MOE_DOWN_MAX_USED 64
 
-// out[d, m] = sum over j in order of wts[j, m] * (W_down[e_j] row d . x[:, j, m]): a block
-// a (group of rows, token), its warps the (row, slot) pairs, rows_per_block = max(1,
-// CUDA_GEMV_WARPS / n_used) of them; each product as mul_mat_id forms it, the sum with
-// moe_combine's roundings (a product, then a sum, in slot order): the composite's bits. A
-// bad expert id is recorded and its term left out.
-template <st_type T>
+// out[d, m] = sum over j in order of wts[j, m] * (W_down[e_j] row d . x[:, j, m]), or with
+// RESIDUAL res[d, m] += that sum instead: a block a (group of rows, token), its warps the
+// (row, slot) pairs, rows_per_block = max(1, CUDA_GEMV_WARPS / n_used) of them; each product
+// as mul_mat_id forms it, the sum with moe_combine's roundings (a product, then a sum, in
+// slot order) and the add's: the composite's bits. A bad expert id is recorded and its
+// term left out.
+template <st_type T, bool RESIDUAL>
 __global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)
     moe_down_kernel(const char *__restrict__ w, int64_t nb1, int64_t nb2, int64_t K, int64_t D, int64_t n_expert,
-                    bool w_vec, st_cuda_view x, bool x_vec, st_cuda_view wts, st_cuda_view out,
+                    bool w_vec, st_cuda_view x, bool x_vec, st_cuda_view wts, st_cuda_view out, st_cuda_view res,
                     const int32_t *__restrict__ ids, int64_t ids_nb1, int rows_per_block, st_cuda_op_error *op_err) {
     __shared__ float part[MOE_DOWN_MAX_USED > CUDA_GEMV_WARPS ? MOE_DOWN_MAX_USED : CUDA_GEMV_WARPS];
     const int64_t n_used = x.ne1, M = x.ne2;
@@ -320,7 +321,12 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)
             const float *wt = (const float *)(wts.data + m * wts.nb1);
             float sum = 0.0f;
             for (int64_t j = 0; j < n_used; j++) sum = __fadd_rn(sum, __fmul_rn(wt[j], part[threadIdx.x * n_used + j]));
-            ((float *)(out.data + m * out.nb1))[d0 + threadIdx.x] = sum;
+            if (RESIDUAL) {
+                float *r = (float *)(res.data + m * res.nb1) + d0 + threadIdx.x;
+                *r = __fadd_rn(*r, sum);
+            } else {
+                ((float *)(out.data + m * out.nb1))[d0 + threadIdx.x] = sum;
+            }
         }
         __syncthreads(); // part is free for the next token
     }
@@ -336,10 +342,13 @@ static bool moe_fused_takes(const st_cuda_ctx *c, const st_fused_moe *op) {
         return false;
     const int64_t n_used = op->y[0]->ne[1], M = op->y[0]->ne[2];
     if (M >= ST_CUDA_MOE_GROUPED_MIN_M && !c->capturing && moe_grouped_supported(w, n_used * M)) return false;
-    if (op->kind == ST_FUSED_MOE_DOWN)
+    if (op->kind == ST_FUSED_MOE_DOWN) {
+        const st_tensor *r = op->residual;
         return n_used <= MOE_DOWN_MAX_USED && op->x->ne[1] == n_used && op->x->ne[2] == M && cuda_is_f32_rows(op->out) &&
                op->out->ne[0] == w->ne[1] && op->out->ne[1] == M && cuda_is_f32_rows(op->wts) &&
-               op->wts->ne[0] == n_used && op->wts->ne[1] >= M;
+               op->wts->ne[0] == n_used && op->wts->ne[1] >= M &&
+               (!r || (cuda_is_f32_rows(r) && r->ne[0] == w->ne[1] && r->ne[1] == M && r->ne[2] == 1 && r->ne[3] == 1));
+    }
     return cuda_is_f32_rows(op->out) && op->out->ne[0] == w->ne[1] && op->out->ne[1] == n_used && op->out->ne[2] == M;
 }
 
@@ -380,20 +389,17 @@ st_status st_cuda_moe_fused(st_backend *b, const st_fused_moe *op, st_error *err
     const char *wd = (const char *)w->data;
     const int64_t nb1 = (int64_t)w->nb[1], nb2 = (int64_t)w->nb[2];
     const st_cuda_view xv = cuda_view(x), wv = cuda_view(op->wts), ov = cuda_view(op->out);
+    const st_cuda_view rv = op->residual ? cuda_view(op->residual) : ov;
+#define MOE_DOWN_LAUNCH(T, R)                                                                                        \
+    moe_down_kernel<T, R><<<grid, block, 0, c->stream>>>(wd, nb1, nb2, K, N, E, w_vec, xv, x_vec, wv, ov, rv, id,   \
+                                                         ids_nb1, rows_per_block, c->d_op_error)
+    const bool res = op->residual != NULL;
     switch (w->type) {
-    case ST_TYPE_F32:
-        moe_down_kernel<ST_TYPE_F32><<<grid, block, 0, c->stream>>>(wd, nb1, nb2, K, N, E, w_vec, xv, x_vec, wv, ov, id,
-                                                                    ids_nb1, rows_per_block, c->d_op_error);
-        break;
-    case ST_TYPE_F16:
-        moe_down_kernel<ST_TYPE_F16><<<grid, block, 0, c->stream>>>(wd, nb1, nb2, K, N, E, w_vec, xv, x_vec, wv, ov, id,
-                                                                    ids_nb1, rows_per_block, c->d_op_error);
-        break;
-    default:
-        moe_down_kernel<ST_TYPE_BF16><<<grid, block, 0, c->stream>>>(wd, nb1, nb2, K, N, E, w_vec, xv, x_vec, wv, ov,
-                                                                     id, ids_nb1, rows_per_block, c->d_op_error);
-        break;
+    case ST_TYPE_F32: res ? MOE_DOWN_LAUNCH(ST_TYPE_F32, true) : MOE_DOWN_LAUNCH(ST_TYPE_F32, false); break;
+    case ST_TYPE_F16: res ? MOE_DOWN_LAUNCH(ST_TYPE_F16, true) : MOE_DOWN_LAUNCH(ST_TYPE_F16, false); break;
+    default: res ? MOE_DOWN_LAUNCH(ST_TYPE_BF16, true) : MOE_DOWN_LAUNCH(ST_TYPE_BF16, false); break;
     }
+#undef MOE_DOWN_LAUNCH
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }

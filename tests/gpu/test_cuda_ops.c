@@ -498,12 +498,13 @@ static void test_mul_mat_id(st_type t, int64_t K, int64_t N, int64_t E, int64_t 
 
 /* An MoE layer's experts for M tokens, n_used experts each (st_fused_moe): the unit (gate
  * and up products, SwiGLU or GeGLU) over h [K, M], then the down product of the unit's
- * output with the weighted combination into out [D, M]. The CUDA fused ops against the
+ * output with the weighted combination into out [D, M] (residual: added to a residual
+ * [D, M] instead, out then scratch). The CUDA fused ops against the
  * CPU composite (the meaning, by the GEMV tolerance), and against the CUDA composite of
  * plain ops bitwise below ST_CUDA_MOE_GROUPED_MIN_M tokens (the same products and
  * roundings in one kernel); from it the fused op is the composite, grouped GEMMs. */
 static void test_moe_fused(st_type t, int64_t K, int64_t F, int64_t D, int64_t E, int64_t n_used, int64_t M,
-                           size_t pad, bool gelu) {
+                           size_t pad, bool gelu, bool residual) {
     weight wg = weight_new(t, K, F, E, pad), wu = weight_new(t, K, F, E, pad), wd = weight_new(t, F, D, E, pad);
     int32_t ids[512];
     for (int64_t m = 0; m < M; m++) /* distinct experts a token, as the routing picks them */
@@ -527,9 +528,9 @@ static void test_moe_fused(st_type t, int64_t K, int64_t F, int64_t D, int64_t E
     dual_random_f32(&dh);
     dual_random_f32(&dw);
     /* three runs: [0] CPU composite, [1] CUDA fused, [2] CUDA composite */
-    dual dg[3], du[3], dy[3], dout[3];
+    dual dg[3], du[3], dy[3], dout[3], dres[3];
     st_fused_moe glu[3], down[3];
-    st_tensor tg[3], tu[3], ty[3], tout[3], th[2], tw[2], ti[2], twg[2], twu[2], twd[2];
+    st_tensor tg[3], tu[3], ty[3], tout[3], tres[3], th[2], tw[2], ti[2], twg[2], twu[2], twd[2];
     for (int b = 0; b < 2; b++) {
         th[b] = on(&vh, b ? dh.gpu : dh.cpu), tw[b] = on(&vw, b ? dw.gpu : dw.cpu), ti[b] = on(&vi, b ? di.gpu : di.cpu);
         twg[b] = on(&wg.v, b ? wg.d.gpu : wg.d.cpu), twu[b] = on(&wu.v, b ? wu.d.gpu : wu.d.cpu);
@@ -539,13 +540,17 @@ static void test_moe_fused(st_type t, int64_t K, int64_t F, int64_t D, int64_t E
         const int b = r > 0;
         dg[r] = dual_new(view_bytes(&vf)), du[r] = dual_new(view_bytes(&vf));
         dy[r] = dual_new(view_bytes(&vd)), dout[r] = dual_new(view_bytes(&vo));
+        dres[r] = dual_new(view_bytes(&vo));
         dual_poison(&du[r]), dual_poison(&dout[r]);
+        if (r == 0) dual_random_f32(&dres[0]);
+        else memcpy(dres[r].host, dres[0].host, dres[0].bytes), dual_upload(&dres[r]);
+        tres[r] = on(&vo, b ? dres[r].gpu : dres[r].cpu);
         tg[r] = on(&vf, b ? dg[r].gpu : dg[r].cpu), tu[r] = on(&vf, b ? du[r].gpu : du[r].cpu);
         ty[r] = on(&vd, b ? dy[r].gpu : dy[r].cpu), tout[r] = on(&vo, b ? dout[r].gpu : dout[r].cpu);
         glu[r] = (st_fused_moe){.kind = ST_FUSED_MOE_GLU, .gelu = gelu, .w = {&twg[b], &twu[b]},
                                 .y = {&tg[r], &tu[r]}, .x = &th[b], .ids = &ti[b], .out = &tu[r]};
         down[r] = (st_fused_moe){.kind = ST_FUSED_MOE_DOWN, .w = {&twd[b]}, .y = {&ty[r]}, .x = &tu[r],
-                                 .ids = &ti[b], .wts = &tw[b], .out = &tout[r]};
+                                 .ids = &ti[b], .wts = &tw[b], .out = &tout[r], .residual = residual ? &tres[r] : NULL};
     }
     st_error err = {0};
     if (st_fused_moe_composite(g_cpu, &glu[0], &err) != ST_OK || st_fused_moe_composite(g_cpu, &down[0], &err) != ST_OK)
@@ -555,23 +560,26 @@ static void test_moe_fused(st_type t, int64_t K, int64_t F, int64_t D, int64_t E
     if (st_fused_moe_composite(g_gpu, &glu[2], &err) != ST_OK || st_fused_moe_composite(g_gpu, &down[2], &err) != ST_OK)
         test_die("cuda moe composite", &err);
     char *unit[3], *out[3];
-    for (int r = 1; r < 3; r++) unit[r] = dual_fetch(&du[r]), out[r] = dual_fetch(&dout[r]);
+    dual *result = residual ? dres : dout; /* (out is scratch with a residual) */
+    for (int r = 1; r < 3; r++) unit[r] = dual_fetch(&du[r]), out[r] = dual_fetch(&result[r]);
     char desc[160];
-    snprintf(desc, sizeof(desc), "%s K=%lld F=%lld D=%lld E=%lld used=%lld M=%lld pad=%zu %s", tname(t), (long long)K,
-             (long long)F, (long long)D, (long long)E, (long long)n_used, (long long)M, pad, gelu ? "geglu" : "swiglu");
+    snprintf(desc, sizeof(desc), "%s K=%lld F=%lld D=%lld E=%lld used=%lld M=%lld pad=%zu %s%s", tname(t),
+             (long long)K, (long long)F, (long long)D, (long long)E, (long long)n_used, (long long)M, pad,
+             gelu ? "geglu" : "swiglu", residual ? " +residual" : "");
     const double tol = M < ST_CUDA_MOE_GROUPED_MIN_M ? TOL_F32_SUM : mm_tol(t, M);
     cmp_result r = compare_f32(&vf, du[0].cpu, unit[1], du[0].bytes);
     record("moe unit fused", desc, &r, tol);
-    r = compare_f32(&vo, dout[0].cpu, out[1], dout[0].bytes);
+    r = compare_f32(&vo, result[0].cpu, out[1], result[0].bytes);
     record("moe down+combine fused", desc, &r, tol);
     if (M < ST_CUDA_MOE_GROUPED_MIN_M) {
         r = compare_bytes(unit[2], unit[1], du[1].bytes);
         record("moe unit fused = composite", desc, &r, TOL_EXACT);
-        r = compare_bytes(out[2], out[1], dout[1].bytes);
+        r = compare_bytes(out[2], out[1], result[1].bytes);
         record("moe down+combine fused = composite", desc, &r, TOL_EXACT);
     }
     for (int k = 1; k < 3; k++) free(unit[k]), free(out[k]);
-    for (int k = 0; k < 3; k++) dual_free(&dg[k]), dual_free(&du[k]), dual_free(&dy[k]), dual_free(&dout[k]);
+    for (int k = 0; k < 3; k++)
+        dual_free(&dg[k]), dual_free(&du[k]), dual_free(&dy[k]), dual_free(&dout[k]), dual_free(&dres[k]);
     dual_free(&dh), dual_free(&dw), dual_free(&di);
     weight_free(&wg), weight_free(&wu), weight_free(&wd);
 }
@@ -1713,11 +1721,11 @@ static void run_all(void) {
      * a block's warps and fewer, olmoe's shape, several tokens, the grouped path */
     for (int ti = 0; ti < 3; ti++)
         for (size_t pad = 0; pad <= 128; pad += 128) {
-            test_moe_fused(types[ti], 37, 13, 29, 8, 3, 1, pad, false);
-            test_moe_fused(types[ti], 64, 24, 40, 16, 12, 2, pad, ti == 1);
-            test_moe_fused(types[ti], 2048, 1024, 2048, 64, 8, 1, pad, false);
-            test_moe_fused(types[ti], 256, 128, 192, 64, 8, 5, pad, false);
-            test_moe_fused(types[ti], 256, 128, 192, 64, 8, 9, pad, false);
+            test_moe_fused(types[ti], 37, 13, 29, 8, 3, 1, pad, false, false);
+            test_moe_fused(types[ti], 64, 24, 40, 16, 12, 2, pad, ti == 1, true);
+            test_moe_fused(types[ti], 2048, 1024, 2048, 64, 8, 1, pad, false, true);
+            test_moe_fused(types[ti], 256, 128, 192, 64, 8, 5, pad, false, false);
+            test_moe_fused(types[ti], 256, 128, 192, 64, 8, 9, pad, false, true);
         }
 
     for (int64_t M = 1; M <= 33; M += 32)

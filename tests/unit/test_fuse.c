@@ -26,7 +26,8 @@
 /* One layer's groups, in order: 'Q' normed product STORE of three weights (q/k/v), 'S' of
  * one (a fused qkv or gate_up, the output head), 'A' rope-attention, 'R' residual add,
  * 'G' normed gated pair, 'E' the experts' gated unit, 'D' the experts' down product with
- * its combination, 'N' a post-norm into the residual, '.' a node alone. */
+ * its combination (and the residual add after it), 'N' a post-norm into the residual, '.'
+ * a node alone. */
 typedef struct arch_case {
     const char *preset;
     const char *layer;  /* the groups of every layer */
@@ -38,7 +39,7 @@ static const arch_case CASES[] = {
     {"tiny-qwen3", "QARGR", 3},          /* per-head q/k norms fold into the rope-attention */
     {"tiny-gemma3", "QA.NG.N", 3},        /* post-norms keep o and down apart, fused into the adds */
     {"tiny-phi3", "SARGR", 1},           /* fused qkv; fused gate_up as the gated pair of its halves */
-    {"tiny-olmoe", "Q..AR...ED.", 3},    /* whole-projection q/k norms; the router apart */
+    {"tiny-olmoe", "Q..AR...ED", 3},     /* whole-projection q/k norms; the router apart */
 };
 
 static char group_code(const st_fuse_group *grp) {
@@ -184,7 +185,8 @@ static st_tensor fake(uintptr_t at, st_type type, int64_t ne0, int64_t ne1, int6
 
 /* The experts' groups form only where nothing after them reads what the fused kernels
  * leave unwritten: the gate's products, the up products unless the unit wrote over them,
- * the down products. */
+ * the down products; the residual add after the combination joins the down group when
+ * nothing after reads the combination. */
 static void test_moe_liveness(void **state) {
     (void)state;
     const int64_t K = 8, F = 4, D = 8, E = 4, k = 2, M = 1;
@@ -215,11 +217,27 @@ static void test_moe_liveness(void **state) {
         }
         st_fuse_match(&g, 3, &grp);
         assert_int_equal(grp.kind, reader == 3 ? ST_FUSE_NONE : ST_FUSE_MOE);
-        if (reader != 3) {
-            assert_int_equal(grp.n_nodes, 2);
+        if (reader != 3) { /* reading out: the residual add joins the group */
+            assert_int_equal(grp.n_nodes, reader == 0 ? 3 : 2);
             assert_int_equal(grp.moe.kind, ST_FUSED_MOE_DOWN);
             assert_ptr_equal(grp.moe.wts->data, wts.data);
+            assert_ptr_equal(grp.moe.residual ? grp.moe.residual->data : NULL, reader == 0 ? sum.data : NULL);
         }
+        st_graph_free(&g);
+    }
+    /* out read again after the residual add: the add stays apart */
+    {
+        st_graph g;
+        st_graph_init(&g);
+        st_graph_mul_mat_id(&g, &down, &wd, &up, &ids);
+        st_graph_moe_combine(&g, &out, &down, &wts);
+        st_graph_add(&g, &sum, &sum, &out);
+        st_graph_add(&g, &x, &x, &out);
+        st_fuse_group grp;
+        st_fuse_match(&g, 0, &grp);
+        assert_int_equal(grp.kind, ST_FUSE_MOE);
+        assert_int_equal(grp.n_nodes, 2);
+        assert_null(grp.moe.residual);
         st_graph_free(&g);
     }
     /* the unit into another tensor: then reading up after it is a read of the products */
