@@ -78,3 +78,7 @@ void st_fused_norm_add_composite(st_backend *b, const st_fused_norm_add *op) {
     b->iface->rms_norm(b, op->h, op->y, op->norm_w, op->eps);
     b->iface->add(b, op->out, op->x, op->h);
 }
+
+void st_fused_norm_pair_composite(st_backend *b, const st_fused_norm_pair *op) {
+    for (int i = 0; i < 2; i++) b->iface->rms_norm(b, op->dst[i], op->x[i], op->w[i], op->eps[i]);
+}

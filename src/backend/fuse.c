@@ -16,13 +16,6 @@ static void view_extent(const st_tensor *t, uintptr_t *lo, uintptr_t *hi) {
     *hi = end;
 }
 
-static bool views_overlap(const st_tensor *a, const st_tensor *b) {
-    uintptr_t alo, ahi, blo, bhi;
-    view_extent(a, &alo, &ahi);
-    view_extent(b, &blo, &bhi);
-    return alo < bhi && blo < ahi;
-}
-
 /* A view as R rows of w contiguous bytes, row r at data + r * S (dimensions that are
  * contiguous continuations merged into the row); false when it is not one. */
 static bool view_rows(const st_tensor *t, size_t *w, size_t *S, int64_t *R) {
@@ -41,6 +34,25 @@ static bool view_rows(const st_tensor *t, size_t *w, size_t *S, int64_t *R) {
     }
     *w = width, *S = stride, *R = rows;
     return true;
+}
+
+/* Whether two views share a byte: their spans, then, for two views of rows at one stride S
+ * (q and k of one qkv buffer over M tokens: interleaved spans, disjoint rows), whether the
+ * offset between them, taken mod S, leaves room for both rows side by side. */
+static bool views_overlap(const st_tensor *a, const st_tensor *b) {
+    uintptr_t alo, ahi, blo, bhi;
+    view_extent(a, &alo, &ahi);
+    view_extent(b, &blo, &bhi);
+    if (!(alo < bhi && blo < ahi)) return false;
+    size_t wa, Sa, wb, Sb;
+    int64_t Ra, Rb;
+    if (!view_rows(a, &wa, &Sa, &Ra) || !view_rows(b, &wb, &Sb, &Rb) || Sa != Sb || wa > Sa || wb > Sb) return true;
+    /* the later view starts m bytes into a row of the earlier one: the rows stay apart when
+     * the earlier row ends by m and the later one ends by the next row's start */
+    const bool a_first = alo <= blo;
+    const size_t m = (size_t)((a_first ? blo - alo : alo - blo) % Sa);
+    const size_t w_first = a_first ? wa : wb, w_later = a_first ? wb : wa;
+    return !(m >= w_first && m + w_later <= Sa);
 }
 
 /* Whether every element of t is an element of dst (a write of dst overwrites all of t).
@@ -307,6 +319,29 @@ static bool match_norm_add(const st_graph *g, int i, st_fused_norm_add *op) {
     return true;
 }
 
+/* rms_norm(a <- x, w), rms_norm(b <- y, u) with rows of one width, where neither norm's
+ * output overlaps what the other reads (they may run at once). */
+static bool match_norm_pair(const st_graph *g, int i, st_fused_norm_pair *op) {
+    if (i + 1 >= g->n_nodes) return false;
+    const st_node *n[2] = {&g->nodes[i], &g->nodes[i + 1]};
+    if (n[0]->op != ST_OP_RMS_NORM || n[1]->op != ST_OP_RMS_NORM || n[0]->dst->ne[0] != n[1]->dst->ne[0])
+        return false;
+    for (int a = 0; a < 2; a++) {
+        const st_node *other = n[1 - a];
+        for (int j = 0; j < 2; j++)
+            if (other->src[j] && views_overlap(n[a]->dst, other->src[j])) return false;
+        if (!same_shape(n[a]->dst, n[a]->src[0])) return false;
+    }
+    memset(op, 0, sizeof(*op));
+    for (int a = 0; a < 2; a++) {
+        op->dst[a] = n[a]->dst;
+        op->x[a] = n[a]->src[0];
+        op->w[a] = n[a]->src[1];
+        op->eps[a] = n[a]->p.eps;
+    }
+    return true;
+}
+
 void st_fuse_match(const st_graph *g, int i, st_fuse_group *out) {
     memset(out, 0, sizeof(*out));
     out->first = i;
@@ -328,6 +363,9 @@ void st_fuse_match(const st_graph *g, int i, st_fuse_group *out) {
         out->n_nodes = used;
     } else if (match_norm_add(g, i, &out->na)) {
         out->kind = ST_FUSE_NORM_ADD;
+        out->n_nodes = 2;
+    } else if (match_norm_pair(g, i, &out->np)) {
+        out->kind = ST_FUSE_NORM_PAIR;
         out->n_nodes = 2;
     }
 }

@@ -16,6 +16,7 @@
  *   experts' down    mul_mat_id(y <- W_down, a), moe_combine(out <- y, wts) with its ids[,
  *                    add(x <- x, out): the residual]
  *   post-norm add    rms_norm(h <- y, w), add(out <- x, h): a post-norm into the residual
+ *   norm pair        rms_norm(a <- x, w), rms_norm(b <- y, u) of one width, independent
  */
 #ifndef STRIDE_BACKEND_FUSE_H
 #define STRIDE_BACKEND_FUSE_H
@@ -32,6 +33,7 @@ typedef enum st_fuse_kind {
     ST_FUSE_ROPE_ATTENTION, /* ra (ra.attn points at attn; its n_kv is set per compute) */
     ST_FUSE_MOE,            /* an experts' unit or down product: moe */
     ST_FUSE_NORM_ADD,       /* a post-norm into the residual: na */
+    ST_FUSE_NORM_PAIR,      /* two independent norms of one width: np */
 } st_fuse_kind;
 
 typedef struct st_fuse_group {
@@ -42,6 +44,7 @@ typedef struct st_fuse_group {
     st_attn_params attn;
     st_fused_moe moe;
     st_fused_norm_add na;
+    st_fused_norm_pair np;
 } st_fuse_group;
 
 /* The group that starts at node i of g. Its descriptors point into g's nodes (valid while

@@ -143,12 +143,23 @@ typedef struct st_fused_norm_add {
     st_tensor *out;
 } st_fused_norm_add;
 
+/* Two RMSNorms of one width over independent tensors (olmoe's whole-projection q and k
+ * norms): dst[i] = rmsnorm(x[i]) * w[i] (w[i] NULL: no weight), i = 0 then 1 (two
+ * rms_norm ops, st_fused_norm_pair_composite). Neither reads what the other writes. */
+typedef struct st_fused_norm_pair {
+    st_tensor *dst[2];
+    const st_tensor *x[2];
+    const st_tensor *w[2];
+    float eps[2];
+} st_fused_norm_pair;
+
 /* The meaning of each fused op as plain ops of b's table. */
 st_status st_fused_mul_mat_composite(st_backend *b, const st_fused_mul_mat *op, st_error *err);
 st_status st_fused_rope_store_composite(st_backend *b, const st_fused_rope_store *op, st_error *err);
 st_status st_fused_rope_attention_composite(st_backend *b, const st_fused_rope_attention *op, st_error *err);
 st_status st_fused_moe_composite(st_backend *b, const st_fused_moe *op, st_error *err);
 void st_fused_norm_add_composite(st_backend *b, const st_fused_norm_add *op);
+void st_fused_norm_pair_composite(st_backend *b, const st_fused_norm_pair *op);
 
 #ifdef __cplusplus
 }

@@ -160,3 +160,12 @@ void st_op_cost_norm_add(const st_fused_norm_add *op, st_op_cost *c) {
     set(c, 3.0 * f32_bytes(op->y) + f32_bytes(op->norm_w), 4.0 * (double)st_tensor_nelements(op->y),
         "rms_norm+add D=%lld", (long long)op->y->ne[0]);
 }
+
+void st_op_cost_norm_pair(const st_fused_norm_pair *op, st_op_cost *c) {
+    double bytes = 0.0, flops = 0.0;
+    for (int i = 0; i < 2; i++) {
+        bytes += 2.0 * f32_bytes(op->x[i]) + f32_bytes(op->w[i]);
+        flops += 3.0 * (double)st_tensor_nelements(op->x[i]);
+    }
+    set(c, bytes, flops, "rms_norm x2 D=%lld", (long long)op->x[0]->ne[0]);
+}

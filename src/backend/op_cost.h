@@ -30,6 +30,7 @@ void st_op_cost_fused_mul_mat(const st_fused_mul_mat *op, st_op_cost *c);
 void st_op_cost_rope_attention(const st_fused_rope_attention *op, int64_t n_kv, st_op_cost *c);
 void st_op_cost_fused_moe(const st_fused_moe *op, st_op_cost *c);
 void st_op_cost_norm_add(const st_fused_norm_add *op, st_op_cost *c);
+void st_op_cost_norm_pair(const st_fused_norm_pair *op, st_op_cost *c);
 
 #ifdef __cplusplus
 }

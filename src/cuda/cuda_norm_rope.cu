@@ -37,20 +37,62 @@ __device__ __forceinline__ float rms_row_scale(const float *xr, int64_t D, float
     return cuda_rms_scale(block_sum_f32(ss, shared), D, eps);
 }
 
-// One block per row: y = (x * s) * w, s = rms_row_scale.
+// Row r of dst = (x * s) * w, s = rms_row_scale (every thread of the block calls it).
+__device__ __forceinline__ void rms_norm_row(st_cuda_view dst, st_cuda_view x, const float *__restrict__ w, float eps,
+                                             int64_t r, float *shared) {
+    const int64_t D = x.ne0;
+    const float *xr = (const float *)cuda_row(x, r);
+    float *yr = (float *)cuda_row(dst, r);
+    const float s = rms_row_scale(xr, D, eps, shared);
+    if (w) {
+        for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = (xr[i] * s) * w[i];
+    } else {
+        for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * s;
+    }
+}
+
+// One block per row.
 __global__ void rms_norm_f32(st_cuda_view dst, st_cuda_view x, const float *__restrict__ w, float eps) {
     __shared__ float shared[NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
-    const int64_t D = x.ne0, rows = x.ne1 * x.ne2 * x.ne3;
+    const int64_t rows = x.ne1 * x.ne2 * x.ne3;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) rms_norm_row(dst, x, w, eps, r, shared);
+}
+
+// Two norms of one width in one grid: rows [0, rows0) of the first, then the second's;
+// each row as rms_norm_f32 forms it (the same block size, the same bits).
+__global__ void rms_norm_pair_f32(st_cuda_view d0, st_cuda_view x0, const float *__restrict__ w0, float e0,
+                                  st_cuda_view d1, st_cuda_view x1, const float *__restrict__ w1, float e1) {
+    __shared__ float shared[NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
+    const int64_t rows0 = x0.ne1 * x0.ne2 * x0.ne3, rows = rows0 + x1.ne1 * x1.ne2 * x1.ne3;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *xr = (const float *)cuda_row(x, r);
-        float *yr = (float *)cuda_row(dst, r);
-        const float s = rms_row_scale(xr, D, eps, shared);
-        if (w) {
-            for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = (xr[i] * s) * w[i];
-        } else {
-            for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * s;
-        }
+        if (r < rows0) rms_norm_row(d0, x0, w0, e0, r, shared);
+        else rms_norm_row(d1, x1, w1, e1, r - rows0, shared);
     }
+}
+
+st_status st_cuda_norm_pair(st_backend *b, const st_fused_norm_pair *op, st_error *err) {
+    // x[i], dst[i] F32 [D, ...] of one shape each, one D; w[i] F32 [D] or NULL
+    st_cuda_ctx *c = cuda_ctx(b);
+    const int64_t D = op->x[0]->ne[0];
+    bool ok = true;
+    for (int i = 0; i < 2; i++) {
+        const st_tensor *x = op->x[i], *w = op->w[i];
+        ok = ok && cuda_is_f32_rows(x) && cuda_is_f32_rows(op->dst[i]) && cuda_same_shape(op->dst[i], x) &&
+             x->ne[0] == D && (!w || (cuda_is_f32_rows(w) && w->ne[0] == D && cuda_nrows(w) == 1));
+    }
+    if (!ok) {
+        st_fused_norm_pair_composite(b, op); // (its ops keep their errors in the context, as plain nodes do)
+        return ST_OK;
+    }
+    const int64_t rows = cuda_nrows(op->x[0]) + cuda_nrows(op->x[1]);
+    if (rows == 0 || D == 0) return ST_OK;
+    const unsigned int grid = (unsigned int)(rows < (1 << 30) ? rows : (1 << 30));
+    const float *w0 = op->w[0] ? (const float *)op->w[0]->data : NULL, *w1 = op->w[1] ? (const float *)op->w[1]->data : NULL;
+    rms_norm_pair_f32<<<grid, norm_threads(D), 0, c->stream>>>(cuda_view(op->dst[0]), cuda_view(op->x[0]), w0,
+                                                               op->eps[0], cuda_view(op->dst[1]), cuda_view(op->x[1]),
+                                                               w1, op->eps[1]);
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
 }
 
 st_status st_cuda_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, const st_tensor *w, float eps,

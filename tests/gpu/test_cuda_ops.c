@@ -586,6 +586,46 @@ static void test_moe_fused(st_type t, int64_t K, int64_t F, int64_t D, int64_t E
 
 /* ---- rms_norm ------------------------------------------------------------------------ */
 
+/* Two norms in one launch (st_fused_norm_pair): q [D, M] and k [D, M] as two views of one
+ * qkv-like buffer of rows (interleaved), each normed in place as olmoe's whole-projection
+ * norms are. Against the CPU composite, and bitwise against the CUDA composite. */
+static void test_norm_pair(int64_t D, int64_t M, bool with_w) {
+    const size_t nb1 = (size_t)(3 * D + 5) * 4; /* q, k, v and a gap a row */
+    view vb = mkview(ST_TYPE_F32, 3 * D + 5, M, 1, nb1, nb1 * (size_t)M, 0);
+    view vq = mkview(ST_TYPE_F32, D, M, 1, nb1, nb1 * (size_t)M, 0), vk = mkview(ST_TYPE_F32, D, M, 1, nb1, nb1 * (size_t)M, 0);
+    view vw = mkpacked(ST_TYPE_F32, D, 1, 1);
+    dual dw[2] = {dual_new(view_bytes(&vw)), dual_new(view_bytes(&vw))};
+    dual_random_f32(&dw[0]), dual_random_f32(&dw[1]);
+    dual db[3]; /* [0] CPU composite, [1] CUDA fused, [2] CUDA composite: the same values */
+    st_tensor q[3], k[3], w[2][2];
+    st_fused_norm_pair op[3];
+    for (int r = 0; r < 3; r++) {
+        const int b = r > 0;
+        db[r] = dual_new(view_bytes(&vb));
+        if (r == 0) dual_random_f32(&db[0]);
+        else memcpy(db[r].host, db[0].host, db[0].bytes), dual_upload(&db[r]);
+        char *base = b ? db[r].gpu : db[r].cpu;
+        q[r] = on(&vq, base), k[r] = on(&vk, base + (size_t)D * 4);
+        for (int i = 0; i < 2; i++) w[b][i] = on(&vw, b ? dw[i].gpu : dw[i].cpu);
+        op[r] = (st_fused_norm_pair){.dst = {&q[r], &k[r]}, .x = {&q[r], &k[r]},
+                                     .w = {with_w ? &w[b][0] : NULL, with_w ? &w[b][1] : NULL}, .eps = {1e-5f, 1e-6f}};
+    }
+    st_error err = {0};
+    st_fused_norm_pair_composite(g_cpu, &op[0]);
+    if (st_cuda_norm_pair(g_gpu, &op[1], &err) != ST_OK) test_die("cuda norm_pair", &err);
+    st_fused_norm_pair_composite(g_gpu, &op[2]);
+    char *got = dual_fetch(&db[1]), *comp = dual_fetch(&db[2]);
+    char desc[96];
+    snprintf(desc, sizeof(desc), "D=%lld M=%lld%s", (long long)D, (long long)M, with_w ? " w" : "");
+    cmp_result r = compare_f32(&vb, db[0].cpu, got, db[0].bytes);
+    record("rms_norm pair fused", desc, &r, TOL_ELEMENTWISE);
+    r = compare_bytes(comp, got, db[1].bytes);
+    record("rms_norm pair fused = composite", desc, &r, TOL_EXACT);
+    free(got), free(comp);
+    for (int k2 = 0; k2 < 3; k2++) dual_free(&db[k2]);
+    dual_free(&dw[0]), dual_free(&dw[1]);
+}
+
 /* A post-norm into the residual (st_fused_norm_add): out = x + rmsnorm(y) * w over M rows
  * of D, y and x at padded row strides; out over x (the residual in place) or apart. The
  * CUDA fused op against the CPU composite, and bitwise against the CUDA composite (the
@@ -1730,6 +1770,8 @@ static void run_all(void) {
 
     for (int64_t M = 1; M <= 33; M += 32)
         for (int w = 0; w < 2; w++) {
+            test_norm_pair(2048, M, w); /* olmoe-1b-7b's q/k norms */
+            test_norm_pair(40, M, w);
             test_norm_add(1152, M, w, true); /* gemma-3-1b's post-norms */
             test_norm_add(37, M, w, false);
             test_norm_add(4096, M, w, M == 1);

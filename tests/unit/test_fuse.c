@@ -26,8 +26,8 @@
 /* One layer's groups, in order: 'Q' normed product STORE of three weights (q/k/v), 'S' of
  * one (a fused qkv or gate_up, the output head), 'A' rope-attention, 'R' residual add,
  * 'G' normed gated pair, 'E' the experts' gated unit, 'D' the experts' down product with
- * its combination (and the residual add after it), 'N' a post-norm into the residual, '.'
- * a node alone. */
+ * its combination (and the residual add after it), 'N' a post-norm into the residual, 'P'
+ * two independent norms, '.' a node alone. */
 typedef struct arch_case {
     const char *preset;
     const char *layer;  /* the groups of every layer */
@@ -39,7 +39,7 @@ static const arch_case CASES[] = {
     {"tiny-qwen3", "QARGR", 3},          /* per-head q/k norms fold into the rope-attention */
     {"tiny-gemma3", "QA.NG.N", 3},        /* post-norms keep o and down apart, fused into the adds */
     {"tiny-phi3", "SARGR", 1},           /* fused qkv; fused gate_up as the gated pair of its halves */
-    {"tiny-olmoe", "Q..AR...ED", 3},     /* whole-projection q/k norms; the router apart */
+    {"tiny-olmoe", "QPAR...ED", 3},      /* whole-projection q/k norms as a pair; the router apart */
 };
 
 static char group_code(const st_fuse_group *grp) {
@@ -47,6 +47,7 @@ static char group_code(const st_fuse_group *grp) {
     if (grp->kind == ST_FUSE_NONE) return '.';
     if (grp->kind == ST_FUSE_MOE) return grp->moe.kind == ST_FUSED_MOE_GLU ? 'E' : 'D';
     if (grp->kind == ST_FUSE_NORM_ADD) return 'N';
+    if (grp->kind == ST_FUSE_NORM_PAIR) return 'P';
     const st_fused_mul_mat *mm = &grp->mm;
     if (mm->epilogue == ST_FUSED_EPILOGUE_ADD) return mm->norm_w ? '?' : 'R';
     if (!mm->norm_w) return '?'; /* (no such group: a product alone is not fused) */
@@ -253,8 +254,35 @@ static void test_moe_liveness(void **state) {
     st_graph_free(&g);
 }
 
+/* Reads of views of one [12, M] buffer of rows: q its elements [0, 4) of every row, k
+ * [4, 8), v [8, 12). Interleaved spans over M rows, disjoint elements: a node reading k
+ * or v does not read q; one reading the elements [3, 5), or q's own, does. */
+static void test_row_views(void **state) {
+    (void)state;
+    const int64_t M = 5;
+    st_tensor buf = fake(0x100000, ST_TYPE_F32, 12, M, 1);
+    st_tensor q = buf, k = buf, v = buf, mid = buf, sum = fake(0x200000, ST_TYPE_F32, 4, M, 1);
+    q.ne[0] = k.ne[0] = v.ne[0] = 4;
+    k.data = (char *)buf.data + 16, v.data = (char *)buf.data + 32;
+    mid.ne[0] = 2, mid.data = (char *)buf.data + 12;
+    const st_tensor *reads[] = {&k, &v, &mid, &buf};
+    const bool want[] = {false, false, true, true};
+    for (int r = 0; r < 4; r++) {
+        st_tensor part = *reads[r];
+        if (reads[r] == &buf) part.ne[0] = 4; /* (q's elements) */
+        st_graph g;
+        st_graph_init(&g);
+        st_tensor out = sum;
+        out.ne[0] = part.ne[0];
+        st_graph_add(&g, &out, &out, &part);
+        assert_int_equal(st_graph_read_later(&g, 0, &q), want[r]);
+        st_graph_free(&g);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_row_views),
         cmocka_unit_test(test_every_architecture),
         cmocka_unit_test(test_moe_liveness),
     };
