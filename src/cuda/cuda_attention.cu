@@ -307,10 +307,17 @@ extern "C" st_status st_cuda_attention_path(st_backend *b, st_tensor *dst, const
         const st_status s = attention_launch(b, &ds, &qs, k_cache, v_cache, &ps, &pg, p, path, err);
         if (s != ST_OK) return s;
     }
-    for (int32_t i = 0; i < pages->n_runs; i++) { // prompt chunks: a launch each
+    pg.seq = NULL;
+    for (int32_t i = 0; i < pages->n_runs; i++) {
         const st_attn_run *r = &pages->runs[i];
         ST_ASSERT(r->m0 >= pages->n_single && r->n >= 1 && r->m0 + r->n <= M);
-        pg.seq = NULL;
+    }
+    // prompt chunks: on the tensor-core prefill, many runs a launch; else a launch each
+    if (pages->n_runs > 0 && (path == ST_CUDA_ATTN_PATH_AUTO || path == ST_CUDA_ATTN_PATH_FLASH) &&
+        st_cuda_attn_flash_supported(b, q, k_cache, v_cache))
+        return st_cuda_attn_flash_runs(b, dst, q, k_cache, v_cache, positions, &pg, pages->runs, pages->n_runs, p, err);
+    for (int32_t i = 0; i < pages->n_runs; i++) {
+        const st_attn_run *r = &pages->runs[i];
         pg.row = r->seq;
         st_tensor qs = attn_queries(q, r->m0, r->n), ds = attn_queries(dst, r->m0, r->n);
         st_tensor ps = attn_indices(positions, r->m0, r->n);

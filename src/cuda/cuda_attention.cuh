@@ -47,6 +47,17 @@ typedef struct attn_pages {
     int32_t row;
 } attn_pages;
 
+// Several runs of one launch (the tensor-core prefill over a step's prompt chunks, one
+// grid): run i holds queries m0[i] .. m0[i] + n[i] - 1 of the launch's q, its keys at block
+// table row row[i], and the grid's row tiles first_tile[i] .. first_tile[i + 1] - 1. A
+// kernel parameter (by value): ATTN_MAX_RUNS runs a launch.
+#define ATTN_MAX_RUNS 32
+typedef struct attn_runs {
+    int n_runs; // 0: one run, the launch's whole q (at pg's row, or contiguous)
+    int first_tile[ATTN_MAX_RUNS + 1];
+    int m0[ATTN_MAX_RUNS], n[ATTN_MAX_RUNS], row[ATTN_MAX_RUNS];
+} attn_runs;
+
 // The block table row of query m.
 __device__ __forceinline__ const int32_t *attn_blocks(const attn_pages &pg, int64_t m) {
     return pg.table + (int64_t)(pg.seq ? pg.seq[m] : pg.row) * pg.max_blocks;
@@ -84,6 +95,11 @@ bool st_cuda_attn_flash_supported(st_backend *b, const st_tensor *q, const st_te
 st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                              const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
                              const st_attn_params *p, st_error *err);
+// The runs of a paged step (queries of q and dst [head_dim, n_head, M] by their index m,
+// positions [M]; pg's table) in launches of up to ATTN_MAX_RUNS runs each.
+st_status st_cuda_attn_flash_runs(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                                  const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
+                                  const st_attn_run *runs, int32_t n_runs, const st_attn_params *p, st_error *err);
 
 // ---- cuda_attention_decode.cu -------------------------------------------------------------
 

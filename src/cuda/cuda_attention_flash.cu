@@ -26,6 +26,8 @@
 // Architecture-specific (inline PTX: mma.sync, ldmatrix, cp.async, sm_80+). Without
 // ST_ATTN_HAVE_MMA (STRIDE_ATTN_PORTABLE, HIP) this file only says "not supported" and the
 // dispatcher takes the portable kernels.
+#include <string.h>
+
 #include "cuda/cuda_attention.cuh"
 
 #if ST_ATTN_HAVE_MMA
@@ -87,12 +89,13 @@ __device__ __forceinline__ uint32_t flash_pack_half2(float lo, float hi) {
 }
 
 // PAGED: the queries are a run of one sequence of a paged cache, its keys where pg's row
-// of the block table says (attn_pages).
+// of the block table says (attn_pages); or, with runs.n_runs > 0, several runs, the grid's
+// row tiles theirs in turn (attn_runs).
 template <int D, bool PAGED>
 __global__ void __launch_bounds__(FLASH_THREADS)
     attn_flash_f16_kernel(st_cuda_view dst, st_cuda_view q, st_cuda_view kc, st_cuda_view vc,
                           const int32_t *__restrict__ positions, int64_t n_kv, int32_t window, float scale,
-                          float softcap, const attn_pages pg) {
+                          float softcap, const attn_pages pg, const attn_runs runs) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap(); // the host launches this only on sm_80+
 #else
@@ -107,9 +110,20 @@ __global__ void __launch_bounds__(FLASH_THREADS)
 
     const int tid = threadIdx.x, warp = tid / ST_GPU_WARP_SIZE, lane = tid % ST_GPU_WARP_SIZE;
     const int g = lane >> 2, t4 = lane & 3;
-    const int group = (int)(q.ne1 / kc.ne1), R = (int)q.ne2 * group;
+    const int group = (int)(q.ne1 / kc.ne1);
     const int64_t kvh = blockIdx.y;
-    const int r0 = (int)(gridDim.x - 1 - blockIdx.x) * BM; // the last rows (longest causal ranges) start first
+    int tile = (int)(gridDim.x - 1 - blockIdx.x); // the last rows (longest causal ranges) start first
+    // this block's run: its first query m0, its rows R (queries x group), its table row
+    int64_t m0 = 0;
+    int R = (int)q.ne2 * group;
+    attn_pages pr = pg;
+    if (runs.n_runs > 0) {
+        int i = 0;
+        while (i + 1 < runs.n_runs && tile >= runs.first_tile[i + 1]) i++;
+        tile -= runs.first_tile[i];
+        m0 = runs.m0[i], R = runs.n[i] * group, pr.row = runs.row[i];
+    }
+    const int r0 = tile * BM;
 
     // The union of the rows' ranges [s_lo, s_hi], and the intersection [s_maxlo, s_minhi]
     // (a tile inside it needs no mask). An empty row counts as [1, 0] for the latter.
@@ -122,7 +136,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     __syncthreads();
     if (tid < BM && r0 + tid < R) {
         int lo, hi;
-        attn_visible_range(positions[(r0 + tid) / group], n_kv, window, &lo, &hi);
+        attn_visible_range(positions[m0 + (r0 + tid) / group], n_kv, window, &lo, &hi);
         if (hi >= lo) {
             atomicMin(&s_lo, lo);
             atomicMax(&s_hi, hi);
@@ -137,7 +151,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         const int r = i / D, d = i % D;
         float x = 0.0f; // rows past R: zeros, computed and never written
         if (r0 + r < R) {
-            const int64_t m = (r0 + r) / group, h = kvh * group + (r0 + r) % group;
+            const int64_t m = m0 + (r0 + r) / group, h = kvh * group + (r0 + r) % group;
             x = ((const float *)(q.data + h * q.nb1 + m * q.nb2))[d];
         }
         Qs[r * LDS + d] = __float2half_rn(x);
@@ -150,7 +164,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         lo_i[i] = 1;
         hi_i[i] = 0;
         if (r < R) {
-            attn_visible_range(positions[r / group], n_kv, window, &lo_i[i], &hi_i[i]);
+            attn_visible_range(positions[m0 + r / group], n_kv, window, &lo_i[i], &hi_i[i]);
             if (hi_i[i] < lo_i[i]) lo_i[i] = 1, hi_i[i] = 0;
         }
     }
@@ -159,7 +173,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     const int n_tiles = Hb >= Lb ? (Hb - Lb) / BN + 1 : 0;
 
     const char *k_head = kc.data + kvh * kc.nb1, *v_head = vc.data + kvh * vc.nb1;
-    const int32_t *blocks = PAGED ? attn_blocks(pg, 0) : NULL;
+    const int32_t *blocks = PAGED ? attn_blocks(pr, 0) : NULL;
     // keys Lb + j*BN .. +BN-1 into buffer buf; keys past Hb are zeros (never NaN from
     // unwritten cache memory: 0 * NaN would poison P.V)
     auto load_tile = [&](int j, int buf) {
@@ -277,7 +291,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         l += st_gpu_shfl_xor(l, 2);
         const int r = r0 + warp * 16 + g + 8 * i;
         if (r >= R) continue;
-        const int64_t m = r / group, h = kvh * group + r % group;
+        const int64_t m = m0 + r / group, h = kvh * group + r % group;
         float *out = (float *)(dst.data + h * dst.nb1 + m * dst.nb2);
 #pragma unroll
         for (int d = 0; d < D / 8; d++) {
@@ -291,7 +305,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
 template <int D, bool PAGED>
 static st_status flash_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                               const st_tensor *v_cache, const int32_t *pos, const attn_pages &pg,
-                              const st_attn_params *p, st_error *err) {
+                              const attn_runs &runs, const st_attn_params *p, st_error *err) {
     const size_t smem = flash_cfg<D>::smem;
     // more than 48 KiB of dynamic shared memory needs an opt-in, once per kernel and context
     const unsigned int opted = 1u << (D / 64 + (PAGED ? 4 : 0)); // D = 64, 128, 256, paged or not: distinct bits
@@ -301,10 +315,12 @@ static st_status flash_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q
         c->flash_smem_opted |= opted;
     }
     const int64_t rows = q->ne[2] * (q->ne[1] / k_cache->ne[1]); // M * group per kv head
-    const dim3 grid((unsigned int)((rows + FLASH_BM - 1) / FLASH_BM), (unsigned int)k_cache->ne[1]);
+    const int64_t tiles = runs.n_runs > 0 ? runs.first_tile[runs.n_runs] : (rows + FLASH_BM - 1) / FLASH_BM;
+    if (tiles == 0) return ST_OK;
+    const dim3 grid((unsigned int)tiles, (unsigned int)k_cache->ne[1]);
     attn_flash_f16_kernel<D, PAGED><<<grid, FLASH_THREADS, smem, c->stream>>>(
         cuda_view(dst), cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale,
-        p->softcap, pg);
+        p->softcap, pg, runs);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }
@@ -322,11 +338,13 @@ st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, 
     st_cuda_ctx *c = cuda_ctx(b);
     const int32_t *pos = (const int32_t *)positions->data;
     const attn_pages none = {};
+    attn_runs one;
+    one.n_runs = 0;
     ST_ASSERT(!pg || !pg->seq); // a run of one sequence
 #define FLASH_CASE(d)                                                                                                \
     case d:                                                                                                        \
-        return pg ? flash_launch<d, true>(c, dst, q, k_cache, v_cache, pos, *pg, p, err)                           \
-                  : flash_launch<d, false>(c, dst, q, k_cache, v_cache, pos, none, p, err);
+        return pg ? flash_launch<d, true>(c, dst, q, k_cache, v_cache, pos, *pg, one, p, err)                      \
+                  : flash_launch<d, false>(c, dst, q, k_cache, v_cache, pos, none, one, p, err);
     switch (q->ne[0]) {
         FLASH_CASE(64)
         FLASH_CASE(128)
@@ -334,6 +352,38 @@ st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, 
     default: ST_ASSERT(!"flash attention: head_dim not supported (st_cuda_attn_flash_supported)");
     }
 #undef FLASH_CASE
+    return ST_OK;
+}
+
+st_status st_cuda_attn_flash_runs(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                                  const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
+                                  const st_attn_run *runs, int32_t n_runs, const st_attn_params *p, st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    const int32_t *pos = (const int32_t *)positions->data;
+    const int64_t group = q->ne[1] / k_cache->ne[1];
+    ST_ASSERT(pg && !pg->seq);
+    for (int32_t r0 = 0; r0 < n_runs; r0 += ATTN_MAX_RUNS) { // a launch of up to ATTN_MAX_RUNS runs
+        attn_runs ar;
+        memset(&ar, 0, sizeof(ar));
+        ar.n_runs = n_runs - r0 < ATTN_MAX_RUNS ? n_runs - r0 : ATTN_MAX_RUNS;
+        for (int i = 0; i < ar.n_runs; i++) {
+            const st_attn_run *r = &runs[r0 + i];
+            ST_ASSERT(r->m0 + r->n <= q->ne[2] && r->n * group < INT_MAX);
+            ar.m0[i] = (int)r->m0, ar.n[i] = (int)r->n, ar.row[i] = r->seq;
+            ar.first_tile[i + 1] = ar.first_tile[i] + (int)((r->n * group + FLASH_BM - 1) / FLASH_BM);
+        }
+        st_status s = ST_OK;
+#define FLASH_CASE(d)                                                                                                \
+    case d: s = flash_launch<d, true>(c, dst, q, k_cache, v_cache, pos, *pg, ar, p, err); break;
+        switch (q->ne[0]) {
+            FLASH_CASE(64)
+            FLASH_CASE(128)
+            FLASH_CASE(256)
+        default: ST_ASSERT(!"flash attention: head_dim not supported (st_cuda_attn_flash_supported)");
+        }
+#undef FLASH_CASE
+        if (s != ST_OK) return s;
+    }
     return ST_OK;
 }
 
@@ -349,6 +399,14 @@ st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, 
                              const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
                              const st_attn_params *p, st_error *err) {
     (void)b, (void)dst, (void)q, (void)k_cache, (void)v_cache, (void)positions, (void)pg, (void)p;
+    return st_error_set(err, ST_ERROR_UNSUPPORTED, "flash attention is not in this build (STRIDE_ATTN_PORTABLE)");
+}
+
+st_status st_cuda_attn_flash_runs(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                                  const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
+                                  const st_attn_run *runs, int32_t n_runs, const st_attn_params *p, st_error *err) {
+    (void)b, (void)dst, (void)q, (void)k_cache, (void)v_cache, (void)positions, (void)pg, (void)runs, (void)n_runs,
+        (void)p;
     return st_error_set(err, ST_ERROR_UNSUPPORTED, "flash attention is not in this build (STRIDE_ATTN_PORTABLE)");
 }
 
