@@ -237,13 +237,39 @@ static bool gemm_direct_c(const st_tensor *y, int64_t N, int64_t M) {
            (int64_t)(y->nb[1] / 4) >= N && cuda_fits_int((int64_t)(y->nb[1] / 4)) && (uintptr_t)y->data % 4 == 0;
 }
 
+// Whether op's weights lie back to back, rows at one stride: w[i + 1] starts where w[i]'s
+// rows end.
+static bool weights_adjacent(const st_fused_mul_mat *op) {
+    for (int i = 0; i + 1 < op->n_w; i++) {
+        const st_tensor *a = op->w[i], *b = op->w[i + 1];
+        if (b->nb[1] != a->nb[1] || (const char *)b->data != (const char *)a->data + a->ne[1] * (int64_t)a->nb[1])
+            return false;
+    }
+    return true;
+}
+
+// Whether op's outputs lie back to back in every row: y[i + 1] starts where y[i]'s row
+// ends, one row stride, wide enough for all of them.
+static bool outputs_adjacent(const st_fused_mul_mat *op) {
+    int64_t n = op->y[0]->ne[0];
+    for (int i = 0; i + 1 < op->n_w; i++) {
+        const st_tensor *a = op->y[i], *b = op->y[i + 1];
+        if (b->nb[1] != a->nb[1] || (const char *)b->data != (const char *)a->data + a->ne[0] * (int64_t)sizeof(float))
+            return false;
+        n += b->ne[0];
+    }
+    return (int64_t)(op->y[0]->nb[1] / sizeof(float)) >= n;
+}
+
 // The fused product (fused.h) for M >= ST_CUDA_GEMM_MIN_M columns of F16/BF16 weights:
 //   B [M][K] = h in the weights' type, packed once for all n_w products (the norm and the
 //     conversion one kernel: st_cuda_rms_norm_pack; without a norm pack_rows)
 //   STORE: y[i] = W_i B;  SWIGLU/GEGLU: y[0], y[1], then the gated unit into out;
 //   ADD: out = W_0 B + out (beta 1: cuBLAS adds in its epilogue; no y[0], no add kernel)
 // The composite's values: h rounds to the weights' type once either way, the products and
-// the add are f32 (the add's rounding is the same one, in the GEMM's epilogue).
+// the add are f32 (the add's rounding is the same one, in the GEMM's epilogue). Weights
+// back to back (weights_adjacent) run as one GEMM: STORE straight into outputs back to
+// back, a gated pair into scratch [M][2F] and the unit over its halves.
 st_status st_cuda_mul_mat_fused_gemm(st_backend *b, const st_fused_mul_mat *op, bool *ran, st_error *err) {
     st_cuda_ctx *c = cuda_ctx(b);
     *ran = false;
@@ -265,12 +291,37 @@ st_status st_cuda_mul_mat_fused_gemm(st_backend *b, const st_fused_mul_mat *op, 
     if (add && op->n_w != 1) return ST_OK;
     *ran = true;
 
+    // the weights back to back at one stride (the loader places a layer's q, k, v and its
+    // gate, up so; a fused gate_up's halves are): one GEMM over the rows of all, straight
+    // into y where the outputs are back to back too (q, k, v in the qkv rows), or (a gated
+    // pair) into scratch [M][2F] and the unit over its halves
+    int64_t N_all = 0;
+    for (int i = 0; i < op->n_w; i++) N_all += op->w[i]->ne[1];
+    const bool one_gemm = op->n_w >= 2 && cuda_fits_int(N_all) && weights_adjacent(op) &&
+                          ((op->epilogue == ST_FUSED_EPILOGUE_STORE && outputs_adjacent(op)) || glu);
     const size_t ts = w0->nb[0];
+    const size_t b_bytes = ((size_t)K * (size_t)M * ts + 255) / 256 * 256;
+    const size_t c_bytes = one_gemm && glu ? (size_t)M * (size_t)N_all * sizeof(float) : 0;
     char *B = NULL;
-    st_status s = st_cuda_scratch(c, (size_t)K * (size_t)M * ts, (void **)&B, err);
+    st_status s = st_cuda_scratch(c, b_bytes + c_bytes, (void **)&B, err);
     if (s != ST_OK) return s;
     s = op->norm_w ? st_cuda_rms_norm_pack(c, B, w0->type, x, op->norm_w, op->eps, err) : pack_b(c, B, w0->type, x, err);
     if (s != ST_OK) return s;
+    if (one_gemm) {
+        st_tensor wm = *w0;
+        wm.ne[1] = N_all;
+        if (!glu)
+            return gemm_call(c, &wm, M, B, (int)K, (float *)op->y[0]->data, (int)(op->y[0]->nb[1] / 4), 0.0f, err);
+        float *C = (float *)(B + b_bytes);
+        if ((s = gemm_call(c, &wm, M, B, (int)K, C, (int)N_all, 0.0f, err)) != ST_OK) return s;
+        st_tensor gu = {};
+        gu.type = ST_TYPE_F32;
+        gu.data = C;
+        gu.ne[0] = N_all, gu.ne[1] = M, gu.ne[2] = gu.ne[3] = 1;
+        gu.nb[0] = sizeof(float), gu.nb[1] = (size_t)N_all * sizeof(float);
+        gu.nb[2] = gu.nb[3] = gu.nb[1] * (size_t)M;
+        return st_cuda_glu_fused(b, op->out, &gu, op->epilogue == ST_FUSED_EPILOGUE_GEGLU, err);
+    }
     for (int i = 0; i < op->n_w; i++) {
         st_tensor *y = add ? op->out : op->y[i];
         s = gemm_call(c, op->w[i], M, B, (int)K, (float *)y->data, (int)(y->nb[1] / 4), add ? 1.0f : 0.0f, err);

@@ -59,6 +59,68 @@ static void bind_tensor(st_model *m, st_tensor *t, const st_gguf_tensor_info *in
     *(st_tensor **)((char *)&m->layers[layer] + layer_slot[e->kind].offset) = t;
 }
 
+/* ---- placement -------------------------------------------------------------------------------- */
+
+/* Where a layer's tensor stands in the groups placed together: q, k, v (0-2), gate, up
+ * (3-4); -1 for the others. */
+static int group_slot(st_tensor_kind kind) {
+    switch (kind) {
+    case ST_TENSOR_ATTN_Q: return 0;
+    case ST_TENSOR_ATTN_K: return 1;
+    case ST_TENSOR_ATTN_V: return 2;
+    case ST_TENSOR_FFN_GATE: return 3;
+    case ST_TENSOR_FFN_UP: return 4;
+    default: return -1;
+    }
+}
+#define GROUP_SLOTS 5
+
+/* The order the tensors are placed in the weights buffer (order [n_tensors]): the file's,
+ * except that a layer's q, k and v, and its gate and up, are placed together in that order
+ * where the first of them stands in the file. Whole tensors of a multiple of the alignment
+ * then lie back to back, rows at one stride, so that a backend can run their products as
+ * one (CUDA: one GEMM over h). A sharded model keeps the file's order (its shards are laid
+ * out by tensor index). */
+static st_status placement_order(const st_model *m, uint64_t *order, st_error *err) {
+    const uint64_t n = m->n_tensors;
+    for (uint64_t i = 0; i < n; i++) order[i] = i;
+    if (m->tp_layout.n_entries > 0 || n == 0) return ST_OK;
+    const size_t n_slots = (size_t)m->hp.n_layer * GROUP_SLOTS;
+    int64_t *member = malloc((n_slots ? n_slots : 1) * sizeof(*member));
+    bool *placed = calloc(n, sizeof(*placed));
+    int64_t *layer_of = malloc(n * sizeof(*layer_of));
+    int *slot_of = malloc(n * sizeof(*slot_of));
+    if (!member || !placed || !layer_of || !slot_of) {
+        free(member), free(placed), free(layer_of), free(slot_of);
+        return st_error_set(err, ST_ERROR_NOMEM, "out of memory ordering %llu tensors", (unsigned long long)n);
+    }
+    for (size_t k = 0; k < n_slots; k++) member[k] = -1;
+    for (uint64_t i = 0; i < n; i++) {
+        const st_gguf_tensor_info *info = st_gguf_get_tensor(m->file, i);
+        int64_t layer = -1;
+        const st_arch_tensor *e = st_arch_match(m->hp.arch, info->name.data, (size_t)info->name.len, &layer);
+        slot_of[i] = e && layer >= 0 && layer < m->hp.n_layer ? group_slot(e->kind) : -1;
+        layer_of[i] = layer;
+        if (slot_of[i] >= 0) member[layer * GROUP_SLOTS + slot_of[i]] = (int64_t)i;
+    }
+    uint64_t at = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (placed[i]) continue;
+        if (slot_of[i] < 0) {
+            order[at++] = i, placed[i] = true;
+            continue;
+        }
+        const int first = slot_of[i] < 3 ? 0 : 3, last = slot_of[i] < 3 ? 3 : 5; /* its group's slots */
+        for (int k = first; k < last; k++) {
+            const int64_t j = member[layer_of[i] * GROUP_SLOTS + k];
+            if (j >= 0 && !placed[j]) order[at++] = (uint64_t)j, placed[j] = true;
+        }
+    }
+    ST_ASSERT(at == n);
+    free(member), free(placed), free(layer_of), free(slot_of);
+    return ST_OK;
+}
+
 /* ---- shards (tensor parallelism, tp.h) ------------------------------------------------------ */
 
 /* Places shard entry k of the tensor parallel layout at *offset in the weights buffer and
@@ -175,6 +237,7 @@ st_status st_model_load_gguf(st_gguf_file *f, const char *name, st_backend *back
     m->backend = backend;
     m->file = f;
     st_status s;
+    uint64_t *order = NULL; /* the placement order (placement_order) */
     /* everything the file says is checked before anything is allocated or measured */
     if ((s = st_model_validate(m->file, &m->hp, err)) != ST_OK) goto fail_wrap;
     if ((s = st_tp_plan_init(&m->hp, opt->n_shards == 0 ? 1 : opt->n_shards, &m->tp, err)) != ST_OK) goto fail_wrap;
@@ -223,7 +286,14 @@ st_status st_model_load_gguf(st_gguf_file *f, const char *name, st_backend *back
     int64_t n_ctx = opt->n_ctx > 0 ? opt->n_ctx : m->hp.n_ctx_train;
     size_t offset = 0, done = 0;
     next_shard = 0;
-    for (uint64_t i = 0; i < m->n_tensors; i++) {
+    order = malloc((m->n_tensors ? m->n_tensors : 1) * sizeof(*order));
+    if (!order) {
+        s = st_error_set(err, ST_ERROR_NOMEM, "out of memory ordering %llu tensors", (unsigned long long)m->n_tensors);
+        goto fail_wrap;
+    }
+    if ((s = placement_order(m, order, err)) != ST_OK) goto fail_wrap;
+    for (uint64_t at = 0; at < m->n_tensors; at++) {
+        const uint64_t i = order[at];
         const st_layout_entry *e = &m->plan.entries[i];
         const st_gguf_tensor_info *info = st_gguf_get_tensor(m->file, i);
         st_tensor *t = &m->tensors[i];
@@ -249,12 +319,14 @@ st_status st_model_load_gguf(st_gguf_file *f, const char *name, st_backend *back
     if (!m->output) m->output = m->token_embd; /* tied: the output reads the packed embedding */
     ST_ASSERT(m->token_embd && m->output_norm); /* required: st_model_validate checked */
     if ((s = bind_shards(m, err)) != ST_OK) goto fail_wrap;
+    free(order);
     *out = m;
     return ST_OK;
 
 fail_wrap:
     st_error_wrap(err, "loading %s", name);
 fail:
+    free(order);
     st_model_free(m);
     return s;
 }

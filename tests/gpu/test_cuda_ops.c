@@ -219,6 +219,67 @@ static void test_mul_mat(st_type t, int64_t K, int64_t N, int64_t M, size_t pad,
 
 static const char *epilogue_name[] = {"store", "add", "swiglu", "geglu"};
 
+/* The fused product of weights back to back in one tensor (as the loader places a layer's
+ * q, k, v and gate, up: one GEMM on CUDA from M >= ST_CUDA_GEMM_MIN_M) against the CPU
+ * composite. STORE: parts of N, N/4, N/4 rows, their outputs back to back in rows of one
+ * buffer (q, k, v of a qkv row); SWIGLU: two halves of N rows, outputs apart. */
+static void test_mul_mat_fused_adjacent(st_type t, int64_t K, int64_t N, int64_t M, size_t pad, bool glu) {
+    const int n_w = glu ? 2 : 3;
+    const int64_t n_i[3] = {N, glu ? N : N / 4, N / 4}, N_all = n_i[0] + n_i[1] + (glu ? 0 : n_i[2]);
+    weight w = weight_new(t, K, N_all, 1, pad);
+    view vh = mkpacked(ST_TYPE_F32, K, M, 1), vn = mkpacked(ST_TYPE_F32, K, 1, 1);
+    view vx = mkview(ST_TYPE_F32, K, M, 1, (size_t)(K + 4) * 4, (size_t)(K + 4) * 4 * (size_t)M, 0);
+    const size_t ynb1 = (size_t)(N_all + 3) * 4;
+    view vall = mkview(ST_TYPE_F32, N_all + 3, M, 1, ynb1, ynb1 * (size_t)M, 0); /* STORE: the parts' rows */
+    view vo = mkpacked(ST_TYPE_F32, N, M, 1), vg = mkpacked(ST_TYPE_F32, N, M, 1);
+    dual dx = dual_new(view_bytes(&vx)), dh = dual_new(view_bytes(&vh)), dn = dual_new(view_bytes(&vn));
+    dual dall = dual_new(view_bytes(&vall)), dg0 = dual_new(view_bytes(&vg)), dg1 = dual_new(view_bytes(&vg));
+    dual dout = dual_new(view_bytes(&vo));
+    dual_random_f32(&dx), dual_random_f32(&dn), dual_poison(&dh);
+    dual_poison(&dall), dual_poison(&dg0), dual_poison(&dg1), dual_poison(&dout);
+    st_tensor wt[2][3], yt[2][3], xt[2], ht[2], nt[2], ot[2];
+    st_fused_mul_mat op[2];
+    for (int b = 0; b < 2; b++) {
+        int64_t row0 = 0;
+        for (int i = 0; i < n_w; i++) {
+            wt[b][i] = on(&w.v, b ? w.d.gpu : w.d.cpu);
+            wt[b][i].ne[1] = n_i[i];
+            wt[b][i].data = (char *)wt[b][i].data + row0 * (int64_t)w.v.t.nb[1];
+            if (glu) {
+                yt[b][i] = on(&vg, i ? (b ? dg1.gpu : dg1.cpu) : (b ? dg0.gpu : dg0.cpu));
+            } else {
+                yt[b][i] = on(&vall, b ? dall.gpu : dall.cpu);
+                yt[b][i].ne[0] = n_i[i];
+                yt[b][i].data = (char *)yt[b][i].data + row0 * 4;
+            }
+            row0 += n_i[i];
+        }
+        xt[b] = on(&vx, b ? dx.gpu : dx.cpu), ht[b] = on(&vh, b ? dh.gpu : dh.cpu), nt[b] = on(&vn, b ? dn.gpu : dn.cpu);
+        ot[b] = on(&vo, b ? dout.gpu : dout.cpu);
+        op[b] = (st_fused_mul_mat){.n_w = n_w, .x = &xt[b], .norm_w = &nt[b], .eps = 1e-6f, .h = &ht[b],
+                                   .epilogue = glu ? ST_FUSED_EPILOGUE_SWIGLU : ST_FUSED_EPILOGUE_STORE,
+                                   .out = glu ? &ot[b] : NULL};
+        for (int i = 0; i < n_w; i++) op[b].w[i] = &wt[b][i], op[b].y[i] = &yt[b][i];
+    }
+    st_error err = {0};
+    if (st_fused_mul_mat_composite(g_cpu, &op[0], &err) != ST_OK) test_die("cpu mul_mat_fused", &err);
+    if (st_cuda_mul_mat_fused(g_gpu, &op[1], &err) != ST_OK) test_die("cuda mul_mat_fused", &err);
+    const double tol = mm_tol(t, M) * (glu ? 2 : 1);
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s K=%lld N=%lld M=%lld pad=%zu %s back to back", tname(t), (long long)K,
+             (long long)N, (long long)M, pad, glu ? "gate/up swiglu" : "q/k/v store");
+    view vparts = vall; /* (the rows' last 3 elements are a gap: compared as bytes) */
+    vparts.t.ne[0] = N_all;
+    dual *res = glu ? &dout : &dall;
+    view *vres = glu ? &vo : &vparts;
+    char *got = dual_fetch(res);
+    cmp_result r = compare_f32(vres, res->cpu, got, res->bytes);
+    record("mul_mat_fused", desc, &r, tol);
+    free(got);
+    dual_free(&dx), dual_free(&dh), dual_free(&dn), dual_free(&dall), dual_free(&dg0), dual_free(&dg1), dual_free(&dout);
+    weight_free(&w);
+}
+
 /* The CUDA backend's fused product against the CPU composite (the meaning): n_w weights
  * [K, N] (N_i = N - 3i for STORE, so that parts differ), optional norm, each epilogue.
  * M < ST_CUDA_GEMM_MIN_M takes the fused kernel; M >= it cuBLAS over h packed once
@@ -1742,6 +1803,13 @@ static void run_all(void) {
     with_cuda_tuning("rowblock=7,early_launch=23", run_fused_products_staged_and_registers);
     with_cuda_tuning("rowblock=0", run_fused_products);
     with_cuda_tuning("gemm_split_k=8", run_split_gemms);
+    /* weights back to back (one GEMM from M = 2; one column: the decode kernels) */
+    for (int ti = 1; ti < 3; ti++)
+        for (size_t pad = 0; pad <= 128; pad += 128)
+            for (int64_t M = 1; M <= 64; M = M == 1 ? 2 : M == 2 ? 13 : M == 13 ? 64 : 65) {
+                test_mul_mat_fused_adjacent(types[ti], 2048, 2048, M, pad, false);
+                test_mul_mat_fused_adjacent(types[ti], 256, 1024, M, pad, true);
+            }
     /* a residual add preparing the next product's norm, then that product: model shapes
      * (llama-3.2-1b's o then q/k/v or gate/up; qwen3-8b's down then q/k/v) and rows that
      * end a group of 4 early (N = 1002) */

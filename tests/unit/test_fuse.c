@@ -144,6 +144,16 @@ static void test_every_architecture(void **state) {
         fixture f;
         fixture_init(&f, ac->preset);
         st_error err = {0};
+        /* the loader places a layer's q, k, v and its gate, up back to back (rows at one
+         * stride), so that the CUDA backend can run each group as one GEMM */
+        for (int64_t il = 0; il < f.model->hp.n_layer; il++) {
+            const st_layer_weights *l = &f.model->layers[il];
+            const st_tensor *group[2][3] = {{l->wq, l->wk, l->wv}, {l->w_gate, l->w_up, NULL}};
+            for (int gi = 0; gi < 2; gi++)
+                for (int j = 0; j + 1 < 3 && group[gi][j] && group[gi][j + 1]; j++)
+                    assert_ptr_equal(group[gi][j + 1]->data,
+                                     (char *)group[gi][j]->data + group[gi][j]->ne[1] * group[gi][j]->nb[1]);
+        }
         st_graph *g = NULL;
         int32_t tok[16], pos[16], seq[16] = {0}, out_last = 7;
         for (int i = 0; i < 16; i++) tok[i] = i + 1, pos[i] = i;
