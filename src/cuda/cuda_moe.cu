@@ -255,8 +255,8 @@ st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, 
 // ---- decode: the experts' unit and down product fused (backend/fused.h st_fused_moe) -------
 
 // out[n, j, m] = act(W_gate[e] x) * (W_up[e] x): a warp a (row n, slot), both rows read by
-// it; each product and the unit as mul_mat_id and the unit's kernel form them (the same
-// bits as the composite).
+// it; each product and the unit as mul_mat_id and the unit's kernel form them (the
+// composite's bits where gate and up are aligned alike, as a layer's are).
 template <st_type T, bool GELU>
 __device__ void moe_glu_impl(const char *__restrict__ wg, const char *__restrict__ wu, int64_t g_nb1, int64_t g_nb2,
                              int64_t u_nb1, int64_t u_nb2, int64_t K, int64_t N, int64_t n_expert, bool w_vec,
