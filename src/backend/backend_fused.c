@@ -82,3 +82,10 @@ void st_fused_norm_add_composite(st_backend *b, const st_fused_norm_add *op) {
 void st_fused_norm_pair_composite(st_backend *b, const st_fused_norm_pair *op) {
     for (int i = 0; i < 2; i++) b->iface->rms_norm(b, op->dst[i], op->x[i], op->w[i], op->eps[i]);
 }
+
+st_status st_fused_moe_route_composite(st_backend *b, const st_fused_moe_route *op, st_error *err) {
+    st_status s = b->iface->mul_mat(b, op->logits, op->router, op->x, err);
+    if (s != ST_OK) return s;
+    b->iface->topk_route(b, op->ids, op->wts, op->logits, op->k, op->softmax_first, op->normalize);
+    return ST_OK;
+}

@@ -342,6 +342,24 @@ static bool match_norm_pair(const st_graph *g, int i, st_fused_norm_pair *op) {
     return true;
 }
 
+/* mul_mat(logits <- router, x), topk_route(ids, wts <- logits): the routing reads only the
+ * product (the fused op writes the logits too, so nothing after is refused). */
+static bool match_moe_route(const st_graph *g, int i, st_fused_moe_route *op) {
+    if (i + 1 >= g->n_nodes) return false;
+    const st_node *mm = &g->nodes[i], *route = &g->nodes[i + 1];
+    if (mm->op != ST_OP_MUL_MAT || route->op != ST_OP_TOPK_ROUTE || !st_tensor_same(route->src[0], mm->dst)) return false;
+    memset(op, 0, sizeof(*op));
+    op->router = mm->src[0];
+    op->x = mm->src[1];
+    op->logits = mm->dst;
+    op->ids = route->dst;
+    op->wts = route->dst2;
+    op->k = route->p.route.k;
+    op->softmax_first = route->p.route.softmax_first;
+    op->normalize = route->p.route.normalize;
+    return true;
+}
+
 void st_fuse_match(const st_graph *g, int i, st_fuse_group *out) {
     memset(out, 0, sizeof(*out));
     out->first = i;
@@ -366,6 +384,9 @@ void st_fuse_match(const st_graph *g, int i, st_fuse_group *out) {
         out->n_nodes = 2;
     } else if (match_norm_pair(g, i, &out->np)) {
         out->kind = ST_FUSE_NORM_PAIR;
+        out->n_nodes = 2;
+    } else if (match_moe_route(g, i, &out->mr)) {
+        out->kind = ST_FUSE_MOE_ROUTE;
         out->n_nodes = 2;
     }
 }

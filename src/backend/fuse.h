@@ -17,6 +17,7 @@
  *                    add(x <- x, out): the residual]
  *   post-norm add    rms_norm(h <- y, w), add(out <- x, h): a post-norm into the residual
  *   norm pair        rms_norm(a <- x, w), rms_norm(b <- y, u) of one width, independent
+ *   MoE routing      mul_mat(logits <- router, x), topk_route(ids, wts <- logits)
  */
 #ifndef STRIDE_BACKEND_FUSE_H
 #define STRIDE_BACKEND_FUSE_H
@@ -34,6 +35,7 @@ typedef enum st_fuse_kind {
     ST_FUSE_MOE,            /* an experts' unit or down product: moe */
     ST_FUSE_NORM_ADD,       /* a post-norm into the residual: na */
     ST_FUSE_NORM_PAIR,      /* two independent norms of one width: np */
+    ST_FUSE_MOE_ROUTE,      /* a router's product and its routing: mr */
 } st_fuse_kind;
 
 typedef struct st_fuse_group {
@@ -45,6 +47,7 @@ typedef struct st_fuse_group {
     st_fused_moe moe;
     st_fused_norm_add na;
     st_fused_norm_pair np;
+    st_fused_moe_route mr;
 } st_fuse_group;
 
 /* The group that starts at node i of g. Its descriptors point into g's nodes (valid while

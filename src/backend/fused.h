@@ -143,6 +143,16 @@ typedef struct st_fused_norm_add {
     st_tensor *out;
 } st_fused_norm_add;
 
+/* A MoE layer's router and routing: logits [E, M] = router x (mul_mat; router [K, E],
+ * x [K, M]), then ids I32 [k, M] and wts F32 [k, M] = topk_route(logits)
+ * (st_fused_moe_route_composite). */
+typedef struct st_fused_moe_route {
+    const st_tensor *router, *x;
+    st_tensor *logits, *ids, *wts;
+    int32_t k;
+    bool softmax_first, normalize;
+} st_fused_moe_route;
+
 /* Two RMSNorms of one width over independent tensors (olmoe's whole-projection q and k
  * norms): dst[i] = rmsnorm(x[i]) * w[i] (w[i] NULL: no weight), i = 0 then 1 (two
  * rms_norm ops, st_fused_norm_pair_composite). Neither reads what the other writes. */
@@ -160,6 +170,7 @@ st_status st_fused_rope_attention_composite(st_backend *b, const st_fused_rope_a
 st_status st_fused_moe_composite(st_backend *b, const st_fused_moe *op, st_error *err);
 void st_fused_norm_add_composite(st_backend *b, const st_fused_norm_add *op);
 void st_fused_norm_pair_composite(st_backend *b, const st_fused_norm_pair *op);
+st_status st_fused_moe_route_composite(st_backend *b, const st_fused_moe_route *op, st_error *err);
 
 #ifdef __cplusplus
 }

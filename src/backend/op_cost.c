@@ -169,3 +169,11 @@ void st_op_cost_norm_pair(const st_fused_norm_pair *op, st_op_cost *c) {
     }
     set(c, bytes, flops, "rms_norm x2 D=%lld", (long long)op->x[0]->ne[0]);
 }
+
+void st_op_cost_moe_route(const st_fused_moe_route *op, st_op_cost *c) {
+    const st_tensor *w = op->router;
+    const int64_t K = w->ne[0], E = w->ne[1], M = op->x->ne[1];
+    set(c, (double)E * elems_bytes(w->type, K) + f32_bytes(op->x) + f32_bytes(op->logits) + f32_bytes(op->wts),
+        2.0 * (double)K * (double)E * (double)M, "mul_mat+topk_route %s K=%lld E=%lld k=%d", st_type_name(w->type),
+        (long long)K, (long long)E, op->k);
+}

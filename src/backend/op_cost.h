@@ -31,6 +31,7 @@ void st_op_cost_rope_attention(const st_fused_rope_attention *op, int64_t n_kv, 
 void st_op_cost_fused_moe(const st_fused_moe *op, st_op_cost *c);
 void st_op_cost_norm_add(const st_fused_norm_add *op, st_op_cost *c);
 void st_op_cost_norm_pair(const st_fused_norm_pair *op, st_op_cost *c);
+void st_op_cost_moe_route(const st_fused_moe_route *op, st_op_cost *c);
 
 #ifdef __cplusplus
 }

@@ -41,6 +41,9 @@ st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_er
 st_status st_cuda_moe_fused(st_backend *b, const st_fused_moe *op, st_error *err);
 /* A post-norm into the residual in one pass over each row (h is not written). */
 st_status st_cuda_norm_add(st_backend *b, const st_fused_norm_add *op, st_error *err);
+/* A router's product and its routing in one launch (decode: the last block of a token
+ * routes it); the composite elsewhere. */
+st_status st_cuda_moe_route_fused(st_backend *b, const st_fused_moe_route *op, st_error *err);
 /* Two independent norms of one width in one launch. */
 st_status st_cuda_norm_pair(st_backend *b, const st_fused_norm_pair *op, st_error *err);
 /* One token: the rope and the store folded into the decode attention kernel. */

@@ -1,6 +1,7 @@
 // The CUDA backend's plan of a step (stride/graph.h): the forward pass issues plain ops;
 // this file runs the groups backend/fuse.h finds in them (normed products, residual adds,
-// rope-attention, the experts' unit and down product, post-norm adds, norm pairs) as their fused ops and every other node through the backend's plain
+// rope-attention, MoE routing, the experts' unit and down product, post-norm adds, norm
+// pairs) as their fused ops and every other node through the backend's plain
 // ops, decides the schedule of a one-token step, and records decode steps as CUDA graphs.
 // The fused ops fall back to their composites for the operands their kernels do not take,
 // so every group means exactly its nodes.
@@ -35,7 +36,16 @@
 #define GRAPH_FIRST_BOUND 64
 #define GRAPH_MAX_ROPES 4
 
-enum item_kind { ITEM_NODE, ITEM_MUL_MAT, ITEM_ROPE_ATTENTION, ITEM_MOE, ITEM_NORM_ADD, ITEM_NORM_PAIR, ITEM_ROPE_TABLE };
+enum item_kind {
+    ITEM_NODE,
+    ITEM_MUL_MAT,
+    ITEM_ROPE_ATTENTION,
+    ITEM_MOE,
+    ITEM_MOE_ROUTE,
+    ITEM_NORM_ADD,
+    ITEM_NORM_PAIR,
+    ITEM_ROPE_TABLE
+};
 
 typedef struct plan_item {
     int kind;
@@ -46,6 +56,7 @@ typedef struct plan_item {
     st_fused_moe moe;           // ITEM_MOE
     st_fused_norm_add na;       // ITEM_NORM_ADD
     st_fused_norm_pair np;      // ITEM_NORM_PAIR
+    st_fused_moe_route mr;      // ITEM_MOE_ROUTE
     int table;                  // ITEM_ROPE_TABLE, ITEM_ROPE_ATTENTION: which of the plan's tables (-1 none)
     bool prepares_next;         // ITEM_MUL_MAT (ADD): forms the next item's x * norm_w
 } plan_item;
@@ -130,6 +141,7 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
                    : grp.kind == ST_FUSE_MOE            ? ITEM_MOE
                    : grp.kind == ST_FUSE_NORM_ADD       ? ITEM_NORM_ADD
                    : grp.kind == ST_FUSE_NORM_PAIR      ? ITEM_NORM_PAIR
+                   : grp.kind == ST_FUSE_MOE_ROUTE      ? ITEM_MOE_ROUTE
                                                         : ITEM_NODE;
         it->node = i;
         it->table = -1;
@@ -140,6 +152,7 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
         it->moe = grp.moe;
         it->na = grp.na;
         it->np = grp.np;
+        it->mr = grp.mr;
         const int used = grp.n_nodes;
         const st_op op = g->nodes[i].op;
         if (first_layer_item < 0 && !(it->kind == ITEM_NODE && (op == ST_OP_GET_ROWS || op == ST_OP_SCALE)))
@@ -228,6 +241,7 @@ static st_status run_item(st_backend *b, const st_graph *g, cuda_plan *p, plan_i
     case ITEM_MOE: return st_cuda_moe_fused(b, &it->moe, err);
     case ITEM_NORM_ADD: return st_cuda_norm_add(b, &it->na, err);
     case ITEM_NORM_PAIR: return st_cuda_norm_pair(b, &it->np, err);
+    case ITEM_MOE_ROUTE: return st_cuda_moe_route_fused(b, &it->mr, err);
     default: {
         rope_table *t = &p->tables[it->table];
         return st_cuda_rope_table(b, &t->cs, t->positions, &t->rope, err);
@@ -264,6 +278,7 @@ static void item_cost(const st_graph *g, const plan_item *it, int64_t n_kv, st_o
     case ITEM_MOE: st_op_cost_fused_moe(&it->moe, cost); return;
     case ITEM_NORM_ADD: st_op_cost_norm_add(&it->na, cost); return;
     case ITEM_NORM_PAIR: st_op_cost_norm_pair(&it->np, cost); return;
+    case ITEM_MOE_ROUTE: st_op_cost_moe_route(&it->mr, cost); return;
     default: snprintf(cost->label, sizeof(cost->label), "rope_table"), cost->bytes = cost->flops = 0.0;
     }
 }

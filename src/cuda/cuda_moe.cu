@@ -462,6 +462,109 @@ st_status st_cuda_topk_route(st_backend *b, st_tensor *ids, st_tensor *weights, 
     return ST_OK;
 }
 
+// ---- router and routing fused (backend/fused.h st_fused_moe_route) -------------------------
+
+#define ROUTER_MAX_EXPERTS 256 // the routing block holds a token's logits in shared memory
+
+// A (group of CUDA_GEMV_WARPS router rows, token m) a block, a warp a row: logits[e, m] =
+// router row e . x[:, m], as the GEMV forms a row. Each block then counts itself done for
+// its token (after a fence, so that its rows are visible); the last of the token's blocks
+// reads the token's logits into shared memory past the L1 cache, routes them as
+// topk_route_f32 does (the picks a warp's, the weights st_moe_route_weights') and sets the
+// count back to zero for the next launch (a recorded graph replays it).
+template <st_type T>
+__global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)
+    moe_route_kernel(const char *__restrict__ w, int64_t nb1, int64_t E, int64_t K, bool w_vec, st_cuda_view x,
+                     bool x_vec, st_cuda_view logits, char *__restrict__ ids, int64_t ids_nb1, st_cuda_view wts,
+                     int32_t k, bool softmax_first, bool normalize, int *__restrict__ counters) {
+    __shared__ float l[ROUTER_MAX_EXPERTS];
+    __shared__ bool last;
+    const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
+    const int64_t m = blockIdx.y, e = (int64_t)blockIdx.x * CUDA_GEMV_WARPS + warp;
+    float *lm = (float *)(logits.data + m * logits.nb1);
+    if (e < E) {
+        const float *xs[1] = {(const float *)(x.data + m * x.nb1)};
+        float acc[1];
+        cuda_gemv_row<T, false, 1>(w + e * nb1, K, w_vec, xs, 1, x_vec, acc);
+        if (lane == 0) lm[e] = acc[0];
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&counters[m], 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    const volatile float *lv = lm; // (volatile: read from L2, not a stale L1 line)
+    for (int64_t i = threadIdx.x; i < E; i += blockDim.x) l[i] = lv[i];
+    __syncthreads();
+    if (warp != 0) return;
+    int32_t *id = (int32_t *)(ids + m * ids_nb1);
+    float *wt = (float *)(wts.data + m * wts.nb1);
+    float prev_v = 0.0f;
+    int prev_i = -1;
+    for (int32_t j = 0; j < k; j++) { // the picks of topk_route_f32
+        float best_v = 0.0f;
+        int best_i = -1;
+        for (int64_t i = lane; i < E; i += ST_GPU_WARP_SIZE) {
+            const float v = l[i];
+            if (prev_i >= 0 && !st_moe_route_before(prev_v, prev_i, v, i)) continue;
+            if (best_i < 0 || st_moe_route_before(v, i, best_v, best_i)) best_v = v, best_i = (int)i;
+        }
+#pragma unroll
+        for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) {
+            const float ov = st_gpu_shfl_xor(best_v, off);
+            const int oi = st_gpu_shfl_xor(best_i, off);
+            if (oi >= 0 && (best_i < 0 || st_moe_route_before(ov, oi, best_v, best_i))) best_v = ov, best_i = oi;
+        }
+        prev_v = best_v, prev_i = best_i;
+        if (lane == 0) id[j] = best_i;
+    }
+    if (lane == 0) {
+        st_moe_route_weights(l, E, k, softmax_first, normalize, id, wt);
+        counters[m] = 0;
+    }
+}
+
+st_status st_cuda_moe_route_fused(st_backend *b, const st_fused_moe_route *op, st_error *err) {
+    // router [K, E] F32/F16/BF16; x F32 [K, M]; logits F32 [E, M]; ids I32 [k, M]; wts F32 [k, M]
+    st_cuda_ctx *c = cuda_ctx(b);
+    const st_tensor *w = op->router, *x = op->x;
+    const int64_t K = w->ne[0], E = w->ne[1], M = cuda_nrows(x);
+    const bool takes = cuda_is_float_weight(w) && w->ne[2] == 1 && w->ne[3] == 1 && E <= ROUTER_MAX_EXPERTS &&
+                       op->k >= 1 && op->k <= E && M >= 1 && M <= 65535 &&
+                       (M < ST_CUDA_MOE_GROUPED_MIN_M || c->capturing) && cuda_is_f32_rows(x) && x->ne[0] == K &&
+                       cuda_is_f32_rows(op->logits) && op->logits->ne[0] == E && cuda_nrows(op->logits) == M &&
+                       cuda_is_f32_rows(op->wts) && op->wts->ne[0] == op->k && op->wts->ne[1] == M &&
+                       cuda_is_i32_index(op->ids) && op->ids->ne[0] == op->k && op->ids->ne[1] >= M;
+    if (!takes) return st_fused_moe_route_composite(b, op, err);
+    // a count a token, zero between launches (it grows outside any recording, zeroed once)
+    const size_t bytes = (size_t)M * sizeof(int);
+    if (bytes > c->route_counters_bytes) {
+        void *before = c->route_counters;
+        st_status s = st_cuda_grow(c, (void **)&c->route_counters, &c->route_counters_bytes, bytes, "routing counts", err);
+        if (s != ST_OK) return s;
+        if (c->route_counters != before)
+            ST_GPU_CHECK(st_gpu_memset_async(c->route_counters, 0, c->route_counters_bytes, c->stream));
+    }
+    const bool w_vec = cuda_aligned16(w->data) && w->nb[1] % 16 == 0;
+    const bool x_vec = cuda_aligned16(x->data) && x->nb[1] % 16 == 0;
+    const dim3 grid(cuda_blocks(E, CUDA_GEMV_WARPS), (unsigned int)M), block(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE);
+    const char *wd = (const char *)w->data;
+    const int64_t nb1 = (int64_t)w->nb[1], ids_nb1 = (int64_t)op->ids->nb[1];
+    const st_cuda_view xv = cuda_view(x), lv = cuda_view(op->logits), wv = cuda_view(op->wts);
+    char *id = (char *)op->ids->data;
+#define ROUTE_LAUNCH(T)                                                                                              \
+    moe_route_kernel<T><<<grid, block, 0, c->stream>>>(wd, nb1, E, K, w_vec, xv, x_vec, lv, id, ids_nb1, wv, op->k, \
+                                                       op->softmax_first, op->normalize, c->route_counters)
+    switch (w->type) {
+    case ST_TYPE_F32: ROUTE_LAUNCH(ST_TYPE_F32); break;
+    case ST_TYPE_F16: ROUTE_LAUNCH(ST_TYPE_F16); break;
+    default: ROUTE_LAUNCH(ST_TYPE_BF16); break;
+    }
+#undef ROUTE_LAUNCH
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
 // ---- combination ----------------------------------------------------------------------------
 
 // dst[:, m] = sum_j weights[j, m] * src[:, j, m] in slot order; __fmul_rn/__fadd_rn keep

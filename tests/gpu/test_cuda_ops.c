@@ -1490,6 +1490,55 @@ static void test_topk(int64_t E, int32_t k, bool softmax_first, bool normalize, 
     dual_free(&dw);
 }
 
+/* A router's product and its routing in one launch (st_fused_moe_route) against the CPU
+ * composite: logits and weights by the GEMV tolerance, the picks exactly (random logits:
+ * no near-ties); run twice, so that the second launch finds the blocks' counts reset. */
+static void test_moe_route_fused(st_type t, int64_t K, int64_t E, int32_t k, int64_t M, bool softmax_first,
+                                 bool normalize) {
+    weight w = weight_new(t, K, E, 1, 0);
+    view vx = mkpacked(ST_TYPE_F32, K, M, 1), vl = mkpacked(ST_TYPE_F32, E, M, 1);
+    view vi = ids_view(k, M), vw = mkpacked(ST_TYPE_F32, k, M, 1);
+    dual dx = dual_new(view_bytes(&vx)), dl = dual_new(view_bytes(&vl)), di = dual_new(view_bytes(&vi));
+    dual dw = dual_new(view_bytes(&vw));
+    dual_random_f32(&dx);
+    st_tensor wt[2], xt[2], lt[2], it[2], wts[2];
+    st_fused_moe_route op[2];
+    for (int b = 0; b < 2; b++) {
+        wt[b] = on(&w.v, b ? w.d.gpu : w.d.cpu), xt[b] = on(&vx, b ? dx.gpu : dx.cpu);
+        lt[b] = on(&vl, b ? dl.gpu : dl.cpu), it[b] = on(&vi, b ? di.gpu : di.cpu), wts[b] = on(&vw, b ? dw.gpu : dw.cpu);
+        op[b] = (st_fused_moe_route){.router = &wt[b], .x = &xt[b], .logits = &lt[b], .ids = &it[b], .wts = &wts[b],
+                                     .k = k, .softmax_first = softmax_first, .normalize = normalize};
+    }
+    st_error err = {0};
+    dual_poison(&dl), dual_poison(&dw);
+    memset(di.host, 0xff, di.bytes);
+    dual_upload(&di);
+    if (st_fused_moe_route_composite(g_cpu, &op[0], &err) != ST_OK) test_die("cpu moe route", &err);
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s K=%lld E=%lld k=%d M=%lld softmax_first=%d normalize=%d", tname(t), (long long)K,
+             (long long)E, k, (long long)M, softmax_first, normalize);
+    for (int run = 0; run < 2; run++) {
+        /* the GPU's outputs poisoned (0xff: NaN, and id -1) before each run */
+        dual *outs[3] = {&dl, &dw, &di};
+        for (int o = 0; o < 3; o++) {
+            memset(outs[o]->host, 0xff, outs[o]->bytes);
+            if (g_gpu->iface->write(g_gpu, outs[o]->gpu, outs[o]->host, outs[o]->bytes, &err) != ST_OK)
+                test_die("cuda write", &err);
+        }
+        if (st_cuda_moe_route_fused(g_gpu, &op[1], &err) != ST_OK) test_die("cuda moe route", &err);
+        char *gl = dual_fetch(&dl), *gw = dual_fetch(&dw), *gi = dual_fetch(&di);
+        cmp_result r = compare_f32(&vl, dl.cpu, gl, dl.bytes);
+        record(run ? "moe route fused (again)" : "moe route fused", desc, &r, TOL_F32_SUM);
+        r = compare_f32(&vw, dw.cpu, gw, dw.bytes);
+        cmp_result ri = compare_bytes(di.cpu, gi, di.bytes);
+        r.bad += ri.bad;
+        record(run ? "moe route fused (again)" : "moe route fused", desc, &r, TOL_F32_SUM);
+        free(gl), free(gw), free(gi);
+    }
+    dual_free(&dx), dual_free(&dl), dual_free(&di), dual_free(&dw);
+    weight_free(&w);
+}
+
 static void test_moe_combine(int64_t D, int64_t k, int64_t M) {
     size_t snb1 = (size_t)(D + 1) * 4;
     view vs = mkview(ST_TYPE_F32, D, k, M, snb1, snb1 * (size_t)k + 8, 0);
@@ -1940,6 +1989,13 @@ static void run_all(void) {
     test_topk(128, 8, true, false, 9, false);
     test_topk(64, 8, true, false, 5, true);
     test_topk(60, 6, false, true, 3, true);
+    /* the router and routing fused: olmoe's shape (F32 router, as converters keep it), others */
+    for (int ti = 0; ti < 3; ti++) {
+        test_moe_route_fused(types[ti], 2048, 64, 8, 1, true, false);
+        test_moe_route_fused(types[ti], 2048, 64, 8, 3, true, true);
+        test_moe_route_fused(types[ti], 100, 60, 4, 7, false, true);
+        test_moe_route_fused(types[ti], 512, 128, 8, 2, true, false);
+    }
 
     for (int64_t D = 37; D <= 64; D += 27)
         for (int64_t k = 2; k <= 8; k += 6)
