@@ -332,19 +332,16 @@ bool st_cuda_attn_flash_supported(st_backend *b, const st_tensor *q, const st_te
            k_cache->ne[1] <= 65535; // grid y
 }
 
-st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
-                             const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
-                             const st_attn_params *p, st_error *err) {
-    st_cuda_ctx *c = cuda_ctx(b);
-    const int32_t *pos = (const int32_t *)positions->data;
+// The kernel of q's head_dim (64, 128, 256) over one run (runs.n_runs 0: q's queries, at
+// pg's row or contiguous) or several.
+static st_status flash_dispatch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                                const st_tensor *v_cache, const int32_t *pos, const attn_pages *pg,
+                                const attn_runs &runs, const st_attn_params *p, st_error *err) {
     const attn_pages none = {};
-    attn_runs one;
-    one.n_runs = 0;
-    ST_ASSERT(!pg || !pg->seq); // a run of one sequence
 #define FLASH_CASE(d)                                                                                                \
     case d:                                                                                                        \
-        return pg ? flash_launch<d, true>(c, dst, q, k_cache, v_cache, pos, *pg, one, p, err)                      \
-                  : flash_launch<d, false>(c, dst, q, k_cache, v_cache, pos, none, one, p, err);
+        return pg ? flash_launch<d, true>(c, dst, q, k_cache, v_cache, pos, *pg, runs, p, err)                     \
+                  : flash_launch<d, false>(c, dst, q, k_cache, v_cache, pos, none, runs, p, err);
     switch (q->ne[0]) {
         FLASH_CASE(64)
         FLASH_CASE(128)
@@ -355,11 +352,18 @@ st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, 
     return ST_OK;
 }
 
+st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                             const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
+                             const st_attn_params *p, st_error *err) {
+    ST_ASSERT(!pg || !pg->seq); // a run of one sequence
+    attn_runs one;
+    one.n_runs = 0;
+    return flash_dispatch(cuda_ctx(b), dst, q, k_cache, v_cache, (const int32_t *)positions->data, pg, one, p, err);
+}
+
 st_status st_cuda_attn_flash_runs(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                                   const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
                                   const st_attn_run *runs, int32_t n_runs, const st_attn_params *p, st_error *err) {
-    st_cuda_ctx *c = cuda_ctx(b);
-    const int32_t *pos = (const int32_t *)positions->data;
     const int64_t group = q->ne[1] / k_cache->ne[1];
     ST_ASSERT(pg && !pg->seq);
     for (int32_t r0 = 0; r0 < n_runs; r0 += ATTN_MAX_RUNS) { // a launch of up to ATTN_MAX_RUNS runs
@@ -372,16 +376,8 @@ st_status st_cuda_attn_flash_runs(st_backend *b, st_tensor *dst, const st_tensor
             ar.m0[i] = (int)r->m0, ar.n[i] = (int)r->n, ar.row[i] = r->seq;
             ar.first_tile[i + 1] = ar.first_tile[i] + (int)((r->n * group + FLASH_BM - 1) / FLASH_BM);
         }
-        st_status s = ST_OK;
-#define FLASH_CASE(d)                                                                                                \
-    case d: s = flash_launch<d, true>(c, dst, q, k_cache, v_cache, pos, *pg, ar, p, err); break;
-        switch (q->ne[0]) {
-            FLASH_CASE(64)
-            FLASH_CASE(128)
-            FLASH_CASE(256)
-        default: ST_ASSERT(!"flash attention: head_dim not supported (st_cuda_attn_flash_supported)");
-        }
-#undef FLASH_CASE
+        const st_status s =
+            flash_dispatch(cuda_ctx(b), dst, q, k_cache, v_cache, (const int32_t *)positions->data, pg, ar, p, err);
         if (s != ST_OK) return s;
     }
     return ST_OK;

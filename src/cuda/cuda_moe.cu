@@ -408,22 +408,13 @@ st_status st_cuda_moe_fused(st_backend *b, const st_fused_moe *op, st_error *err
 
 #define ROUTE_WARPS 4
 
-// One warp a token, lane l holding experts l, l + 32, ...: each of the k picks is the warp's
-// best in st_moe_route_before's total order among the experts ranked after the previous
-// pick (each lane's best, then a butterfly of (value, index) pairs: a total order's maximum,
-// the same in every lane), which is the CPU's j-th pick; then lane 0 weighs the picks as the
-// CPU does (st_moe_route_weights: the same sums in the same order, the same bits). A pick
-// costs one pass over the logits across the warp instead of one thread's pass over all E.
-__global__ void __launch_bounds__(ROUTE_WARPS *ST_GPU_WARP_SIZE)
-    topk_route_f32(char *__restrict__ ids, int64_t ids_nb1, st_cuda_view wts, st_cuda_view logits, int32_t k,
-                   bool softmax_first, bool normalize) {
-    const int64_t E = logits.ne0, M = logits.ne1;
+// The k picks of one token's logits l [E] by one warp (every lane calls it), lane l holding
+// experts l, l + 32, ...: each pick is the warp's best in st_moe_route_before's total order
+// among the experts ranked after the previous pick (each lane's best, then a butterfly of
+// (value, index) pairs: a total order's maximum, the same in every lane), which is the
+// CPU's j-th pick (st_moe_route_pick). Lane 0 writes id [k].
+__device__ __forceinline__ void route_warp_pick(const float *l, int64_t E, int32_t k, int32_t *id) {
     const int lane = threadIdx.x % ST_GPU_WARP_SIZE;
-    const int64_t m = (int64_t)blockIdx.x * ROUTE_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
-    if (m >= M) return; // (the whole warp)
-    const float *l = (const float *)(logits.data + m * logits.nb1); /* [E] */
-    int32_t *id = (int32_t *)(ids + m * ids_nb1);                   /* [k] */
-    float *wt = (float *)(wts.data + m * wts.nb1);                   /* [k] */
     float prev_v = 0.0f;
     int prev_i = -1;
     for (int32_t j = 0; j < k; j++) {
@@ -443,7 +434,22 @@ __global__ void __launch_bounds__(ROUTE_WARPS *ST_GPU_WARP_SIZE)
         prev_v = best_v, prev_i = best_i; // found: the order is total and k <= E
         if (lane == 0) id[j] = best_i;
     }
-    if (lane == 0) st_moe_route_weights(l, E, k, softmax_first, normalize, id, wt);
+}
+
+// One warp a token: its picks (route_warp_pick, a pass over the logits across the warp a
+// pick instead of one thread's pass over all E), then lane 0 weighs them as the CPU does
+// (st_moe_route_weights: the same sums in the same order, the same bits).
+__global__ void __launch_bounds__(ROUTE_WARPS *ST_GPU_WARP_SIZE)
+    topk_route_f32(char *__restrict__ ids, int64_t ids_nb1, st_cuda_view wts, st_cuda_view logits, int32_t k,
+                   bool softmax_first, bool normalize) {
+    const int64_t E = logits.ne0, M = logits.ne1;
+    const int64_t m = (int64_t)blockIdx.x * ROUTE_WARPS + threadIdx.x / ST_GPU_WARP_SIZE;
+    if (m >= M) return; // (the whole warp)
+    const float *l = (const float *)(logits.data + m * logits.nb1); /* [E] */
+    int32_t *id = (int32_t *)(ids + m * ids_nb1);                   /* [k] */
+    float *wt = (float *)(wts.data + m * wts.nb1);                   /* [k] */
+    route_warp_pick(l, E, k, id);
+    if (threadIdx.x % ST_GPU_WARP_SIZE == 0) st_moe_route_weights(l, E, k, softmax_first, normalize, id, wt);
 }
 
 st_status st_cuda_topk_route(st_backend *b, st_tensor *ids, st_tensor *weights, const st_tensor *logits, int32_t k,
@@ -499,25 +505,7 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)
     if (warp != 0) return;
     int32_t *id = (int32_t *)(ids + m * ids_nb1);
     float *wt = (float *)(wts.data + m * wts.nb1);
-    float prev_v = 0.0f;
-    int prev_i = -1;
-    for (int32_t j = 0; j < k; j++) { // the picks of topk_route_f32
-        float best_v = 0.0f;
-        int best_i = -1;
-        for (int64_t i = lane; i < E; i += ST_GPU_WARP_SIZE) {
-            const float v = l[i];
-            if (prev_i >= 0 && !st_moe_route_before(prev_v, prev_i, v, i)) continue;
-            if (best_i < 0 || st_moe_route_before(v, i, best_v, best_i)) best_v = v, best_i = (int)i;
-        }
-#pragma unroll
-        for (int off = ST_GPU_WARP_SIZE / 2; off > 0; off >>= 1) {
-            const float ov = st_gpu_shfl_xor(best_v, off);
-            const int oi = st_gpu_shfl_xor(best_i, off);
-            if (oi >= 0 && (best_i < 0 || st_moe_route_before(ov, oi, best_v, best_i))) best_v = ov, best_i = oi;
-        }
-        prev_v = best_v, prev_i = best_i;
-        if (lane == 0) id[j] = best_i;
-    }
+    route_warp_pick(l, E, k, id); // (topk_route_f32's picks)
     if (lane == 0) {
         st_moe_route_weights(l, E, k, softmax_first, normalize, id, wt);
         counters[m] = 0;
