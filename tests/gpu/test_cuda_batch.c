@@ -67,8 +67,8 @@ static dual cache_new(st_type t, int64_t hd, int64_t n_kv_head, int64_t slots, v
 typedef struct paged_batch {
     int64_t M, n_single;
     int32_t n_seq, max_blocks, n_runs;
-    int32_t pos[64], seq[64], table[16 * 8];
-    st_attn_run runs[16];
+    int32_t pos[512], seq[512], table[48 * 8];
+    st_attn_run runs[48];
 } paged_batch;
 
 static void paged_batch_make(paged_batch *b, int32_t n_seq, int32_t n_single, int32_t n_blocks, int32_t max_blocks) {
@@ -95,9 +95,11 @@ static void paged_batch_make(paged_batch *b, int32_t n_seq, int32_t n_single, in
     }
 }
 
+/* many: 40 sequences of up to 2 blocks (more runs than one flash launch takes) over 120
+ * blocks; else up to 16 of up to 6 blocks over 40. */
 static void test_attention_paged(st_type ct, int64_t hd, int64_t H, int64_t Hkv, int32_t n_seq, int32_t n_single,
-                                 int32_t window) {
-    const int32_t n_blocks = 40, max_blocks = 6;
+                                 int32_t window, bool many) {
+    const int32_t n_blocks = many ? 120 : 40, max_blocks = many ? 2 : 6;
     paged_batch pb;
     paged_batch_make(&pb, n_seq, n_single, n_blocks - 1, max_blocks);
     const int64_t M = pb.M, slots = (int64_t)n_blocks * ST_KV_BLOCK_TOKENS;
@@ -412,12 +414,13 @@ static void test_runner(const char *preset) {
 static void run_all(void) {
     for (int ci = 0; ci < 2; ci++) {
         const st_type ct = ci ? ST_TYPE_F32 : ST_TYPE_F16;
-        test_attention_paged(ct, 64, 8, 2, 6, 3, 0);
-        test_attention_paged(ct, 64, 32, 8, 9, 9, 0);    /* decode only: the warps kernel where bounds allow */
-        test_attention_paged(ct, 128, 16, 8, 7, 0, 0);   /* runs only */
-        test_attention_paged(ct, 128, 32, 4, 8, 4, 100); /* a window */
-        test_attention_paged(ct, 256, 8, 1, 5, 2, 0);
-        test_attention_paged(ct, 96, 6, 2, 5, 2, 0);     /* the exact kernel */
+        test_attention_paged(ct, 64, 8, 2, 6, 3, 0, false);
+        test_attention_paged(ct, 64, 32, 8, 9, 9, 0, false);    /* decode only: the warps kernel where bounds allow */
+        test_attention_paged(ct, 128, 16, 8, 7, 0, 0, false);   /* runs only */
+        test_attention_paged(ct, 128, 32, 4, 8, 4, 100, false); /* a window */
+        test_attention_paged(ct, 256, 8, 1, 5, 2, 0, false);
+        test_attention_paged(ct, 96, 6, 2, 5, 2, 0, false);     /* the exact kernel */
+        test_attention_paged(ct, 64, 32, 8, 40, 2, 0, true);    /* 38 runs: two flash launches */
         for (int norms = 0; norms <= 1; norms++) {
             test_rope_attention_paged(ct, 64, 32, 8, norms, 7);
             test_rope_attention_paged(ct, 128, 16, 8, norms, 5);
