@@ -125,8 +125,7 @@ st_status st_engine_init(st_model *m, const st_engine_options *o, st_engine **ou
     /* On a GPU each logits row stays there and its largest logits come to the host (the
      * samplers that need whole rows ask for them); on the CPU the rows are already host
      * memory. */
-    e->n_candidates = m->backend->device.backend == ST_BACKEND_CPU ? 0 : ST_ENGINE_CANDIDATES;
-    if (e->n_candidates > m->hp.n_vocab) e->n_candidates = (int32_t)m->hp.n_vocab;
+    e->n_candidates = m->backend->device.backend == ST_BACKEND_CPU ? 0 : st_engine_candidates(m->hp.n_vocab);
     const st_runner_options ro = {.max_tokens = c->max_batch_tokens, .max_seqs = c->n_parallel,
                                   .max_blocks = e->max_blocks, .n_candidates = e->n_candidates};
     if ((s = st_runner_init(m, e->pool, &ro, &e->runner, err)) != ST_OK) goto fail;

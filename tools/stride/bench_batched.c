@@ -190,11 +190,12 @@ st_status bb_run_model(bb_results *r, int im, st_backend *be, const cli_model_se
             s = work_init(&w, r, im, sl->model->hp.n_vocab, err);
         }
         if (s == ST_OK) s = st_kv_pool_init(sl->model, n_blocks, setup->kv_type, &sl->pool, err);
-        st_runner_options ro = {.max_tokens = w.U, .max_seqs = w.max_b, .max_blocks = w.max_blocks};
-        if (s == ST_OK && !r->all_logits)
-            ro.n_candidates = sl->model->hp.n_vocab < ST_ENGINE_CANDIDATES ? (int32_t)sl->model->hp.n_vocab
-                                                                           : ST_ENGINE_CANDIDATES;
-        if (s == ST_OK) s = st_runner_init(sl->model, sl->pool, &ro, &sl->runner, err);
+        if (s == ST_OK) {
+            const int32_t k = r->all_logits ? 0 : st_engine_candidates(sl->model->hp.n_vocab);
+            const st_runner_options ro = {.max_tokens = w.U, .max_seqs = w.max_b, .max_blocks = w.max_blocks,
+                                          .n_candidates = k};
+            s = st_runner_init(sl->model, sl->pool, &ro, &sl->runner, err);
+        }
     }
     int64_t n_runs = 0;
     for (int ic = 0; ic < r->n_cases && s == ST_OK; ic++) {

@@ -129,6 +129,9 @@ static void md_row(FILE *out, const bb_results *r, const bb_view *v) {
             v->s_mean, v->s_sd);
 }
 
+/* The --logits value the run took. */
+static const char *logits_name(const bb_results *r) { return r->all_logits ? "all" : "top"; }
+
 void bb_report_md(FILE *out, const bb_results *r) {
     fprintf(out, "| model | size | pad | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | S_TG roofline t/s "
                  "| of roofline | T s | S t/s |\n");
@@ -193,15 +196,16 @@ static void csv_rows(FILE *out, const bb_results *r, const bb_view *v) {
                 "%.6f,%.9f,%.3f,%lld\n",
                 v->l->arch, v->l->weights_bytes, v->l->policy, v->l->pad_enabled ? "true" : "false",
                 (long long)v->k->pp, (long long)v->k->tg, (long long)v->k->b, (long long)v->n_kv,
-                (long long)r->n_ubatch, r->all_logits ? "all" : "top", r->kv_type, r->weights, r->seed, i, v->t_pp[i],
-                v->s_pp[i], v->t_tg[i], v->s_tg[i], v->t_pp[i] + v->t_tg[i], v->s[i], v->wall[i], v->roof, (long long)v->order[i]);
+                (long long)r->n_ubatch, logits_name(r), r->kv_type, r->weights, r->seed, i, v->t_pp[i],
+                v->s_pp[i], v->t_tg[i], v->s_tg[i], v->t_pp[i] + v->t_tg[i], v->s[i], v->wall[i], v->roof,
+                (long long)v->order[i]);
     }
 }
 
 void bb_report_csv(FILE *out, const bb_results *r) {
     fprintf(out, "stride_version,commit,date,device,backend,driver_version,runtime_version,threads,model_file,arch,"
-                 "model_size,pad_weights,pad_enabled,pp,tg,b,n_kv,n_ubatch,logits,kv_type,weights,seed,rep,t_pp,s_pp,t_tg,"
-                 "s_tg,t,s,wall_seconds,s_tg_roofline,run_order\n");
+                 "model_size,pad_weights,pad_enabled,pp,tg,b,n_kv,n_ubatch,logits,kv_type,weights,seed,rep,t_pp,"
+                 "s_pp,t_tg,s_tg,t,s,wall_seconds,s_tg_roofline,run_order\n");
     for_each(out, r, csv_rows);
 }
 
@@ -255,10 +259,10 @@ void bb_report_json(FILE *out, const bb_results *r) {
                 (long long)r->cases[ic].tg, (long long)r->cases[ic].b);
     fprintf(out,
             "], \"repetitions\": %d, \"n_ubatch\": %lld, \"logits\": \"%s\", \"backend\": \"%s\", \"threads\": %d, "
-            "\"kv_type\": \"%s\", \"weights\": \"%s\", \"seed\": %" PRIu64 ", \"warmup_runs\": 1, \"interleaved\": true, "
-            "\"clock\": \"%s\", \"roofline\": {\"bytes_per_s\": %.4g, \"flops_per_s\": %.4g}},\n",
-            r->reps, (long long)r->n_ubatch, r->all_logits ? "all" : "top", r->backend, r->threads, r->kv_type,
-            r->weights, r->seed,
+            "\"kv_type\": \"%s\", \"weights\": \"%s\", \"seed\": %" PRIu64 ", \"warmup_runs\": 1, "
+            "\"interleaved\": true, \"clock\": \"%s\", "
+            "\"roofline\": {\"bytes_per_s\": %.4g, \"flops_per_s\": %.4g}},\n",
+            r->reps, (long long)r->n_ubatch, logits_name(r), r->backend, r->threads, r->kv_type, r->weights, r->seed,
             r->device.backend == ST_BACKEND_CUDA ? "backend timer (CUDA events)" : "backend timer (host clock)",
             BENCH_ROOF_BYTES_PER_S, BENCH_ROOF_FLOPS_PER_S);
     fprintf(out, "  \"results\": [");
