@@ -1,11 +1,6 @@
 /* Fused ops (backend/fused.h): their meaning as sequences of plain backend ops. */
 #include "backend/fused.h"
 
-void st_fused_mul_mat_point_halves(st_fused_mul_mat *op) {
-    if (!op->halves) return;
-    for (int i = 0; i < 2; i++) op->w[i] = &op->half_w[i], op->y[i] = &op->half_y[i];
-}
-
 st_status st_fused_mul_mat_composite(st_backend *b, const st_fused_mul_mat *op, st_error *err) {
     const st_backend_iface *be = b->iface;
     ST_ASSERT(op->n_w >= 1 && op->n_w <= 3);

@@ -115,8 +115,7 @@ static void split_gate_up(st_fused_mul_mat *op) {
         op->half_w[i] = hw, op->half_y[i] = hy;
     }
     op->n_w = 2;
-    op->halves = true;
-    st_fused_mul_mat_point_halves(op);
+    op->halves = true; /* (w and y point at the halves: st_fuse_group_point) */
 }
 
 /* rms_norm(h <- x, w) then mul_mats of h [, a gated unit; or one product of a fused gate_up
@@ -236,7 +235,6 @@ static bool match_rope_attention(const st_graph *g, int i, st_fuse_group *out) {
     out->ra.out = at->dst;
     out->ra.pages = at->pages.table ? &at->pages : NULL;
     out->attn = at->p.attn;
-    out->ra.attn = &out->attn;
     out->n_nodes = j + 5 - i;
     return true;
 }
@@ -389,4 +387,11 @@ void st_fuse_match(const st_graph *g, int i, st_fuse_group *out) {
         out->kind = ST_FUSE_MOE_ROUTE;
         out->n_nodes = 2;
     }
+    st_fuse_group_point(out);
+}
+
+void st_fuse_group_point(st_fuse_group *grp) {
+    if (grp->kind == ST_FUSE_ROPE_ATTENTION) grp->ra.attn = &grp->attn;
+    if (grp->kind == ST_FUSE_MUL_MAT && grp->mm.halves)
+        for (int i = 0; i < 2; i++) grp->mm.w[i] = &grp->mm.half_w[i], grp->mm.y[i] = &grp->mm.half_y[i];
 }

@@ -51,9 +51,13 @@ typedef struct st_fuse_group {
 } st_fuse_group;
 
 /* The group that starts at node i of g. Its descriptors point into g's nodes (valid while
- * g is not rebuilt); ra.attn must be pointed at the group's own attn by whoever keeps the
- * group (st_fuse_match sets it to &out->attn). */
+ * g is not rebuilt) and into the group itself (ra.attn, a halves product's w and y): a
+ * copy of the group is pointed at its own with st_fuse_group_point. */
 void st_fuse_match(const st_graph *g, int i, st_fuse_group *out);
+
+/* Points the group's pointers into itself (ra.attn at attn; a halves product's w and y at
+ * its halves) at this copy of it. */
+void st_fuse_group_point(st_fuse_group *grp);
 
 /* Whether a node from `from` on reads any of t's memory before a node overwrites all of t
  * (conservative: overlapping memory counts as a read). */

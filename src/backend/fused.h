@@ -58,14 +58,11 @@ typedef struct st_fused_mul_mat {
     const st_tensor *x_w;         /* optional with norm_w: [K, M] F32 x * norm_w */
     /* halves: a fused gate_up weight [K, 2F] (gate rows first, phi3) as the gated pair:
      * w[0], w[1] are half_w, its two halves [K, F], and y[0], y[1] half_y, the halves of
-     * its product [2F, M] (st_fused_mul_mat_point_halves points them after a copy). */
+     * its product [2F, M] (fuse.h's st_fuse_group_point points them after a copy). */
     bool halves;
     st_tensor half_w[2], half_y[2];
 } st_fused_mul_mat;
 
-/* Points w[0..1] and y[0..1] of a halves op at its own half_w and half_y (after the op was
- * copied); nothing for other ops. */
-void st_fused_mul_mat_point_halves(st_fused_mul_mat *op);
 /* The attention block's step between the projections and attention: per-head RMSNorm
  * of q and k (optional), RoPE of q and k, and the store of k and v into the cache. Its
  * meaning is st_fused_rope_store_composite's sequence of plain ops.

@@ -36,29 +36,16 @@
 #define GRAPH_FIRST_BOUND 64
 #define GRAPH_MAX_ROPES 4
 
-enum item_kind {
-    ITEM_NODE,
-    ITEM_MUL_MAT,
-    ITEM_ROPE_ATTENTION,
-    ITEM_MOE,
-    ITEM_MOE_ROUTE,
-    ITEM_NORM_ADD,
-    ITEM_NORM_PAIR,
-    ITEM_ROPE_TABLE
-};
+// A plan item: a group of the step's nodes (st_fuse_kind: a node alone or a fused op), or
+// the rotations of a rope table.
+#define ITEM_ROPE_TABLE (-1)
 
 typedef struct plan_item {
-    int kind;
-    int node;                   // ITEM_NODE: the node; otherwise the group's first node
-    st_fused_mul_mat mm;        // ITEM_MUL_MAT
-    st_fused_rope_attention ra; // ITEM_ROPE_ATTENTION (ra.attn -> attn)
-    st_attn_params attn;        //   its parameters, n_kv set per run
-    st_fused_moe moe;           // ITEM_MOE
-    st_fused_norm_add na;       // ITEM_NORM_ADD
-    st_fused_norm_pair np;      // ITEM_NORM_PAIR
-    st_fused_moe_route mr;      // ITEM_MOE_ROUTE
-    int table;                  // ITEM_ROPE_TABLE, ITEM_ROPE_ATTENTION: which of the plan's tables (-1 none)
-    bool prepares_next;         // ITEM_MUL_MAT (ADD): forms the next item's x * norm_w
+    int kind;            // st_fuse_kind, or ITEM_ROPE_TABLE
+    int node;            // the group's first node
+    st_fuse_group grp;   // the group (st_fuse_group_point: pointed at this item's own copy)
+    int table;           // ITEM_ROPE_TABLE, ST_FUSE_ROPE_ATTENTION: which of the plan's tables (-1 none)
+    bool prepares_next;  // ST_FUSE_MUL_MAT (ADD): forms the next item's x * norm_w
 } plan_item;
 
 typedef struct rope_table {
@@ -134,28 +121,13 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
     int first_layer_item = -1; // where the rope tables go: after the embedding lookup
     for (int i = 0; i < g->n_nodes;) {
         plan_item *it = &p->items[p->n_items];
-        st_fuse_group grp;
-        st_fuse_match(g, i, &grp);
-        it->kind = grp.kind == ST_FUSE_MUL_MAT           ? ITEM_MUL_MAT
-                   : grp.kind == ST_FUSE_ROPE_ATTENTION ? ITEM_ROPE_ATTENTION
-                   : grp.kind == ST_FUSE_MOE            ? ITEM_MOE
-                   : grp.kind == ST_FUSE_NORM_ADD       ? ITEM_NORM_ADD
-                   : grp.kind == ST_FUSE_NORM_PAIR      ? ITEM_NORM_PAIR
-                   : grp.kind == ST_FUSE_MOE_ROUTE      ? ITEM_MOE_ROUTE
-                                                        : ITEM_NODE;
+        st_fuse_match(g, i, &it->grp);
+        it->kind = it->grp.kind;
         it->node = i;
         it->table = -1;
-        it->mm = grp.mm;
-        st_fused_mul_mat_point_halves(&it->mm); // (at this item's own halves, not grp's)
-        it->ra = grp.ra;
-        it->attn = grp.attn;
-        it->moe = grp.moe;
-        it->na = grp.na;
-        it->np = grp.np;
-        it->mr = grp.mr;
-        const int used = grp.n_nodes;
+        const int used = it->grp.n_nodes;
         const st_op op = g->nodes[i].op;
-        if (first_layer_item < 0 && !(it->kind == ITEM_NODE && (op == ST_OP_GET_ROWS || op == ST_OP_SCALE)))
+        if (first_layer_item < 0 && !(it->kind == ST_FUSE_NONE && (op == ST_OP_GET_ROWS || op == ST_OP_SCALE)))
             first_layer_item = p->n_items;
         p->n_items++;
         i += used;
@@ -176,16 +148,16 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
         // one rope table per distinct rope of the step's rope-attentions
         for (int k = 0; k < p->n_items; k++) {
             plan_item *it = &p->items[k];
-            if (it->kind == ITEM_ROPE_ATTENTION && it->ra.rs.rope->n_rot >= 2)
-                it->table = rope_table_for(p, it->ra.rs.rope, it->ra.rs.positions);
+            if (it->kind == ST_FUSE_ROPE_ATTENTION && it->grp.ra.rs.rope->n_rot >= 2)
+                it->table = rope_table_for(p, it->grp.ra.rs.rope, it->grp.ra.rs.positions);
         }
         // a residual add whose output the next normed product reads: prepare its x * norm_w
         for (int k = 0; k + 1 < p->n_items; k++) {
             plan_item *add = &p->items[k], *next = &p->items[k + 1];
-            if (add->kind != ITEM_MUL_MAT || add->mm.epilogue != ST_FUSED_EPILOGUE_ADD) continue;
-            if (next->kind != ITEM_MUL_MAT || !next->mm.norm_w || !st_tensor_same(next->mm.x, add->mm.out)) continue;
-            if (!st_cuda_prepared_norm_pays(b, &next->mm)) continue;
-            if (add->mm.out->ne[0] > x_w_rows) x_w_rows = add->mm.out->ne[0];
+            if (add->kind != ST_FUSE_MUL_MAT || add->grp.mm.epilogue != ST_FUSED_EPILOGUE_ADD) continue;
+            if (next->kind != ST_FUSE_MUL_MAT || !next->grp.mm.norm_w || !st_tensor_same(next->grp.mm.x, add->grp.mm.out)) continue;
+            if (!st_cuda_prepared_norm_pays(b, &next->grp.mm)) continue;
+            if (add->grp.mm.out->ne[0] > x_w_rows) x_w_rows = add->grp.mm.out->ne[0];
             add->prepares_next = true;
         }
     }
@@ -195,13 +167,13 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
         for (int k = 0; k + 1 < p->n_items; k++) {
             plan_item *add = &p->items[k], *next = &p->items[k + 1];
             if (!add->prepares_next) continue;
-            add->mm.next_norm_w = next->mm.norm_w;
-            add->mm.next_h = &p->x_w;
-            next->mm.x_w = &p->x_w;
+            add->grp.mm.next_norm_w = next->grp.mm.norm_w;
+            add->grp.mm.next_h = &p->x_w;
+            next->grp.mm.x_w = &p->x_w;
         }
         for (int k = 0; k < p->n_items; k++)
-            if (p->items[k].kind == ITEM_ROPE_ATTENTION && p->items[k].table >= 0)
-                p->items[k].ra.rs.rope_cs = &p->tables[p->items[k].table].cs;
+            if (p->items[k].kind == ST_FUSE_ROPE_ATTENTION && p->items[k].table >= 0)
+                p->items[k].grp.ra.rs.rope_cs = &p->tables[p->items[k].table].cs;
         // the tables' items, before the first layer's
         if (p->n_tables > 0) {
             const int at = first_layer_item < 0 ? p->n_items : first_layer_item;
@@ -214,10 +186,7 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
             p->n_items += p->n_tables;
         }
     }
-    for (int k = 0; k < p->n_items; k++) { // (the items have moved)
-        if (p->items[k].kind == ITEM_ROPE_ATTENTION) p->items[k].ra.attn = &p->items[k].attn;
-        if (p->items[k].kind == ITEM_MUL_MAT) st_fused_mul_mat_point_halves(&p->items[k].mm);
-    }
+    for (int k = 0; k < p->n_items; k++) st_fuse_group_point(&p->items[k].grp); // (the items have moved)
     // decode steps are recorded; not one whose experts are grouped on the host (it waits)
     p->record = g->decode && !grouped_moe && c->tune.graphs;
     return ST_OK;
@@ -235,13 +204,13 @@ static st_status run_uploads(st_cuda_ctx *c, const st_graph *g, st_error *err) {
 // One item, attention over n_kv keys.
 static st_status run_item(st_backend *b, const st_graph *g, cuda_plan *p, plan_item *it, int64_t n_kv, st_error *err) {
     switch (it->kind) {
-    case ITEM_NODE: return st_backend_run_node(b, &g->nodes[it->node], n_kv, err);
-    case ITEM_MUL_MAT: return st_cuda_mul_mat_fused(b, &it->mm, err);
-    case ITEM_ROPE_ATTENTION: it->attn.n_kv = n_kv; return st_cuda_rope_attention(b, &it->ra, err);
-    case ITEM_MOE: return st_cuda_moe_fused(b, &it->moe, err);
-    case ITEM_NORM_ADD: return st_cuda_norm_add(b, &it->na, err);
-    case ITEM_NORM_PAIR: return st_cuda_norm_pair(b, &it->np, err);
-    case ITEM_MOE_ROUTE: return st_cuda_moe_route_fused(b, &it->mr, err);
+    case ST_FUSE_NONE: return st_backend_run_node(b, &g->nodes[it->node], n_kv, err);
+    case ST_FUSE_MUL_MAT: return st_cuda_mul_mat_fused(b, &it->grp.mm, err);
+    case ST_FUSE_ROPE_ATTENTION: it->grp.attn.n_kv = n_kv; return st_cuda_rope_attention(b, &it->grp.ra, err);
+    case ST_FUSE_MOE: return st_cuda_moe_fused(b, &it->grp.moe, err);
+    case ST_FUSE_NORM_ADD: return st_cuda_norm_add(b, &it->grp.na, err);
+    case ST_FUSE_NORM_PAIR: return st_cuda_norm_pair(b, &it->grp.np, err);
+    case ST_FUSE_MOE_ROUTE: return st_cuda_moe_route_fused(b, &it->grp.mr, err);
     default: {
         rope_table *t = &p->tables[it->table];
         return st_cuda_rope_table(b, &t->cs, t->positions, &t->rope, err);
@@ -272,13 +241,13 @@ __global__ void profile_hold(long long cycles) {
 // What item `it` is called in a profile and its least bytes and FLOPs (op_cost.h).
 static void item_cost(const st_graph *g, const plan_item *it, int64_t n_kv, st_op_cost *cost) {
     switch (it->kind) {
-    case ITEM_NODE: st_op_cost_node(&g->nodes[it->node], n_kv, cost); return;
-    case ITEM_MUL_MAT: st_op_cost_fused_mul_mat(&it->mm, cost); return;
-    case ITEM_ROPE_ATTENTION: st_op_cost_rope_attention(&it->ra, n_kv, cost); return;
-    case ITEM_MOE: st_op_cost_fused_moe(&it->moe, cost); return;
-    case ITEM_NORM_ADD: st_op_cost_norm_add(&it->na, cost); return;
-    case ITEM_NORM_PAIR: st_op_cost_norm_pair(&it->np, cost); return;
-    case ITEM_MOE_ROUTE: st_op_cost_moe_route(&it->mr, cost); return;
+    case ST_FUSE_NONE: st_op_cost_node(&g->nodes[it->node], n_kv, cost); return;
+    case ST_FUSE_MUL_MAT: st_op_cost_fused_mul_mat(&it->grp.mm, cost); return;
+    case ST_FUSE_ROPE_ATTENTION: st_op_cost_rope_attention(&it->grp.ra, n_kv, cost); return;
+    case ST_FUSE_MOE: st_op_cost_fused_moe(&it->grp.moe, cost); return;
+    case ST_FUSE_NORM_ADD: st_op_cost_norm_add(&it->grp.na, cost); return;
+    case ST_FUSE_NORM_PAIR: st_op_cost_norm_pair(&it->grp.np, cost); return;
+    case ST_FUSE_MOE_ROUTE: st_op_cost_moe_route(&it->grp.mr, cost); return;
     default: snprintf(cost->label, sizeof(cost->label), "rope_table"), cost->bytes = cost->flops = 0.0;
     }
 }
