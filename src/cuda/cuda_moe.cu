@@ -372,7 +372,9 @@ st_status st_cuda_moe_fused(st_backend *b, const st_fused_moe *op, st_error *err
         const int64_t gn1 = (int64_t)w->nb[1], gn2 = (int64_t)w->nb[2], un1 = (int64_t)wu->nb[1],
                       un2 = (int64_t)wu->nb[2];
         const st_cuda_view xv = cuda_view(x), ov = cuda_view(op->out);
-#define MOE_GLU_LAUNCH(T, GELU)                                                                                          moe_glu_kernel<T, GELU><<<grid, block, 0, c->stream>>>(g, u, gn1, gn2, un1, un2, K, N, E, w_vec, xv, x_mode, x_vec,                                                            ov, id, ids_nb1, c->d_op_error)
+#define MOE_GLU_LAUNCH(T, GELU)                                                                                 \
+    moe_glu_kernel<T, GELU><<<grid, block, 0, c->stream>>>(g, u, gn1, gn2, un1, un2, K, N, E, w_vec, xv, x_mode, x_vec, \
+                                                           ov, id, ids_nb1, c->d_op_error)
         switch (w->type) {
         case ST_TYPE_F32: op->gelu ? MOE_GLU_LAUNCH(ST_TYPE_F32, true) : MOE_GLU_LAUNCH(ST_TYPE_F32, false); break;
         case ST_TYPE_F16: op->gelu ? MOE_GLU_LAUNCH(ST_TYPE_F16, true) : MOE_GLU_LAUNCH(ST_TYPE_F16, false); break;
