@@ -53,8 +53,6 @@ typedef struct st_cuda_ctx {
     void *blas_workspace;
     void *scratch;                       /* GEMM operands: converted x, staged y */
     size_t scratch_bytes;
-    float *split_k;                      /* a split GEMM's partial products [slices][M][N] */
-    size_t split_k_bytes;
     int *route_counters;                 /* the fused routing's blocks done a token (zero between launches) */
     size_t route_counters_bytes;
     st_cuda_op_error *d_op_error;        /* device: the claim on the first data error of an op */

@@ -122,68 +122,18 @@ static st_status pack_b(st_cuda_ctx *c, char *B, st_type type, const st_tensor *
     return ST_OK;
 }
 
-// ---- split K ----------------------------------------------------------------------------
-#if ST_GPU_HAVE_BLAS
-
-// A GEMM of few columns covers few of cuBLAS's output tiles (about 128 rows by 64 columns):
-// [2,048 x 512] at M = 64 is 4 tiles for 132 SMs, each streaming its weight rows alone. The
-// slices of K it is split into: as many as leave the tiles times the slices within the
-// SMs, up to tune.gemm_split_k, each a multiple of 64 elements (16-byte aligned operands);
-// 1 where the tiles fill half the SMs already. A rule of shapes alone: the same split, the
-// same sums, on every run.
-static int gemm_split(const st_cuda_ctx *c, int64_t N, int64_t M, int64_t K) {
-    if (c->tune.gemm_split_k < 2) return 1;
-    const int64_t tiles = ((N + 127) / 128) * ((M + 63) / 64);
-    if (2 * tiles > c->sm_count) return 1;
-    int64_t s = c->sm_count / tiles;
-    if (s > c->tune.gemm_split_k) s = c->tune.gemm_split_k;
-    for (; s >= 2; s--)
-        if (K % (64 * s) == 0) return (int)s;
-    return 1;
-}
-
-// C [M][ldc] = beta C + the S partial products P [S][M][N], added in slice order.
-__global__ void split_k_sum(float *__restrict__ C, int64_t ldc, const float *__restrict__ P, int64_t N, int64_t M,
-                            int S, float beta) {
-    for (int64_t m = blockIdx.y; m < M; m += gridDim.y)
-        for (int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; n < N; n += (int64_t)gridDim.x * blockDim.x) {
-            float acc = beta != 0.0f ? C[m * ldc + n] : 0.0f;
-            for (int s = 0; s < S; s++) acc = __fadd_rn(acc, P[(s * M + m) * N + n]);
-            C[m * ldc + n] = acc;
-        }
-}
-#endif
-
 // C [M][ldc] F32 = W B + beta C: W [K, N] at row stride nb[1] (cuBLAS's A, op T, lda =
-// nb[1] / type size), B [M][ldb] of W's type. Split (gemm_split): slice s of K is A and B
-// advanced by s * K / S elements, one strided-batched GEMM into c->split_k, then split_k_sum.
+// nb[1] / type size), B [M][ldb] of W's type.
 static st_status gemm_call(st_cuda_ctx *c, const st_tensor *w, int64_t M, const void *B, int ldb, float *C, int ldc,
                            float beta, st_error *err) {
 #if ST_GPU_HAVE_BLAS
+    (void)err;
     const size_t ts = w->nb[0];
     const float alpha = 1.0f;
     const st_gpu_blas_data_t t = cuda_blas_type(w->type);
-    const int64_t K = w->ne[0], N = w->ne[1];
-    const int S = gemm_split(c, N, M, K);
-    if (S > 1) {
-        const size_t bytes = (size_t)S * (size_t)M * (size_t)N * sizeof(float);
-        const st_status s = st_cuda_grow(c, (void **)&c->split_k, &c->split_k_bytes, bytes, "split-K partials", err);
-        if (s != ST_OK) return s;
-        const long long slice = (long long)(K / S);
-        const float zero = 0.0f;
-        ST_GPU_BLAS_CHECK(st_gpu_blas_gemm_strided_batched_ex(
-            c->blas, st_gpu_blas_op_t, st_gpu_blas_op_n, (int)N, (int)M, (int)slice, &alpha, w->data, t,
-            (int)(w->nb[1] / ts), slice, B, t, ldb, slice, &zero, c->split_k, st_gpu_blas_r_32f, (int)N,
-            (long long)N * M, S, st_gpu_blas_compute_32f, st_gpu_blas_gemm_default));
-        const unsigned int gx = cuda_blocks(N, ST_CUDA_ROWS_THREADS);
-        split_k_sum<<<dim3(gx < 64 ? gx : 64, cuda_grid_y(M)), ST_CUDA_ROWS_THREADS, 0, c->stream>>>(C, ldc, c->split_k,
-                                                                                                   N, M, S, beta);
-        ST_GPU_CHECK_LAUNCH();
-        return ST_OK;
-    }
-    ST_GPU_BLAS_CHECK(st_gpu_blas_gemm_ex(c->blas, st_gpu_blas_op_t, st_gpu_blas_op_n, (int)N, (int)M, (int)K, &alpha,
-                                          w->data, t, (int)(w->nb[1] / ts), B, t, ldb, &beta, C, st_gpu_blas_r_32f, ldc,
-                                          st_gpu_blas_compute_32f, st_gpu_blas_gemm_default));
+    ST_GPU_BLAS_CHECK(st_gpu_blas_gemm_ex(c->blas, st_gpu_blas_op_t, st_gpu_blas_op_n, (int)w->ne[1], (int)M,
+                                          (int)w->ne[0], &alpha, w->data, t, (int)(w->nb[1] / ts), B, t, ldb, &beta, C,
+                                          st_gpu_blas_r_32f, ldc, st_gpu_blas_compute_32f, st_gpu_blas_gemm_default));
     return ST_OK;
 #else
     (void)c, (void)w, (void)M, (void)B, (void)ldb, (void)C, (void)ldc, (void)beta;

@@ -16,7 +16,6 @@ st_cuda_tuning st_cuda_tuning_default(int cc_major) {
         .norm_prepared = 1,
         .norm_apart_waves = 4,
         .graphs = true,
-        .gemm_split_k = 1,
     };
     if (cc_major < 8) t.rowblock_staged = 0; /* (cp.async: sm_80) */
     return t;
@@ -35,7 +34,6 @@ static const tuning_key KEYS[] = {
     {"norm_prepared", 0, 2, "0 (never), 1 (where it pays) or 2 (wherever it can)"},
     {"norm_apart_waves", 0, 1000000, "waves of blocks (0: never)"},
     {"graphs", 0, 1, "0 or 1"},
-    {"gemm_split_k", 1, 32, "slices of K, 1 to 32 (1: never split)"},
 };
 
 static void set_field(st_cuda_tuning *t, int key, long v) {
@@ -45,8 +43,7 @@ static void set_field(st_cuda_tuning *t, int key, long v) {
     case 2: t->early_launch = (int)v; break;
     case 3: t->norm_prepared = (int)v; break;
     case 4: t->norm_apart_waves = (int)v; break;
-    case 5: t->graphs = v != 0; break;
-    default: t->gemm_split_k = (int)v; break;
+    default: t->graphs = v != 0; break;
     }
 }
 
@@ -65,7 +62,7 @@ st_status st_cuda_tuning_parse(st_cuda_tuning *t, const char *spec, st_error *er
         if (k == n_keys)
             return st_error_set(err, ST_ERROR_INVALID,
                                 "STRIDE_CUDA_TUNING: unknown key '%.*s' (keys: rowblock, rowblock_staged, "
-                                "early_launch, norm_prepared, norm_apart_waves, graphs, gemm_split_k)",
+                                "early_launch, norm_prepared, norm_apart_waves, graphs)",
                                 (int)key_len, p);
         char value[32];
         const size_t value_len = len - key_len - 1;

@@ -55,10 +55,6 @@ typedef struct st_cuda_tuning {
     int norm_apart_waves;
     /* Steps of few tokens are recorded as CUDA graphs (per depth bucket) and replayed. */
     bool graphs;
-    /* A float GEMM of few columns whose output covers few of cuBLAS's tiles splits K into up
-     * to this many slices (one strided-batched GEMM into partial products, summed in slice
-     * order by a kernel of its own: cuda_matmul.cu); 1 never. */
-    int gemm_split_k;
 } st_cuda_tuning;
 
 /* The defaults for a device of compute capability cc_major.x. */

@@ -1680,24 +1680,6 @@ static void with_cuda_tuning(const char *spec, void (*fn)(void)) {
     if (st_backend_init(ST_BACKEND_CUDA, 0, &g_gpu, &err) != ST_OK) test_die("CUDA backend", &err);
 }
 
-/* GEMMs of few columns with K split into slices (g_gpu tuned gemm_split_k=8): plain
- * products of F32/F16/BF16 weights at M = 2..64 (split 8, or 6 for K = 1,152), x packed and
- * strided; the fused ones over h packed once, each epilogue (ADD: beta 1 into the
- * residual). The same tolerances as unsplit (each slice a GEMM, the sum in f32). */
-static void run_split_gemms(void) {
-    const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16};
-    for (int ti = 0; ti < 3; ti++)
-        for (size_t pad = 0; pad <= 128; pad += 128) {
-            test_mul_mat(types[ti], 2048, 512, 64, pad, X_PACKED);
-            test_mul_mat(types[ti], 2048, 2048, 2, pad, X_STRIDED);
-            test_mul_mat(types[ti], 1152, 1024, 7, pad, X_PACKED);
-            if (ti == 0) continue; /* (the fused GEMM path: F16/BF16) */
-            test_mul_mat_fused(types[ti], 2048, 512, 64, pad, 3, true, ST_FUSED_EPILOGUE_STORE, false);
-            test_mul_mat_fused(types[ti], 2048, 1024, 16, pad, 2, true, ST_FUSED_EPILOGUE_SWIGLU, false);
-            test_mul_mat_fused(types[ti], 8192, 2048, 32, pad, 1, false, ST_FUSED_EPILOGUE_ADD, false);
-        }
-}
-
 /* Every kind of one-column product by the block-a-row kernel (g_gpu, tuned by the
  * caller: its rows staged in shared memory, or staged and launched early), each also by
  * the same kernel with its rows in registers, launched plainly (g_gpu_regs):
@@ -1851,7 +1833,6 @@ static void run_all(void) {
     /* ... staged and launched early (sm_90; plain launches before): the same bits */
     with_cuda_tuning("rowblock=7,early_launch=23", run_fused_products_staged_and_registers);
     with_cuda_tuning("rowblock=0", run_fused_products);
-    with_cuda_tuning("gemm_split_k=8", run_split_gemms);
     /* weights back to back (one GEMM from M = 2; one column: the decode kernels) */
     for (int ti = 1; ti < 3; ti++)
         for (size_t pad = 0; pad <= 128; pad += 128)

@@ -20,7 +20,6 @@ static void test_defaults_by_architecture(void **state) {
     assert_int_equal(h.norm_prepared, 1);
     assert_int_equal(h.norm_apart_waves, 4);
     assert_true(h.graphs);
-    assert_int_equal(h.gemm_split_k, 1);
     assert_int_equal(a.early_launch, 0);      /* programmatic dependent launch: sm_90 */
     assert_int_equal(a.rowblock_staged, -1);  /* cp.async: sm_80 */
     assert_int_equal(t.rowblock_staged, 0);
@@ -32,7 +31,7 @@ static void test_parse_every_key(void **state) {
     st_error err = {0};
     assert_int_equal(st_cuda_tuning_parse(&t,
                                           "rowblock=7,rowblock_staged=0,early_launch=31,norm_prepared=2,"
-                                          "norm_apart_waves=0,graphs=0,gemm_split_k=8",
+                                          "norm_apart_waves=0,graphs=0",
                                           &err),
                      ST_OK);
     assert_int_equal(t.rowblock, 7);
@@ -41,7 +40,6 @@ static void test_parse_every_key(void **state) {
     assert_int_equal(t.norm_prepared, 2);
     assert_int_equal(t.norm_apart_waves, 0);
     assert_false(t.graphs);
-    assert_int_equal(t.gemm_split_k, 8);
     assert_int_equal(st_cuda_tuning_parse(&t, "", &err), ST_OK); /* nothing to change */
     assert_int_equal(st_cuda_tuning_parse(&t, "rowblock_staged=-1,graphs=1", &err), ST_OK);
     assert_int_equal(t.rowblock_staged, -1);
@@ -69,8 +67,6 @@ static void test_parse_errors(void **state) {
     expect_invalid("rowblock", "not key=value");
     expect_invalid("rowblock=3,nope=1", "unknown key 'nope'");
     expect_invalid("norm_apart_waves=99999999999999999999", "norm_apart_waves");
-    expect_invalid("gemm_split_k=0", "gemm_split_k");
-    expect_invalid("gemm_split_k=33", "gemm_split_k");
 }
 
 int main(void) {
