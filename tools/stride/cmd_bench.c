@@ -18,6 +18,7 @@
 #include "model_flags.h"
 #include "stride/backend.h"
 #include "stride/cpu_ops.h"
+#include "stride/engine.h"
 #include "stride/file_io.h"
 #include "stride/model.h"
 
@@ -85,7 +86,7 @@ static void usage(FILE *out) {
             "  -np LIST                 parallel sequences B (turns the batched mode on)\n"
             "  -npp LIST                prompt tokens of each sequence (default 128)\n"
             "  -ntg LIST                generated tokens of each sequence (default 128)\n"
-            "  --logits top|all         how a step's logits come back: top, each sequence's 64 largest\n"
+            "  --logits top|all         how a step's logits come back: top, each sequence's %d largest\n"
             "                           and its log-sum-exp, picked on the device (the engine's and the\n"
             "                           server's sampling); all, every logit to the host (as\n"
             "                           llama-batched-bench). Default: top on a GPU, all on the CPU\n"
@@ -94,7 +95,8 @@ static void usage(FILE *out) {
             "  --exact                  the CPU reference ops instead of the fast path\n"
             "  -t, --threads N          CPU threads (default: all cores)\n"
             "  --weights f16|bf16       convert quantized weights to this type at load\n"
-            CLI_TP_FLAG_HELP);
+            CLI_TP_FLAG_HELP,
+            ST_ENGINE_CANDIDATES);
 }
 
 /* "128,512" -> values in [0, max]; false on anything else (empty items included). */
