@@ -94,8 +94,8 @@ st_engine_options st_engine_options_default(void);
  * the CPU, whose logits are in host memory already, the engine reads whole rows. */
 #define ST_ENGINE_CANDIDATES 64
 
-/* The candidates a row a runner of a model of n_vocab tokens keeps: ST_ENGINE_CANDIDATES,
- * or the whole vocabulary when it is smaller. */
+/* How many candidates a runner keeps of each logits row of a model of n_vocab tokens:
+ * ST_ENGINE_CANDIDATES, or the whole vocabulary when that is smaller. */
 static inline int32_t st_engine_candidates(int64_t n_vocab) {
     return n_vocab < ST_ENGINE_CANDIDATES ? (int32_t)n_vocab : ST_ENGINE_CANDIDATES;
 }
