@@ -266,6 +266,13 @@ def test_hostile(srv, model_id):
 def test_disconnect(srv, model_id):
     before = srv.metrics(AUTH)
     c = srv.conn()
+    # A receive window of a few KiB stalls the server's writer long before the stream's
+    # ~300 KB are out, so the client leaves mid-response however fast the model generates
+    # (with the default buffers a tiny model can put the whole stream into them first).
+    c.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    c.sock.settimeout(60)
+    c.sock.connect(("127.0.0.1", srv.port))
     body = json.dumps({"model": model_id, "prompt": "a", "max_tokens": 1500, "stream": True, "ignore_eos": True})
     c.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json", **AUTH})
     r = c.getresponse()
