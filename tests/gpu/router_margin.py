@@ -1,10 +1,11 @@
 """Is a MoE position's CUDA-vs-CPU difference a routing near-tie? (run_gpu_tests.sh)
 
 The prompt's GEMMs on CUDA round their input to the weight type (cuBLAS takes A and B of
-one type), the CPU does not. For the router that rounding moves every expert's logit a
-little; where the k-th and (k+1)-th largest logits of a token are closer than that move,
-the two backends can choose different experts for the token: a discrete change of its
-output that no kernel tolerance covers.
+one type), the CPU does not, so a layer's hidden state, the router's input, differs from
+the CPU's by about that rounding (the router's F32 product itself rounds nothing). That
+moves every expert's logit a little; where the k-th and (k+1)-th largest logits of a token
+are closer than that move, the two backends can choose different experts for the token: a
+discrete change of its output that no kernel tolerance covers.
 
 This script runs the float64 reference forward pass (tests/fixtures/gguf_forward.py)
 over the prompt and, for every layer and prompt token, compares

@@ -202,13 +202,15 @@ if want models; then
                 echo "$name logits cuda vs cpu: $res; -ub 1: $res1" >>"$OUTDIR/models.log"
                 if [ $rc -eq 0 ]; then row "$name logits cuda~cpu" PASS "$res"
                 elif [ "$preset" = tiny-olmoe ] && [ "$type" != f32 ] && [ $rc1 -eq 0 ]; then
-                    # MoE: the prompt's GEMMs round the router input to f16/bf16, which can
-                    # flip a near-tie in the top-k choice of a token: a discrete change of
-                    # that position's output (and, through its keys and values, a smaller one
-                    # of every later position), not an error of the kernels, which the -ub 1
-                    # row (no rounding) checks at 1e-4. router_margin.py finds the prompt
-                    # positions whose top-k margin is below the rounding's shift: the worst
-                    # position must be one of them, and argmax must agree everywhere.
+                    # MoE: the prompt's GEMMs round their inputs to f16/bf16 (the router's own
+                    # F32 product does not), so the router's input differs from the CPU's by
+                    # about that rounding, which can flip a near-tie in the top-k choice of a
+                    # token: a discrete change of that position's output (and, through its
+                    # keys and values, a smaller one of every later position), not an error of
+                    # the kernels, which the -ub 1 row (no rounding) checks at 1e-4.
+                    # router_margin.py finds the prompt positions whose top-k margin is below
+                    # the rounding's shift: the worst position must be one of them, and argmax
+                    # must agree everywhere.
                     worst=$(sed -n 's/.*worst position \([0-9]*\).*/\1/p' <<<"$res")
                     rm_out=$(PYTHONPATH="$ROOT/.whl${PYTHONPATH:+:$PYTHONPATH}" python3 tests/gpu/router_margin.py "$m" "$PROMPT" "$type" "$worst" 2>&1)
                     rm_rc=$?
