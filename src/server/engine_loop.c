@@ -1,6 +1,9 @@
 /* The engine loop (server.h): one thread owns the engine. Connections hand it jobs and
- * cancellations through a queue under one mutex; it steps the engine and hands each event
- * to its job's own queue (the job's mutex and condition variable). */
+ * cancellations through a queue under one mutex; it steps the engine and appends each
+ * event's token to its job's own queue (under the job's mutex). The connections' threads
+ * are woken by a second thread, the waker, which the loop hands the step's jobs to at
+ * once: a wake-up is a system call when a connection's thread sleeps, and the engine,
+ * which waits for nothing else between steps, should not pay one per sequence. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +32,16 @@ struct srv_loop {
     /* the loop thread's own */
     route *routes;
     int64_t n_routes, cap_routes;
+    int64_t route_hint;           /* where the last event's route was: the next is often after it */
+    srv_job **woken;              /* [n_woken] jobs with news in this step, a reference each */
+    int64_t n_woken, cap_woken;
+    /* the waker thread and its queue (under wake_mu) */
+    pthread_t waker;
+    pthread_mutex_t wake_mu;
+    pthread_cond_t wake_cv;
+    srv_job **wake;               /* [n_wake] jobs whose threads to wake, a reference each */
+    int64_t n_wake, cap_wake;
+    bool wake_stop;
 };
 
 srv_job *srv_job_new(const int32_t *prompt, int64_t n_prompt, const st_request_params *params, const int32_t *stop_ids,
@@ -67,16 +80,85 @@ void srv_job_unref(srv_job *j) {
     const int refs = --j->refs;
     pthread_mutex_unlock(&j->mu);
     if (refs > 0) return;
-    for (int32_t c = 0; c < j->n_choices; c++) {
-        for (int64_t k = 0; k < j->choices[c].n_tokens; k++) free(j->choices[c].tokens[k].top);
-        free(j->choices[c].tokens);
-    }
+    for (int32_t c = 0; c < j->n_choices; c++) free(j->choices[c].tokens);
     free(j->choices);
     free(j->prompt);
     free(j->stop_ids);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
+}
+
+int64_t srv_choice_take(srv_choice *c, srv_token **buf, int64_t *cap) {
+    srv_token *mine = *buf;
+    const int64_t my_cap = *cap, n = c->n_tokens;
+    *buf = c->tokens;
+    *cap = c->cap;
+    c->tokens = mine;
+    c->cap = my_cap;
+    c->n_tokens = 0;
+    return n;
+}
+
+/* ---- the waker thread ----------------------------------------------------------------- */
+
+static void *waker_main(void *arg) {
+    srv_loop *l = arg;
+    srv_job **mine = NULL;
+    int64_t my_cap = 0;
+    pthread_mutex_lock(&l->wake_mu);
+    for (;;) {
+        while (l->n_wake == 0 && !l->wake_stop) pthread_cond_wait(&l->wake_cv, &l->wake_mu);
+        if (l->n_wake == 0) break; /* stopping, and nothing left to wake */
+        srv_job **batch = l->wake; /* swap the queue for the emptied array of the last round */
+        const int64_t n = l->n_wake, cap = l->cap_wake;
+        l->wake = mine;
+        l->cap_wake = my_cap;
+        l->n_wake = 0;
+        pthread_mutex_unlock(&l->wake_mu);
+        /* the news were appended under each job's mutex before it was queued here: a thread
+         * that saw none is in its wait by now and this wakes it */
+        for (int64_t i = 0; i < n; i++) {
+            pthread_cond_broadcast(&batch[i]->cv);
+            srv_job_unref(batch[i]);
+        }
+        mine = batch;
+        my_cap = cap;
+        pthread_mutex_lock(&l->wake_mu);
+    }
+    pthread_mutex_unlock(&l->wake_mu);
+    free(mine);
+    return NULL;
+}
+
+/* Hands the step's jobs to the waker. A job whose reference cannot be queued for lack of
+ * memory is woken here. */
+static void wake_jobs(srv_loop *l) {
+    if (l->n_woken == 0) return;
+    for (int64_t i = 0; i < l->n_woken; i++) l->woken[i]->wake_queued = false;
+    pthread_mutex_lock(&l->wake_mu);
+    int64_t queued = 0;
+    if (l->n_wake + l->n_woken > l->cap_wake) {
+        int64_t cap = l->cap_wake ? l->cap_wake : 64;
+        while (cap < l->n_wake + l->n_woken) cap *= 2;
+        srv_job **grown = realloc(l->wake, (size_t)cap * sizeof(srv_job *));
+        if (grown) {
+            l->wake = grown;
+            l->cap_wake = cap;
+        }
+    }
+    if (l->n_wake + l->n_woken <= l->cap_wake) {
+        memcpy(l->wake + l->n_wake, l->woken, (size_t)l->n_woken * sizeof(srv_job *));
+        l->n_wake += l->n_woken;
+        queued = l->n_woken;
+        pthread_cond_signal(&l->wake_cv);
+    }
+    pthread_mutex_unlock(&l->wake_mu);
+    for (int64_t i = queued; i < l->n_woken; i++) {
+        pthread_cond_broadcast(&l->woken[i]->cv);
+        srv_job_unref(l->woken[i]);
+    }
+    l->n_woken = 0;
 }
 
 /* ---- the loop thread ------------------------------------------------------------------ */
@@ -93,9 +175,17 @@ static bool route_add(srv_loop *l, int64_t id, srv_job *j, int32_t choice) {
     return true;
 }
 
-static int64_t route_find(const srv_loop *l, int64_t id) {
-    for (int64_t i = 0; i < l->n_routes; i++)
-        if (l->routes[i].engine_id == id) return i;
+/* A step's events come in about the order the routes were added: the search starts after
+ * the last one found. */
+static int64_t route_find(srv_loop *l, int64_t id) {
+    const int64_t n = l->n_routes;
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t i = (l->route_hint + k) % n;
+        if (l->routes[i].engine_id == id) {
+            l->route_hint = i + 1 < n ? i + 1 : 0;
+            return i;
+        }
+    }
     return -1;
 }
 
@@ -172,13 +262,26 @@ static void deliver(srv_loop *l, const st_engine_event *ev) {
         }
         if (c->n_tokens < c->cap) {
             srv_token *t = &c->tokens[c->n_tokens++];
-            *t = (srv_token){.id = ev->token, .logprob = ev->logprob};
-            if (ev->n_top > 0 && (t->top = malloc((size_t)ev->n_top * sizeof(st_token_logprob))) != NULL) {
-                memcpy(t->top, ev->top, (size_t)ev->n_top * sizeof(st_token_logprob));
-                t->n_top = ev->n_top;
-            }
+            t->id = ev->token;
+            t->logprob = ev->logprob;
+            t->n_top = ev->n_top;
+            memcpy(t->top, ev->top, (size_t)ev->n_top * sizeof(st_token_logprob));
         }
         if (j->t_first == 0.0) j->t_first = st_clock_seconds();
+    }
+    bool queued = j->wake_queued;
+    if (!queued && l->n_woken == l->cap_woken) {
+        const int64_t cap = l->cap_woken ? 2 * l->cap_woken : 64;
+        srv_job **grown = realloc(l->woken, (size_t)cap * sizeof(srv_job *));
+        if (grown) {
+            l->woken = grown;
+            l->cap_woken = cap;
+        }
+    }
+    if (!queued && l->n_woken < l->cap_woken) { /* its thread is woken once the step's events are in */
+        l->woken[l->n_woken++] = j;
+        j->wake_queued = queued = true;
+        j->refs++;
     }
     bool release = false;
     if (ev->finished) {
@@ -189,7 +292,7 @@ static void deliver(srv_loop *l, const st_engine_event *ev) {
         l->routes[r] = l->routes[--l->n_routes];
         release = true;
     }
-    pthread_cond_broadcast(&j->cv);
+    if (!queued) pthread_cond_broadcast(&j->cv); /* no memory to queue it: woken now */
     pthread_mutex_unlock(&j->mu);
     if (release) srv_job_unref(j);
 }
@@ -223,6 +326,7 @@ static void *loop_main(void *arg) {
             st_log(ST_LOG_WARN, "serve: an engine step failed (its requests end with an error): %s", err.message);
         st_engine_event ev;
         while (st_engine_poll(l->engine, &ev)) deliver(l, &ev);
+        wake_jobs(l);
         pthread_mutex_lock(&l->mu);
         st_engine_get_stats(l->engine, &l->stats);
         const bool done = l->stop && st_engine_pending(l->engine) == 0 && !l->ops_head;
@@ -232,6 +336,15 @@ static void *loop_main(void *arg) {
     return NULL;
 }
 
+/* Ends the waker once it has woken every job queued to it. */
+static void stop_waker(srv_loop *l) {
+    pthread_mutex_lock(&l->wake_mu);
+    l->wake_stop = true;
+    pthread_cond_signal(&l->wake_cv);
+    pthread_mutex_unlock(&l->wake_mu);
+    pthread_join(l->waker, NULL);
+}
+
 st_status srv_loop_start(st_engine *e, srv_loop **out, st_error *err) {
     *out = NULL;
     srv_loop *l = calloc(1, sizeof(*l));
@@ -239,11 +352,24 @@ st_status srv_loop_start(st_engine *e, srv_loop **out, st_error *err) {
     l->engine = e;
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);
+    pthread_mutex_init(&l->wake_mu, NULL);
+    pthread_cond_init(&l->wake_cv, NULL);
     st_engine_get_stats(e, &l->stats);
     st_engine_get_config(e, &l->cfg);
-    if (pthread_create(&l->thread, NULL, loop_main, l) != 0) {
+    if (pthread_create(&l->waker, NULL, waker_main, l) != 0) {
         pthread_mutex_destroy(&l->mu);
         pthread_cond_destroy(&l->cv);
+        pthread_mutex_destroy(&l->wake_mu);
+        pthread_cond_destroy(&l->wake_cv);
+        free(l);
+        return st_error_set(err, ST_ERROR_NOMEM, "cannot start the engine loop's waker thread");
+    }
+    if (pthread_create(&l->thread, NULL, loop_main, l) != 0) {
+        stop_waker(l);
+        pthread_mutex_destroy(&l->mu);
+        pthread_cond_destroy(&l->cv);
+        pthread_mutex_destroy(&l->wake_mu);
+        pthread_cond_destroy(&l->wake_cv);
         free(l);
         return st_error_set(err, ST_ERROR_NOMEM, "cannot start the engine loop thread");
     }
@@ -259,14 +385,19 @@ void srv_loop_free(srv_loop *l) {
     pthread_cond_signal(&l->cv);
     pthread_mutex_unlock(&l->mu);
     pthread_join(l->thread, NULL);
+    stop_waker(l);
     while (l->ops_head) { /* queued after the thread's last look: never applied */
         srv_job *j = l->ops_head;
         l->ops_head = j->next_op;
         srv_job_unref(j);
     }
     free(l->routes);
+    free(l->woken);
+    free(l->wake);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv);
+    pthread_mutex_destroy(&l->wake_mu);
+    pthread_cond_destroy(&l->wake_cv);
     free(l);
 }
 

@@ -18,6 +18,8 @@ typedef struct gen_choice {
     const char *finish_reason;
     json_t *lp;                 /* logprobs gathered since the last chunk (or all, not streaming) */
     json_t *lp_tokens, *lp_values, *lp_top, *lp_offsets; /* completions' arrays, inside lp */
+    srv_token *taken;           /* [cap_taken] the tokens last taken from the job (srv_choice_take) */
+    int64_t cap_taken;
 } gen_choice;
 
 typedef struct gen_state {
@@ -108,17 +110,28 @@ static void lp_add(gen_state *g, gen_choice *c, const srv_token *t, size_t offse
 /* ---- events -> text ------------------------------------------------------------------- */
 
 /* Takes the job's new tokens and finishes into the choices' texts. Asks the loop to stop
- * a choice whose text met a stop string. */
+ * a choice whose text met a stop string. The job's mutex, which the engine loop takes for
+ * every token it hands over, is held only to take the tokens, not while they become text
+ * and JSON. */
 static void pump(gen_state *g) {
     srv_job *j = g->job;
+    const int32_t n_choices = j->n_choices;
     bool cancel = false;
-    pthread_mutex_lock(&j->mu);
-    for (int32_t i = 0; i < j->n_choices; i++) {
+    for (int32_t i = 0; i < n_choices; i++) {
         srv_choice *ch = &j->choices[i];
         gen_choice *c = &g->choices[i];
-        for (; ch->n_taken < ch->n_tokens; ch->n_taken++) {
-            if (c->finished) continue;
-            const srv_token *t = &ch->tokens[ch->n_taken];
+        pthread_mutex_lock(&j->mu);
+        const int64_t n = srv_choice_take(ch, &c->taken, &c->cap_taken);
+        /* a finish comes after the choice's last token: seen now, all its tokens are taken */
+        const bool finished = ch->finished;
+        const st_finish_reason reason = ch->reason;
+        char message[sizeof(g->error_message)];
+        if (finished && reason == ST_FINISH_ERROR)
+            snprintf(message, sizeof(message), "generation failed: %.200s", ch->message);
+        pthread_mutex_unlock(&j->mu);
+        bool stopped = false;
+        for (int64_t k = 0; k < n && !c->finished; k++) {
+            const srv_token *t = &c->taken[k];
             const size_t offset = c->text.text.len;
             const bool stop = srv_text_push(&c->text, t->id);
             c->n_counted++;
@@ -126,29 +139,33 @@ static void pump(gen_state *g) {
             if (stop) { /* the text ends before the stop string; the sequence is not needed */
                 c->finished = true;
                 c->finish_reason = "stop";
-                ch->cancel = true;
-                cancel = true;
+                stopped = true;
             }
         }
-        if (ch->finished && !c->finished) {
+        if (stopped) {
+            pthread_mutex_lock(&j->mu);
+            ch->cancel = true;
+            pthread_mutex_unlock(&j->mu);
+            cancel = true;
+        }
+        if (finished && !c->finished) {
             c->finished = true;
-            c->finish_reason = finish_name(ch->reason);
-            if (ch->reason == ST_FINISH_ERROR) {
+            c->finish_reason = finish_name(reason);
+            if (reason == ST_FINISH_ERROR) {
                 g->error = true;
-                snprintf(g->error_message, sizeof(g->error_message), "generation failed: %.200s", ch->message);
+                memcpy(g->error_message, message, sizeof(message));
             }
             srv_text_finish(&c->text);
         }
     }
-    pthread_mutex_unlock(&j->mu);
     if (cancel) srv_loop_cancel(g->s->loop, j);
 }
 
+/* Under j->mu. */
 static bool news(const gen_state *g) {
     const srv_job *j = g->job;
     for (int32_t i = 0; i < j->n_choices; i++)
-        if (j->choices[i].n_taken < j->choices[i].n_tokens || (j->choices[i].finished && !g->choices[i].finished))
-            return true;
+        if (j->choices[i].n_tokens > 0 || (j->choices[i].finished && !g->choices[i].finished)) return true;
     return false;
 }
 
@@ -337,6 +354,7 @@ static void gen_free(gen_state *g) {
     for (int32_t i = 0; g->choices && g->job && i < g->job->n_choices; i++) {
         srv_text_free(&g->choices[i].text);
         json_decref(g->choices[i].lp);
+        free(g->choices[i].taken);
     }
     free(g->choices);
     if (g->job) {

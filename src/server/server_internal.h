@@ -30,13 +30,13 @@ typedef struct srv_token {
     int32_t id;
     float logprob;
     int32_t n_top;
-    st_token_logprob *top; /* [n_top], malloc'd, or NULL */
+    st_token_logprob top[ST_ENGINE_MAX_TOP_LOGPROBS]; /* [n_top]: no allocation per token */
 } srv_token;
 
 typedef struct srv_choice {
     int64_t engine_id;         /* 0 until added */
-    srv_token *tokens;         /* [n_tokens] received so far */
-    int64_t n_tokens, cap, n_taken; /* n_taken: consumed by the HTTP side */
+    srv_token *tokens;         /* [n_tokens] received and not yet taken by the HTTP side */
+    int64_t n_tokens, cap;
     bool finished;
     st_finish_reason reason;
     char message[256];         /* ST_FINISH_ERROR */
@@ -59,6 +59,7 @@ typedef struct srv_job {
     double t_submit, t_first;  /* host clock */
     struct srv_job *next_op;   /* in the loop's op queue */
     int op;                    /* SRV_OP_* while queued */
+    bool wake_queued;          /* the loop thread's own: in this step's wake-up list */
 } srv_job;
 
 enum { SRV_OP_NONE = 0, SRV_OP_ADD, SRV_OP_CANCEL };
@@ -73,6 +74,10 @@ void srv_loop_free(srv_loop *l);
 srv_job *srv_job_new(const int32_t *prompt, int64_t n_prompt, const st_request_params *params, const int32_t *stop_ids,
                      int32_t n_stop_ids, int32_t n_choices);
 void srv_job_unref(srv_job *j);
+/* Under j->mu: moves the choice's received tokens to the caller, as the array *buf of *cap
+ * (the count returned), and keeps the caller's old array, emptied, for the next ones: the
+ * lock is held for a swap, not for the tokens' text. */
+int64_t srv_choice_take(srv_choice *c, srv_token **buf, int64_t *cap);
 
 /* Queues the job. 429 when the waiting queue holds max_queue requests, 503 when
  * draining: returns the HTTP status, 0 when queued. */
