@@ -32,6 +32,8 @@ typedef struct gen_state {
     int64_t created;
     bool error;                 /* an engine error ended a choice: the message is in error_message */
     char error_message[256];
+    char *chunk_head;           /* a chunk's JSON up to its choices' '[' (the same in every chunk) */
+    size_t chunk_head_len;
     st_strbuf out;              /* SSE bytes not yet handed to libmicrohttpd */
     size_t out_pos;
     bool role_sent, done;
@@ -269,10 +271,30 @@ static void sse(gen_state *g, json_t *o) {
     free(s);
 }
 
+/* The chunk envelope's JSON up to the '[' that opens its choices, dumped once: a chunk is
+ * that head, its one choice and "]}", the bytes jansson writes for the whole object (the
+ * choices are its last member). */
+static bool chunk_head(gen_state *g) {
+    if (g->chunk_head) return true;
+    char *e = srv_json_take(envelope(g, true));
+    const size_t n = e ? strlen(e) : 0;
+    if (n < 3 || strcmp(e + n - 3, "[]}") != 0) {
+        free(e);
+        return false;
+    }
+    e[n - 2] = '\0';
+    g->chunk_head = e;
+    g->chunk_head_len = n - 2;
+    return true;
+}
+
 /* One chunk for choice i: its new text (and logprobs), and its finish reason if final. */
 static void chunk(gen_state *g, int32_t i, const char *text, size_t n, const char *finish, bool role) {
     gen_choice *c = &g->choices[i];
-    json_t *o = envelope(g, true);
+    if (!chunk_head(g)) {
+        g->out.failed = true;
+        return;
+    }
     json_t *lp = g->req.logprobs ? json_incref(c->lp) : json_null();
     json_t *fin = finish ? json_string(finish) : json_null();
     json_t *ch;
@@ -285,8 +307,16 @@ static void chunk(gen_state *g, int32_t i, const char *text, size_t n, const cha
         ch = json_pack("{s:i,s:o,s:o,s:o}", "index", (int)i, "text", text_json(text, n), "logprobs", lp,
                        "finish_reason", fin);
     }
-    json_array_append_new(json_object_get(o, "choices"), ch);
-    sse(g, o);
+    char *body = srv_json_take(ch);
+    if (!body) {
+        g->out.failed = true;
+        return;
+    }
+    st_strbuf_adds(&g->out, "data: ");
+    st_strbuf_add(&g->out, g->chunk_head, g->chunk_head_len);
+    st_strbuf_adds(&g->out, body);
+    st_strbuf_adds(&g->out, "]}\n\n");
+    free(body);
     if (g->req.logprobs) lp_reset(g, c);
 }
 
@@ -367,6 +397,7 @@ static void gen_free(gen_state *g) {
     }
     srv_job_unref(g->job);
     srv_request_free(&g->req);
+    free(g->chunk_head);
     st_strbuf_free(&g->out);
     free(g);
 }
