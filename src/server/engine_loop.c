@@ -345,6 +345,18 @@ static void stop_waker(srv_loop *l) {
     pthread_join(l->waker, NULL);
 }
 
+/* Frees l and what it holds, its threads ended (or never started). */
+static void loop_destroy(srv_loop *l) {
+    free(l->routes);
+    free(l->woken);
+    free(l->wake);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    pthread_mutex_destroy(&l->wake_mu);
+    pthread_cond_destroy(&l->wake_cv);
+    free(l);
+}
+
 st_status srv_loop_start(st_engine *e, srv_loop **out, st_error *err) {
     *out = NULL;
     srv_loop *l = calloc(1, sizeof(*l));
@@ -357,20 +369,12 @@ st_status srv_loop_start(st_engine *e, srv_loop **out, st_error *err) {
     st_engine_get_stats(e, &l->stats);
     st_engine_get_config(e, &l->cfg);
     if (pthread_create(&l->waker, NULL, waker_main, l) != 0) {
-        pthread_mutex_destroy(&l->mu);
-        pthread_cond_destroy(&l->cv);
-        pthread_mutex_destroy(&l->wake_mu);
-        pthread_cond_destroy(&l->wake_cv);
-        free(l);
+        loop_destroy(l);
         return st_error_set(err, ST_ERROR_NOMEM, "cannot start the engine loop's waker thread");
     }
     if (pthread_create(&l->thread, NULL, loop_main, l) != 0) {
         stop_waker(l);
-        pthread_mutex_destroy(&l->mu);
-        pthread_cond_destroy(&l->cv);
-        pthread_mutex_destroy(&l->wake_mu);
-        pthread_cond_destroy(&l->wake_cv);
-        free(l);
+        loop_destroy(l);
         return st_error_set(err, ST_ERROR_NOMEM, "cannot start the engine loop thread");
     }
     *out = l;
@@ -391,14 +395,7 @@ void srv_loop_free(srv_loop *l) {
         l->ops_head = j->next_op;
         srv_job_unref(j);
     }
-    free(l->routes);
-    free(l->woken);
-    free(l->wake);
-    pthread_mutex_destroy(&l->mu);
-    pthread_cond_destroy(&l->cv);
-    pthread_mutex_destroy(&l->wake_mu);
-    pthread_cond_destroy(&l->wake_cv);
-    free(l);
+    loop_destroy(l);
 }
 
 /* Queues op for j (j->mu held by nobody). */
