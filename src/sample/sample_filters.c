@@ -175,19 +175,37 @@ void st_sample_temperature(st_candidates *c, float temp) {
     for (int64_t i = 0; i < c->size; i++) c->data[i].logit /= temp;
 }
 
+/* Draws from the candidates' softmax: the running sum of exp(logit - max) in candidate
+ * order, the first candidate where it passes u * total. The total's pass keeps the running
+ * sum at the start of each of at most DRAW_RUNS runs of candidates (the same doubles the
+ * walk adds), so the walk starts at the run whose end passes the target and computes one
+ * run's exponentials, not the whole array's again. */
+#define DRAW_RUNS 1024
+
 int32_t st_sample_draw(st_candidates *c, st_rng *r) {
     ST_ASSERT(c->size > 0);
+    const int64_t n = c->size, span = n <= DRAW_RUNS ? 1 : (n + DRAW_RUNS - 1) / DRAW_RUNS;
     const double m = max_logit(c);
+    double start[DRAW_RUNS + 1]; /* start[b]: the sum before run b */
     double total = 0.0;
-    for (int64_t i = 0; i < c->size; i++) total += exp((double)c->data[i].logit - m);
-    const double target = st_rng_uniform(r) * total;
-    double cum = 0.0;
     int64_t last_nonzero = 0;
-    for (int64_t i = 0; i < c->size; i++) {
-        double w = exp((double)c->data[i].logit - m);
+    for (int64_t i = 0; i < n; i++) {
+        if (i % span == 0) start[i / span] = total;
+        const double w = exp((double)c->data[i].logit - m);
         if (w > 0.0) last_nonzero = i;
-        cum += w;
+        total += w;
+    }
+    const int64_t n_runs = (n + span - 1) / span;
+    start[n_runs] = total;
+    const double target = st_rng_uniform(r) * total;
+    int64_t b = 0; /* the first run whose end passes the target: no earlier sum did */
+    while (b < n_runs && !(target < start[b + 1])) b++;
+    if (b == n_runs) return c->data[last_nonzero].id; /* target == total after rounding */
+    double cum = start[b];
+    const int64_t end = (b + 1) * span < n ? (b + 1) * span : n;
+    for (int64_t i = b * span; i < end; i++) {
+        cum += exp((double)c->data[i].logit - m);
         if (target < cum) return c->data[i].id;
     }
-    return c->data[last_nonzero].id; /* target == total after rounding */
+    return c->data[last_nonzero].id; /* not reached: the run's end passes the target */
 }

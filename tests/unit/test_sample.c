@@ -377,6 +377,60 @@ static void test_draw_frequencies(void **state) {
     st_sampler_free(s);
 }
 
+/* The plain walk st_sample_draw must match token for token: exp(logit - max) summed in
+ * candidate order, the first candidate whose running sum passes u * total, the last with a
+ * nonzero weight when rounding leaves the target at the total. */
+static int32_t draw_walk(const st_candidates *c, double u) {
+    double m = c->data[0].logit, total = 0.0, cum = 0.0;
+    for (int64_t i = 1; i < c->size; i++) m = c->data[i].logit > m ? c->data[i].logit : m;
+    for (int64_t i = 0; i < c->size; i++) total += exp((double)c->data[i].logit - m);
+    const double target = u * total;
+    int64_t last_nonzero = 0;
+    for (int64_t i = 0; i < c->size; i++) {
+        const double w = exp((double)c->data[i].logit - m);
+        if (w > 0.0) last_nonzero = i;
+        cum += w;
+        if (target < cum) return c->data[i].id;
+    }
+    return c->data[last_nonzero].id;
+}
+
+/* st_sample_draw starts its walk at a run of candidates found from the first pass's sums:
+ * the same token as the whole walk for every draw, at sizes around the runs' boundaries
+ * (1,024 runs), with ties, -inf logits and weights that underflow to zero. */
+static void test_draw_matches_walk(void **state) {
+    (void)state;
+    const int64_t sizes[] = {1, 2, 1023, 1024, 1025, 2049, 5000, 131072, 262145};
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        const int64_t n = sizes[si];
+        float *x = malloc((size_t)n * sizeof(float));
+        st_token_prob *buf = malloc((size_t)n * sizeof(st_token_prob));
+        assert_non_null(x);
+        assert_non_null(buf);
+        grid_logits(x, n, (uint64_t)n);
+        for (int64_t i = 0; i < n; i += 7) x[i] = -INFINITY;
+        if (n > 3) x[n / 2] = 40.0f, x[n - 1] = -800.0f; /* most weights underflow next to 40 */
+        x[0] = 0.0f;
+        st_candidates c = make(buf, x, n);
+        st_rng r, q;
+        st_rng_seed(&r, 99 + (uint64_t)n, 1);
+        q = r;
+        for (int d = 0; d < 200; d++) {
+            const double u = st_rng_uniform(&q);
+            assert_int_equal(st_sample_draw(&c, &r), draw_walk(&c, u));
+        }
+        /* without the spike: a flat-ish distribution, the target anywhere */
+        if (n > 3) x[n / 2] = 0.5f;
+        c = make(buf, x, n);
+        for (int d = 0; d < 200; d++) {
+            const double u = st_rng_uniform(&q);
+            assert_int_equal(st_sample_draw(&c, &r), draw_walk(&c, u));
+        }
+        free(x);
+        free(buf);
+    }
+}
+
 static void test_determinism(void **state) {
     (void)state;
     const int64_t V = 8;
@@ -494,6 +548,7 @@ int main(void) {
         cmocka_unit_test(test_filters_large_vocab),
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_draw_frequencies),
+        cmocka_unit_test(test_draw_matches_walk),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_params_check),
         cmocka_unit_test(test_bad_logits),
