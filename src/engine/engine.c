@@ -134,13 +134,15 @@ st_status st_engine_init(st_model *m, const st_engine_options *o, st_engine **ou
     e->rows = calloc(P, sizeof(engine_req *));
     e->sched = calloc(P, sizeof(engine_req *));
     e->order = calloc(P, sizeof(engine_req *));
+    e->picks = calloc(P, sizeof(engine_pick));
     e->b_tokens = malloc(U * sizeof(int32_t));
     e->b_pos = malloc(U * sizeof(int32_t));
     e->b_seq = malloc(U * sizeof(int32_t));
     e->b_out = malloc(U * sizeof(int32_t));
     e->b_full = malloc(U * sizeof(int32_t));
     e->table = malloc(P * (size_t)e->max_blocks * sizeof(int32_t));
-    if (!e->rows || !e->sched || !e->order || !e->b_tokens || !e->b_pos || !e->b_seq || !e->b_out || !e->b_full || !e->table) {
+    if (!e->rows || !e->sched || !e->order || !e->picks || !e->b_tokens || !e->b_pos || !e->b_seq || !e->b_out ||
+        !e->b_full || !e->table) {
         s = st_error_set(err, ST_ERROR_NOMEM, "out of host memory for the engine's batches");
         goto fail;
     }
@@ -184,6 +186,7 @@ void st_engine_free(st_engine *e) {
     free(e->rows);
     free(e->sched);
     free(e->order);
+    free(e->picks);
     free(e->b_tokens);
     free(e->b_pos);
     free(e->b_seq);

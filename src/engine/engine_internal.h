@@ -51,6 +51,17 @@ struct engine_req {
     char message[ST_ERROR_MESSAGE_MAX];
 };
 
+/* A request that samples in the step: its logits row, whether its sampler reads the whole
+ * row (else its candidates), and the token it chose with its log-probabilities. */
+typedef struct engine_pick {
+    engine_req *r;
+    int64_t row;
+    bool whole;
+    st_engine_event ev; /* id, token and (asked for) log-probabilities */
+    st_status status;   /* of the choice; why says what failed */
+    st_error why;
+} engine_pick;
+
 /* A queued event: the public one, and the logits buffer it owns. */
 typedef struct engine_event {
     st_engine_event ev;
@@ -77,6 +88,7 @@ struct st_engine {
     engine_req **sched;        /* [n_parallel] the step's requests (in batch order once built) */
     engine_req **order;        /* [n_parallel] scratch for the reordering */
     int32_t n_sched;
+    engine_pick *picks;        /* [n_parallel] the step's sampling requests, in batch order */
     /* events */
     engine_event *events;      /* ring of ev_cap */
     int64_t ev_head, ev_n, ev_cap;

@@ -194,23 +194,35 @@ static bool is_stop(const engine_req *r, int32_t token) {
     return false;
 }
 
-/* Samples r's next token from logits row j of the step (its whole row, or its candidates),
- * queues the event, finishes r if it ends. */
-static st_status sample_next(st_engine *e, engine_req *r, const st_runner_output *o, int64_t j, st_error *err) {
-    int32_t token = -1;
-    st_error why = {0};
-    const bool whole = needs_row(e, r);
-    const float *row = whole ? o->logits + j * e->n_vocab : NULL;
+/* p's token, from its whole logits row or its candidates (row p->row of the step), and its
+ * log-probabilities if asked for. Touches nothing but p and its request's sampler, so that
+ * the step's choices can run at once. */
+static void choose_token(const st_engine *e, engine_pick *p, const st_runner_output *o) {
+    const engine_req *r = p->r;
+    const int64_t j = p->row;
+    const float *row = p->whole ? o->logits + j * e->n_vocab : NULL;
     const int32_t *ids = o->k > 0 ? o->ids + j * o->k : NULL;
     const float *vals = o->k > 0 ? o->vals + j * (o->k + 1) : NULL;
-    const st_status ss = whole ? st_sampler_sample(r->sampler, row, &token, &why)
-                               : st_sampler_sample_candidates(r->sampler, ids, vals, o->k, vals[o->k], &token, &why);
-    if (ss != ST_OK || engine_req_append(e, r, token, &why) != ST_OK)
+    int32_t token = -1;
+    p->why = (st_error){0};
+    p->status = p->whole ? st_sampler_sample(r->sampler, row, &token, &p->why)
+                         : st_sampler_sample_candidates(r->sampler, ids, vals, o->k, vals[o->k], &token, &p->why);
+    p->ev = (st_engine_event){.id = r->id, .token = token};
+    if (p->status != ST_OK || !r->logprobs) return;
+    if (p->whole) engine_logprobs(row, e->n_vocab, token, r->top_logprobs, &p->ev);
+    else engine_logprobs_candidates(ids, vals, o->k, vals[o->k], token, r->top_logprobs, &p->ev);
+}
+
+/* Takes p's chosen token: queues its event, finishes its request if it ends. */
+static st_status sample_next(st_engine *e, engine_pick *p, const st_runner_output *o, st_error *err) {
+    engine_req *r = p->r;
+    st_engine_event ev = p->ev;
+    const int32_t token = ev.token;
+    const float *row = p->whole ? o->logits + p->row * e->n_vocab : NULL;
+    st_error why = p->why;
+    if (p->status != ST_OK || engine_req_append(e, r, token, &why) != ST_OK)
         return engine_finish(e, r, ST_FINISH_ERROR, why.message, true, err);
     st_sampler_accept(r->sampler, token);
-    st_engine_event ev = {.id = r->id, .token = token};
-    if (r->logprobs && whole) engine_logprobs(row, e->n_vocab, token, r->top_logprobs, &ev);
-    else if (r->logprobs) engine_logprobs_candidates(ids, vals, o->k, vals[o->k], token, r->top_logprobs, &ev);
     const float *keep = r->logits == ST_REQUEST_LOGITS_EVERY || (r->logits == ST_REQUEST_LOGITS_FIRST && !r->sampled)
                             ? row
                             : NULL;
@@ -280,17 +292,30 @@ st_status st_engine_step(st_engine *e, st_error *err) {
     e->stats.generation_seconds += dt * (double)n_decode / (double)b.n_tokens;
     e->stats.prompt_seconds += dt * (double)(b.n_tokens - n_decode) / (double)b.n_tokens;
 
-    int64_t j = 0; /* logits rows come in batch order */
+    /* The requests that sample, with their logits rows (in batch order). Each sampler is its
+     * request's own, so the choices run in parallel where some scan a whole row (n_vocab
+     * logits each); the tokens are then taken in batch order. */
+    int32_t n_pick = 0, n_whole = 0;
     for (int32_t i = 0; i < e->n_sched; i++) {
+        engine_req *r = e->sched[i];
+        if (r->n_computed + r->step_n < r->n_tokens) continue;
+        engine_pick *p = &e->picks[n_pick];
+        *p = (engine_pick){.r = r, .row = n_pick++, .whole = needs_row(e, r)};
+        n_whole += p->whole;
+    }
+    ST_ASSERT(n_pick == b.n_out);
+#pragma omp parallel for schedule(dynamic, 1) if (n_whole > 1)
+    for (int32_t i = 0; i < n_pick; i++) choose_token(e, &e->picks[i], &out);
+    for (int32_t i = 0, k = 0; i < e->n_sched; i++) {
         engine_req *r = e->sched[i];
         r->n_computed += r->step_n;
         r->step_n = 0;
         if (e->cfg.prefix_cache) st_kv_seq_commit(e->bm, &r->seq, r->tokens, r->n_computed);
         if (r->n_computed < r->n_tokens) continue;
-        st_status si = sample_next(e, r, &out, j++, err);
+        ST_ASSERT(e->picks[k].r == r);
+        st_status si = sample_next(e, &e->picks[k++], &out, err);
         if (s == ST_OK) s = si;
     }
-    ST_ASSERT(j == b.n_out);
     e->n_sched = 0;
     return s;
 }
