@@ -37,7 +37,9 @@ typedef struct gen_state {
     st_strbuf out;              /* SSE bytes not yet handed to libmicrohttpd */
     size_t out_pos;
     bool role_sent, done;
-    bool cancelled;             /* the client went away: the job was cancelled */
+    bool cancelled;             /* the job was cancelled */
+    bool left;                  /* the client went away before the response's end */
+    bool ended;                 /* the stream's last byte was handed to libmicrohttpd */
 } gen_state;
 
 static const char *finish_name(st_finish_reason r) {
@@ -207,6 +209,14 @@ static void cancel_job(gen_state *g) {
     g->job->cancel_all = true;
     pthread_mutex_unlock(&g->job->mu);
     srv_loop_cancel(g->s->loop, g->job);
+}
+
+/* The client went away before the response's end: counted once, and the job cancelled
+ * unless all of it has already been generated. */
+static void client_left(gen_state *g) {
+    if (g->left) return;
+    g->left = true;
+    if (!all_finished(g)) cancel_job(g);
     pthread_mutex_lock(&g->s->metrics_mu);
     g->s->disconnect_cancels++;
     pthread_mutex_unlock(&g->s->metrics_mu);
@@ -365,9 +375,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     while (g->out_pos == g->out.len) {
         g->out.len = g->out_pos = 0;
         if (g->out.failed) return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (g->done) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (g->done) {
+            g->ended = true;
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
         if (g->role_sent && !wait_news(g)) {
-            cancel_job(g);
+            client_left(g);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         pump(g);
@@ -404,7 +417,8 @@ static void gen_free(gen_state *g) {
 
 static void stream_free(void *cls) {
     gen_state *g = cls;
-    if (!all_finished(g)) cancel_job(g); /* the client left before the end */
+    if (!g->ended && !g->out.failed) client_left(g); /* the response ends before its last byte */
+    else if (!all_finished(g)) cancel_job(g);
     gen_free(g);
 }
 
@@ -511,7 +525,7 @@ void srv_handle_generate(srv_server *s, struct MHD_Connection *c, srv_kind kind,
     }
     while (!all_finished(g)) {
         if (!wait_news(g)) {
-            cancel_job(g);
+            client_left(g);
             gen_free(g);
             out->status = 0; /* nobody to answer */
             return;

@@ -50,7 +50,7 @@ char *srv_metrics_text(srv_server *s) {
     metric(&b, "http_slow_connections_closed_total", "counter",
            "Connections closed because their request did not arrive within the request timeout.");
     st_strbuf_printf(&b, "stride_http_slow_connections_closed_total %lld\n", (long long)s->slow_closed);
-    metric(&b, "requests_disconnected_total", "counter", "Requests cancelled because their client went away.");
+    metric(&b, "requests_disconnected_total", "counter", "Requests whose client went away before the end of the response.");
     st_strbuf_printf(&b, "stride_requests_disconnected_total %lld\n", (long long)s->disconnect_cancels);
     metric(&b, "time_to_first_token_seconds", "summary", "From queueing a request to its first token.");
     st_strbuf_printf(&b, "stride_time_to_first_token_seconds_sum %.6f\nstride_time_to_first_token_seconds_count %lld\n",

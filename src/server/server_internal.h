@@ -191,7 +191,7 @@ typedef struct srv_server {
     int64_t http_requests[SRV_PATH_COUNT][6]; /* by path and status class 2xx..5xx, other */
     int64_t connections_open;
     int64_t slow_closed;       /* connections closed by the watchdog */
-    int64_t disconnect_cancels;/* requests cancelled because their client went away */
+    int64_t disconnect_cancels;/* requests whose client went away before the response's end */
     double ttft_sum;
     int64_t ttft_count;
 } srv_server;
