@@ -47,6 +47,7 @@ struct engine_req {
     int32_t row;               /* its row of the block table while running, else -1 */
     int64_t step_n;            /* tokens scheduled in this step (0: none) */
     bool step_decode;          /* scheduled as a decode token */
+    bool step_whole;           /* samples in this step from its whole logits row (build_batch) */
     bool reap;                 /* its finished event was taken */
     char message[ST_ERROR_MESSAGE_MAX];
 };

@@ -170,7 +170,8 @@ static st_batch build_batch(st_engine *e) {
         }
         n_single += r->step_n == 1;
         if (r->n_computed + r->step_n == r->n_tokens) {
-            if (e->n_candidates > 0 && needs_row(e, r)) e->b_full[n_full++] = (int32_t)n_out;
+            r->step_whole = needs_row(e, r);
+            if (e->n_candidates > 0 && r->step_whole) e->b_full[n_full++] = (int32_t)n_out;
             e->b_out[n_out++] = (int32_t)(k - 1);
         }
         if (r->row + 1 > n_seq) n_seq = r->row + 1;
@@ -300,7 +301,7 @@ st_status st_engine_step(st_engine *e, st_error *err) {
         engine_req *r = e->sched[i];
         if (r->n_computed + r->step_n < r->n_tokens) continue;
         engine_pick *p = &e->picks[n_pick];
-        *p = (engine_pick){.r = r, .row = n_pick++, .whole = needs_row(e, r)};
+        *p = (engine_pick){.r = r, .row = n_pick++, .whole = r->step_whole};
         n_whole += p->whole;
     }
     ST_ASSERT(n_pick == b.n_out);
