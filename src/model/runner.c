@@ -422,9 +422,13 @@ st_status st_runner_eval_out(st_runner *r, const st_batch *b, st_runner_output *
     st_backend *be = r->model->backend;
     if ((s = st_backend_compute(be, g, err)) != ST_OK) return s;
     const int32_t k = r->opt.n_candidates;
-    for (int64_t i = 0; k > 0 && i < b->n_full; i++) { /* the rows whose whole logits are wanted */
+    /* the rows whose whole logits are wanted, a read per run of consecutive rows (a step's
+     * rows are often all of them: one copy, not one wait a row) */
+    for (int64_t i = 0, j; k > 0 && i < b->n_full; i = j + 1) {
+        for (j = i; j + 1 < b->n_full && b->full[j + 1] == b->full[j] + 1;) j++;
         const size_t row = (size_t)V * sizeof(float), at = (size_t)b->full[i] * row;
-        if ((s = be->iface->read(be, (char *)r->logits_host + at, (char *)r->logits_dev + at, row, err)) != ST_OK)
+        const size_t bytes = (size_t)(j - i + 1) * row;
+        if ((s = be->iface->read(be, (char *)r->logits_host + at, (char *)r->logits_dev + at, bytes, err)) != ST_OK)
             return s;
     }
     if ((s = be->iface->synchronize(be, err)) != ST_OK) return s;

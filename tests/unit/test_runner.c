@@ -1,7 +1,8 @@
 /* The runner (stride/runner.h) on the CPU backend: every rule of a batch rejected with a
  * message naming it, decode batches padded to their bucket giving each sequence's logits
  * bit for bit as it gets alone, the three ways of choosing logits rows (all, the last
- * ones, gathered), block copies, and a prompt split across runs of different batches. */
+ * ones, gathered), a runner of candidates' whole rows, block copies, and a prompt split
+ * across runs of different batches. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -198,6 +199,28 @@ static void test_logits_rows_and_split_runs(void **state) {
     assert_memory_equal(logits + V, all + 4 * V, (size_t)V * sizeof(float));
     b.n_out = 0;
     assert_int_equal(st_runner_eval(f.runner, &b, &logits, &err), ST_OK);
+
+    /* a runner of candidates asked for whole rows 0, 1, 3 and 4 (two runs of consecutive
+     * rows, one read each): those rows as the plain runner gives them, each row's first
+     * candidate its largest logit */
+    st_runner *rc = NULL;
+    const st_runner_options co = {.max_tokens = U, .max_seqs = S, .max_blocks = MB, .n_candidates = 4};
+    assert_int_equal(st_runner_init(f.tm.model, f.pool, &co, &rc, &err), ST_OK);
+    const int32_t full[4] = {0, 1, 3, 4};
+    b = run_batch(&f, 0, prompt, pos, seq, 6, 0);
+    b.full = full, b.n_full = 4;
+    st_runner_output o;
+    assert_int_equal(st_runner_eval_out(rc, &b, &o, &err), ST_OK);
+    assert_int_equal(o.n_out, 6);
+    for (int i = 0; i < 4; i++)
+        assert_memory_equal(o.logits + (size_t)full[i] * V, all + (size_t)full[i] * V, (size_t)V * sizeof(float));
+    for (int64_t row = 0; row < 6; row++) {
+        int64_t best = 0;
+        for (int64_t t = 1; t < V; t++)
+            if (all[row * V + t] > all[row * V + best]) best = t;
+        assert_int_equal(o.ids[row * o.k], best);
+    }
+    st_runner_free(rc);
 
     /* sequence 1 has one token; then [its decode token | sequence 2's prompt 0..1], then
      * [its next decode token | sequence 2's prompt 2..5] */
