@@ -29,6 +29,7 @@
 #include "stride/chat.h"
 #include "stride/engine.h"
 #include "stride/model.h"
+#include "stride/sample.h"
 #include "stride/status.h"
 #include "stride/tokenizer.h"
 
@@ -50,6 +51,10 @@ typedef struct st_server_options {
                                     idle connection is closed after it (10) */
     double drain_timeout_s;      /* at shutdown, in-flight requests may finish within this;
                                     then they are cancelled (30) */
+    st_sampler_params sampling;  /* what a request's sampling is where it names nothing
+                                    (OpenAI's: temperature 1, top-p 1, no top-k, min-p or
+                                    repetition penalty); its seed is not used: a request
+                                    without a "seed" gets a fresh one */
 } st_server_options;
 
 st_server_options st_server_options_default(void);

@@ -214,11 +214,7 @@ int srv_request_parse(const srv_server *s, srv_kind kind, const char *body, size
     memset(r, 0, sizeof(*r));
     r->kind = kind;
     r->n = 1;
-    r->sampling = st_sampler_params_default();
-    r->sampling.temp = 1.0f; /* OpenAI's defaults: temperature 1, top_p 1, nothing else */
-    r->sampling.top_k = 0;
-    r->sampling.top_p = 1.0f;
-    r->sampling.min_p = 0.0f;
+    r->sampling = s->opt.sampling; /* the server's defaults (st_server_options) */
     r->sampling.seed = (uint64_t)atomic_fetch_add((atomic_llong *)&s->next_id, 1) * 0x9E3779B97F4A7C15ull;
     r->max_tokens = kind == SRV_COMPLETION ? 16 : -1;
     json_error_t jerr;

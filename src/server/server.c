@@ -8,9 +8,15 @@
 #include "stride/log.h"
 
 st_server_options st_server_options_default(void) {
-    return (st_server_options){.host = "127.0.0.1", .port = 8080, .model_name = "stride", .max_body_bytes = 1 << 20,
-                               .max_connections = 256, .max_queue = 256, .max_n = 8, .request_timeout_s = 10.0,
-                               .drain_timeout_s = 30.0};
+    st_server_options o = {.host = "127.0.0.1", .port = 8080, .model_name = "stride", .max_body_bytes = 1 << 20,
+                           .max_connections = 256, .max_queue = 256, .max_n = 8, .request_timeout_s = 10.0,
+                           .drain_timeout_s = 30.0, .sampling = st_sampler_params_default()};
+    o.sampling.temp = 1.0f; /* OpenAI's defaults: temperature 1, top_p 1, nothing else */
+    o.sampling.top_k = 0;
+    o.sampling.top_p = 1.0f;
+    o.sampling.min_p = 0.0f;
+    o.sampling.repeat_penalty = 1.0f;
+    return o;
 }
 
 static st_status check_options(const st_server_options *o, st_error *err) {
@@ -28,7 +34,7 @@ static st_status check_options(const st_server_options *o, st_error *err) {
         return st_error_set(err, ST_ERROR_INVALID, "drain timeout %g s: expected 0 to 86400", o->drain_timeout_s);
     if (o->api_key && (strlen(o->api_key) == 0 || strlen(o->api_key) > 512))
         return st_error_set(err, ST_ERROR_INVALID, "the API key must hold 1 to 512 characters");
-    return ST_OK;
+    return st_sampler_params_check(&o->sampling, err); /* (names the parameter) */
 }
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }

@@ -103,8 +103,25 @@ def test_sampling(srv, model_id):
     texts = [ch.text for ch in sorted(r.choices, key=lambda x: x.index)]
     check(len(texts) == 3 and len(set(texts)) > 1 and r.usage.completion_tokens == 72,
           f"n=3: three choices, sampled apart, usage counts them all: {texts} {r.usage}")
-    g = c.completions.create(model=model_id, prompt="x", max_tokens=8, temperature=1.5, top_k=1,
-                             extra_body={"top_k": 1}, seed=1) if False else None
+
+
+def test_server_sampling(stride, model, small):
+    """A server's sampling flags are what a request names nothing of: `small` runs with
+    --top-k 1, so a request at temperature 1 with no top_k gives the greedy text whatever
+    its seed, and one that names its own top_k samples; bad values are refused at start."""
+    c = client(small, key="none-needed")
+    kw = dict(model="small", prompt="once upon a time", max_tokens=16)
+    greedy = c.completions.create(temperature=0, **kw).choices[0].text
+    texts = [c.completions.create(temperature=1.0, seed=s, **kw).choices[0].text for s in (1, 2)]
+    check(texts == [greedy, greedy], f"--top-k 1: temperature 1 without top_k is greedy: {texts} vs {greedy!r}")
+    own = [c.completions.create(temperature=1.0, seed=s, extra_body={"top_k": 50}, **kw).choices[0].text
+           for s in (1, 2)]
+    check(own[0] != own[1], f"a request's own top_k wins over the server's: {own}")
+    for flags, needle in ((["--top-p", "1.5"], "top-p"), (["--temp", "-1"], "temperature"),
+                          (["--seed", "3"], "--seed")):
+        bad = subprocess.run([stride, "serve", "-m", model, *flags], env=clean_env(), capture_output=True,
+                             encoding="utf-8", timeout=60)
+        check(bad.returncode != 0 and needle in bad.stderr, f"serve {' '.join(flags)}: refused: {bad.stderr}")
 
 
 def test_stop(srv, model_id, greedy_text):
@@ -398,10 +415,11 @@ def main():
     srv = Server(args.stride, model, "--chat-template", "chatml", "-c", "2048", "-np", "4", "--api-key", KEY,
                  "--max-body", "65536", "--timeout", "2", "--alias", "tiny")
     small = Server(args.stride, model, "--chat-template", "chatml", "-c", "512", "-np", "1", "--queue", "1",
-                   "--alias", "small")
+                   "--alias", "small", "--top-k", "1")
     try:
         text = test_basics(srv, "tiny")
         test_sampling(srv, "tiny")
+        test_server_sampling(args.stride, model, small)
         test_stop(srv, "tiny", text)
         test_errors(srv, small, "tiny")
         test_hostile(srv, "tiny")

@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "model_flags.h"
+#include "sampling_flags.h"
 #include "stride/engine.h"
 #include "stride/server.h"
 
@@ -42,7 +43,18 @@ static void usage(FILE *out) {
             "  --timeout S              a request's head and body must arrive within S seconds; an idle\n"
             "                           connection is closed after S (default 10)\n"
             "  --drain-timeout S        at shutdown, requests in flight may finish within S (default 30)\n"
-            CLI_MODEL_FLAGS_HELP,
+            CLI_MODEL_FLAGS_HELP
+            "sampling where a request names none (llama.cpp's flags; the defaults are OpenAI's):\n"
+            "  --temp T                 temperature >= 0; 0 = greedy (default 1)\n"
+            "  --top-k N                keep the N most likely tokens; 0 = off (default 0). On a GPU a\n"
+            "                           top-k of at most 64 samples from the candidates the device\n"
+            "                           picks; without one each token's whole logits row goes to the\n"
+            "                           host, many times slower with many streams\n"
+            "  --top-p P                keep the smallest set with mass >= P, in (0,1]; 1 = off (default 1)\n"
+            "  --min-p P                keep tokens with p >= P * p_max, in [0,1); 0 = off (default 0)\n"
+            "  --repeat-penalty X       > 0; divide positive / multiply negative logits of recent\n"
+            "                           tokens; 1 = off (default 1)\n"
+            "  --repeat-last-n N        tokens the penalty looks back over; 0 = off, -1 = context (default 64)\n",
             st_chat_family_list());
 }
 
@@ -65,6 +77,7 @@ int st_cmd_serve(int argc, char **argv) {
                *drain_arg = NULL;
     bool prefix_cache = true;
     cli_model_flags mf = {0};
+    cli_sampling_flags sf = {0};
     for (int i = 1; i < argc; i++) {
         bool missing = false;
         const char *a = argv[i];
@@ -93,6 +106,7 @@ int st_cmd_serve(int argc, char **argv) {
                    cli_take_value(argc, argv, &i, "--max-body", &body_arg, &missing) ||
                    cli_take_value(argc, argv, &i, "--timeout", &timeout_arg, &missing) ||
                    cli_take_value(argc, argv, &i, "--drain-timeout", &drain_arg, &missing) ||
+                   cli_take_sampling_flag(argc, argv, &i, &sf, &missing) ||
                    cli_take_model_flag(argc, argv, &i, &mf, &missing)) {
             if (missing) return cli_usage_error(CMD, "%s needs a value", a);
         } else {
@@ -134,6 +148,11 @@ int st_cmd_serve(int argc, char **argv) {
     if (drain_arg && !parse_seconds(drain_arg, 0, 86400, &d))
         return cli_usage_error(CMD, "--drain-timeout: '%s' is not 0 to 86400 seconds", drain_arg);
     if (drain_arg) so.drain_timeout_s = d;
+    if (sf.seed)
+        return cli_usage_error(CMD, "--seed: a request names its own (\"seed\"); one without gets a fresh seed");
+    bool last_n_context = false;
+    int sampling_rc = cli_sampling_resolve(CMD, &sf, &so.sampling, &last_n_context);
+    if (sampling_rc != ST_EXIT_OK) return sampling_rc;
     cli_model_setup setup;
     int rc = cli_model_setup_resolve(CMD, &mf, &setup);
     if (rc != ST_EXIT_OK) return rc;
@@ -159,6 +178,7 @@ int st_cmd_serve(int argc, char **argv) {
     setup.load.n_ctx = eo.n_ctx;
     if (cli_model_open(model_path, &setup, &backend, &model, &t_load, &err) != ST_OK) goto done;
     if (!ctx_arg && model->hp.n_ctx_train > 0 && eo.n_ctx > model->hp.n_ctx_train) eo.n_ctx = model->hp.n_ctx_train;
+    if (last_n_context) so.sampling.repeat_last_n = (int32_t)eo.n_ctx;
     if (st_tokenizer_from_gguf(model->file, &tok, &err) != ST_OK) goto done;
     st_chat_template chat;
     bool has_chat = false;
@@ -181,6 +201,11 @@ int st_cmd_serve(int argc, char **argv) {
             "(%s), %lld tokens a step; loaded in %.2f s\n",
             name, backend->device.name, has_chat ? st_chat_family_name(chat.family) : "none", (int)cfg.n_parallel,
             (long long)cfg.n_ctx, (long long)cfg.n_blocks, kv, (long long)cfg.max_batch_tokens, t_load);
+    fprintf(stderr,
+            "stride serve: a request's sampling where it names none: temperature %g, top-k %d, top-p %g, min-p %g, "
+            "repeat penalty %g over %d tokens\n",
+            (double)so.sampling.temp, (int)so.sampling.top_k, (double)so.sampling.top_p, (double)so.sampling.min_p,
+            (double)so.sampling.repeat_penalty, (int)so.sampling.repeat_last_n);
     const bool v6 = strchr(host, ':') != NULL;
     fprintf(stderr, "stride serve: listening on http://%s%s%s:%u\n", v6 ? "[" : "", host, v6 ? "]" : "",
             (unsigned)st_server_port(server));
