@@ -212,14 +212,15 @@ static void cancel_job(gen_state *g) {
 }
 
 /* The client went away before the response's end: counted once, and the job cancelled
- * unless all of it has already been generated. */
+ * unless all of it has already been generated. Counted first: whoever sees the job stop
+ * (a /metrics reader waiting for the server to idle) sees the count too. */
 static void client_left(gen_state *g) {
     if (g->left) return;
     g->left = true;
-    if (!all_finished(g)) cancel_job(g);
     pthread_mutex_lock(&g->s->metrics_mu);
     g->s->disconnect_cancels++;
     pthread_mutex_unlock(&g->s->metrics_mu);
+    if (!all_finished(g)) cancel_job(g);
 }
 
 /* ---- bodies --------------------------------------------------------------------------- */
