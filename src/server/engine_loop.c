@@ -24,7 +24,8 @@ struct srv_loop {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     srv_job *ops_head, *ops_tail; /* jobs with an op queued, first in first out */
-    int64_t n_ops_add;
+    int64_t n_ops_add;            /* jobs submitted and not yet in the stats of a step: a
+                                     request is always in these or in stats, never between */
     bool stop, closed;
     int64_t active;               /* jobs submitted and not finished */
     st_engine_stats stats;        /* as of the last step */
@@ -204,9 +205,6 @@ static void finish_choice(srv_loop *l, srv_job *j, srv_choice *c, st_finish_reas
 }
 
 static void apply_add(srv_loop *l, srv_job *j) {
-    pthread_mutex_lock(&l->mu);
-    l->n_ops_add--;
-    pthread_mutex_unlock(&l->mu);
     bool any = false;
     for (int32_t c = 0; c < j->n_choices; c++) {
         st_request_params p = j->params;
@@ -307,6 +305,7 @@ static void *loop_main(void *arg) {
         const bool stop = l->stop;
         pthread_mutex_unlock(&l->mu);
 
+        int64_t n_added = 0; /* leave n_ops_add with the step's stats, which hold them */
         while (ops) {
             srv_job *j = ops;
             ops = j->next_op;
@@ -315,7 +314,7 @@ static void *loop_main(void *arg) {
             j->op = SRV_OP_NONE;
             j->next_op = NULL;
             pthread_mutex_unlock(&j->mu);
-            if (op == SRV_OP_ADD) apply_add(l, j);
+            if (op == SRV_OP_ADD) apply_add(l, j), n_added++;
             else apply_cancel(l, j);
             srv_job_unref(j); /* the op's reference */
         }
@@ -329,6 +328,7 @@ static void *loop_main(void *arg) {
         wake_jobs(l);
         pthread_mutex_lock(&l->mu);
         st_engine_get_stats(l->engine, &l->stats);
+        l->n_ops_add -= n_added;
         const bool done = l->stop && st_engine_pending(l->engine) == 0 && !l->ops_head;
         pthread_mutex_unlock(&l->mu);
         if (done) break;
@@ -460,6 +460,7 @@ int64_t srv_loop_active(srv_loop *l) {
 void srv_loop_stats(srv_loop *l, st_engine_stats *out, st_engine_config *cfg) {
     pthread_mutex_lock(&l->mu);
     *out = l->stats;
+    out->n_waiting += l->n_ops_add; /* submitted, not yet in a step's stats: waiting too */
     if (cfg) *cfg = l->cfg;
     pthread_mutex_unlock(&l->mu);
 }

@@ -91,7 +91,8 @@ void srv_loop_abort(srv_loop *l);
 void srv_loop_close(srv_loop *l);
 /* Jobs not yet finished. */
 int64_t srv_loop_active(srv_loop *l);
-/* The engine's counters as of the last step. */
+/* The engine's counters as of the last step; n_waiting also counts the jobs submitted
+ * and not yet in a step (a request is always running or waiting until it ends). */
 void srv_loop_stats(srv_loop *l, st_engine_stats *out, st_engine_config *cfg);
 
 /* ---- text (text_stream.c) ----------------------------------------------------------------- */
