@@ -52,11 +52,10 @@ struct engine_req {
     char message[ST_ERROR_MESSAGE_MAX];
 };
 
-/* A request that samples in the step: its logits row, whether its sampler reads the whole
- * row (else its candidates), and the token it chose with its log-probabilities. */
+/* A request that samples in the step (picks[j]: logits row j), whether its sampler reads
+ * the whole row (else its candidates), and the token it chose with its log-probabilities. */
 typedef struct engine_pick {
     engine_req *r;
-    int64_t row;
     bool whole;
     st_engine_event ev; /* id, token and (asked for) log-probabilities */
     st_status status;   /* of the choice; why says what failed */

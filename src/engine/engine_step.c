@@ -195,12 +195,12 @@ static bool is_stop(const engine_req *r, int32_t token) {
     return false;
 }
 
-/* p's token, from its whole logits row or its candidates (row p->row of the step), and its
- * log-probabilities if asked for. Touches nothing but p and its request's sampler, so that
- * the step's choices can run at once. */
-static void choose_token(const st_engine *e, engine_pick *p, const st_runner_output *o) {
+/* The token of pick j (logits row j of the step), from its whole row or its candidates, and
+ * its log-probabilities if asked for. Touches nothing but the pick and its request's
+ * sampler, so that the step's choices can run at once. */
+static void choose_token(const st_engine *e, int64_t j, const st_runner_output *o) {
+    engine_pick *p = &e->picks[j];
     const engine_req *r = p->r;
-    const int64_t j = p->row;
     const float *row = p->whole ? o->logits + j * e->n_vocab : NULL;
     const int32_t *ids = o->k > 0 ? o->ids + j * o->k : NULL;
     const float *vals = o->k > 0 ? o->vals + j * (o->k + 1) : NULL;
@@ -214,12 +214,13 @@ static void choose_token(const st_engine *e, engine_pick *p, const st_runner_out
     else engine_logprobs_candidates(ids, vals, o->k, vals[o->k], token, r->top_logprobs, &p->ev);
 }
 
-/* Takes p's chosen token: queues its event, finishes its request if it ends. */
-static st_status sample_next(st_engine *e, engine_pick *p, const st_runner_output *o, st_error *err) {
+/* Takes pick j's chosen token: queues its event, finishes its request if it ends. */
+static st_status sample_next(st_engine *e, int64_t j, const st_runner_output *o, st_error *err) {
+    const engine_pick *p = &e->picks[j];
     engine_req *r = p->r;
     st_engine_event ev = p->ev;
     const int32_t token = ev.token;
-    const float *row = p->whole ? o->logits + p->row * e->n_vocab : NULL;
+    const float *row = p->whole ? o->logits + j * e->n_vocab : NULL;
     st_error why = p->why;
     if (p->status != ST_OK || engine_req_append(e, r, token, &why) != ST_OK)
         return engine_finish(e, r, ST_FINISH_ERROR, why.message, true, err);
@@ -300,13 +301,12 @@ st_status st_engine_step(st_engine *e, st_error *err) {
     for (int32_t i = 0; i < e->n_sched; i++) {
         engine_req *r = e->sched[i];
         if (r->n_computed + r->step_n < r->n_tokens) continue;
-        engine_pick *p = &e->picks[n_pick];
-        *p = (engine_pick){.r = r, .row = n_pick++, .whole = r->step_whole};
-        n_whole += p->whole;
+        e->picks[n_pick++] = (engine_pick){.r = r, .whole = r->step_whole};
+        n_whole += r->step_whole;
     }
     ST_ASSERT(n_pick == b.n_out);
 #pragma omp parallel for schedule(dynamic, 1) if (n_whole > 1)
-    for (int32_t i = 0; i < n_pick; i++) choose_token(e, &e->picks[i], &out);
+    for (int32_t i = 0; i < n_pick; i++) choose_token(e, i, &out);
     for (int32_t i = 0, k = 0; i < e->n_sched; i++) {
         engine_req *r = e->sched[i];
         r->n_computed += r->step_n;
@@ -314,7 +314,7 @@ st_status st_engine_step(st_engine *e, st_error *err) {
         if (e->cfg.prefix_cache) st_kv_seq_commit(e->bm, &r->seq, r->tokens, r->n_computed);
         if (r->n_computed < r->n_tokens) continue;
         ST_ASSERT(e->picks[k].r == r);
-        st_status si = sample_next(e, &e->picks[k++], &out, err);
+        st_status si = sample_next(e, k++, &out, err);
         if (s == ST_OK) s = si;
     }
     e->n_sched = 0;

@@ -314,8 +314,12 @@ static void *loop_main(void *arg) {
             j->op = SRV_OP_NONE;
             j->next_op = NULL;
             pthread_mutex_unlock(&j->mu);
-            if (op == SRV_OP_ADD) apply_add(l, j), n_added++;
-            else apply_cancel(l, j);
+            if (op == SRV_OP_ADD) {
+                apply_add(l, j);
+                n_added++;
+            } else {
+                apply_cancel(l, j);
+            }
             srv_job_unref(j); /* the op's reference */
         }
         if (stop) /* srv_loop_free: everything still running ends now */
@@ -415,11 +419,15 @@ static void queue_op(srv_loop *l, srv_job *j, int op) {
     pthread_cond_signal(&l->cv);
 }
 
+/* Requests waiting (under l->mu): in the engine's queue as of the last step, or submitted
+ * and not yet in a step's stats. */
+static int64_t loop_waiting(const srv_loop *l) { return l->stats.n_waiting + l->n_ops_add; }
+
 int srv_loop_submit(srv_loop *l, srv_job *j, int32_t max_queue) {
     pthread_mutex_lock(&l->mu);
     int status = 0;
     if (l->closed) status = 503;
-    else if (l->stats.n_waiting + l->n_ops_add >= max_queue) status = 429;
+    else if (loop_waiting(l) >= max_queue) status = 429;
     if (status == 0) {
         j->t_submit = st_clock_seconds();
         l->active++;
@@ -460,7 +468,7 @@ int64_t srv_loop_active(srv_loop *l) {
 void srv_loop_stats(srv_loop *l, st_engine_stats *out, st_engine_config *cfg) {
     pthread_mutex_lock(&l->mu);
     *out = l->stats;
-    out->n_waiting += l->n_ops_add; /* submitted, not yet in a step's stats: waiting too */
+    out->n_waiting = (int32_t)loop_waiting(l);
     if (cfg) *cfg = l->cfg;
     pthread_mutex_unlock(&l->mu);
 }

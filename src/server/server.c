@@ -14,8 +14,7 @@ st_server_options st_server_options_default(void) {
     o.sampling.temp = 1.0f; /* OpenAI's defaults: temperature 1, top_p 1, nothing else */
     o.sampling.top_k = 0;
     o.sampling.top_p = 1.0f;
-    o.sampling.min_p = 0.0f;
-    o.sampling.repeat_penalty = 1.0f;
+    o.sampling.min_p = 0.0f; /* (the repetition penalty is off by default already) */
     return o;
 }
 
