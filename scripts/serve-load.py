@@ -117,9 +117,13 @@ def run(args):
         prompt = list(shared) if args.shared_prefix else [rng.randrange(3, args.vocab) for _ in range(args.prompt_tokens)]
         if args.shared_prefix:
             prompt[-1] = rng.randrange(3, args.vocab)
-        jobs.append({"prompt": prompt, "max_tokens": args.gen_tokens, "temperature": args.temperature,
-                     "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
-                     "logprobs": 0, "seed": i})
+        job = {"prompt": prompt, "max_tokens": args.gen_tokens, "temperature": args.temperature,
+               "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
+               "logprobs": 0, "seed": i}
+        for name in ("top_k", "top_p", "min_p"):
+            if getattr(args, name) is not None:
+                job[name] = getattr(args, name)
+        jobs.append(job)
     # The streams are spread over processes (threads within each): parsing a token's
     # event costs tens of microseconds of Python, and one interpreter's lock would cap
     # the client, not the server, near 20,000 tokens a second.
@@ -175,6 +179,9 @@ def main():
     ap.add_argument("--gen-tokens", type=int, default=128)
     ap.add_argument("--vocab", type=int, default=32000, help="prompt ids are drawn below this")
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--top-k", type=int, help="sent with every request (default: not sent)")
+    ap.add_argument("--top-p", type=float, help="sent with every request (default: not sent)")
+    ap.add_argument("--min-p", type=float, help="sent with every request (default: not sent)")
     ap.add_argument("--shared-prefix", action="store_true", help="every prompt but its last token the same")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=600, help="seconds for one request")

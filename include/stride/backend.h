@@ -93,6 +93,10 @@ typedef struct st_backend_iface {
      * ids I32 [k, n], vals F32 [k + 1, n] (may be in host memory of host_alloc's), logits
      * F32 [V, n]. */
     void (*top_k)(st_backend *b, st_tensor *ids, st_tensor *vals, const st_tensor *logits, int32_t k);
+    /* A draw from each whole row (st_cpu_draw_rows): ids I32 [n] and drawn F32 [n] (may be
+     * in host memory of host_alloc's), logits F32 [V, n], params F32 [2, n], words I32 [2, n]. */
+    void (*draw)(st_backend *b, st_tensor *ids, st_tensor *drawn, const st_tensor *logits, const st_tensor *params,
+                 const st_tensor *words);
 
     /* Waits for queued work (a no-op where ops are synchronous). */
     st_status (*synchronize)(st_backend *b, st_error *err);

@@ -90,8 +90,11 @@ st_engine_options st_engine_options_default(void);
 
 /* Logits candidates a row on a GPU: the backend picks each row's k largest logits and
  * its log-sum-exp (runner.h) and only those come to the host. The default top-k (40) and
- * the most top_logprobs (20) fit, so that most requests never need a whole row there; on
- * the CPU, whose logits are in host memory already, the engine reads whole rows. */
+ * the most top_logprobs (20) fit; a chain that is a draw from the whole row (a temperature
+ * and min-p at most, OpenAI's defaults: st_sampler_draws_row) is drawn by the backend, so
+ * that only its token comes back. Other chains (top-p without top-k, a repetition
+ * penalty) take the whole row to the host. On the CPU, whose logits are in host memory
+ * already, the engine reads whole rows. */
 #define ST_ENGINE_CANDIDATES 64
 
 /* How many candidates a runner keeps of each logits row of a model of n_vocab tokens:

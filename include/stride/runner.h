@@ -17,6 +17,7 @@
 
 #include "stride/model.h"
 #include "stride/ops.h"
+#include "stride/sample.h"
 #include "stride/status.h"
 
 #ifdef __cplusplus
@@ -62,6 +63,9 @@ typedef struct st_batch {
      * out's rows, ascending) whose whole logits are wanted on the host too. */
     const int32_t *full;
     int64_t n_full;
+    /* A runner of candidates: draw[j] a draw from logits row j made on the backend
+     * (st_cpu_draw_rows; temp 0: row j is not drawn), or NULL: no row is. */
+    const st_row_draw *draw;
 } st_batch;
 
 /* ---- the runner ----------------------------------------------------------------------- */
@@ -103,10 +107,13 @@ typedef struct st_runner_output {
                              (ties to the lower id) */
     const float *vals;    /* [n_out][k + 1] those logits, then the row's log-sum-exp (a
                              token's log-probability is its logit minus it) */
+    const int32_t *drawn; /* [n_out] with st_batch.draw: the token drawn from each drawn row
+                             (-1: the row holds a NaN or +inf, -2: no finite logit) */
+    const float *drawn_logits; /* [n_out] the drawn tokens' logits */
 } st_runner_output;
 
-/* st_runner_eval for any runner: with candidates, each row's candidates, and whole rows for
- * b->full. */
+/* st_runner_eval for any runner: with candidates, each row's candidates, whole rows for
+ * b->full and the draws b->draw asks for. */
 st_status st_runner_eval_out(st_runner *r, const st_batch *b, st_runner_output *out, st_error *err);
 
 #ifdef __cplusplus

@@ -39,6 +39,11 @@ void st_rng_seed(st_rng *r, uint64_t seed, uint64_t stream);
 uint32_t st_rng_u32(st_rng *r);
 /* Uniform in [0, 1) with 53 random bits (two draws: high 27 bits, then 26). */
 double st_rng_uniform(st_rng *r);
+/* The two words st_rng_uniform takes from r (27 and 26 random bits), for a draw made
+ * elsewhere (a backend's, st_cpu_draw_rows) from the same stream, and the uniform in
+ * [0, 1) they make: (hi * 2^26 + lo) / 2^53, exact in a double. */
+void st_rng_uniform_words(st_rng *r, uint32_t words[2]);
+double st_uniform_from_words(uint32_t hi, uint32_t lo);
 
 /* ---- candidates ---- */
 
@@ -77,6 +82,9 @@ void st_sample_min_p(st_candidates *c, float min_p);
 void st_sample_temperature(st_candidates *c, float temp);
 /* Draws one id from softmax(logits) with one uniform from r. */
 int32_t st_sample_draw(st_candidates *c, st_rng *r);
+/* The same with the uniform u in [0, 1) given: the first candidate (in array order) where
+ * the running sum of exp(logit - max) passes u times the total. */
+int32_t st_sample_draw_at(st_candidates *c, double u);
 
 /* ---- the sampler ---- */
 
@@ -106,7 +114,7 @@ void st_sampler_free(st_sampler *s);
 void st_sampler_accept(st_sampler *s, int32_t id);
 
 /* Picks the next token from n_vocab logits (not modified). ST_ERROR_INVALID when the
- * logits hold a NaN or no finite value. Does not accept the token. */
+ * logits hold a NaN, +inf or no finite value. Does not accept the token. */
 st_status st_sampler_sample(st_sampler *s, const float *logits, int32_t *out, st_error *err);
 
 /* Whether the chain needs no more of the logits than their k largest (sorted): no
@@ -118,6 +126,23 @@ bool st_sampler_fits_candidates(const st_sampler *s, int32_t k);
  * a chain that st_sampler_fits_candidates allows: the token the whole row would give. */
 st_status st_sampler_sample_candidates(st_sampler *s, const int32_t *ids, const float *vals, int32_t k, float lse,
                                        int32_t *out, st_error *err);
+
+/* A draw from a whole logits row that a backend makes where the row is (st_cpu_draw_rows):
+ * the chain's temperature and min-p, and the two words of the uniform it draws with. */
+typedef struct st_row_draw {
+    float temp;  /* > 0 */
+    float min_p; /* [0, 1) */
+    uint32_t u[2];
+} st_row_draw;
+
+/* Whether the chain is a draw from the whole row in token id order, which a backend can
+ * make: temperature > 0, no repetition penalty, no top-k, no top-p (min-p may cut). */
+bool st_sampler_draws_row(const st_sampler *s);
+
+/* The next draw's parameters, for a chain st_sampler_draws_row allows: takes the uniform
+ * from the sampler's stream as st_sampler_sample would, so that the backend's draw gives
+ * the token st_sampler_sample gives on the same row (st_cpu_draw_rows). */
+void st_sampler_next_draw(st_sampler *s, st_row_draw *d);
 
 #ifdef __cplusplus
 }

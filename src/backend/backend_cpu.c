@@ -153,6 +153,12 @@ static void cpu_top_k(st_backend *b, st_tensor *ids, st_tensor *vals, const st_t
     st_cpu_top_k_logits(ids->data, vals, logits, k);
 }
 
+static void cpu_draw(st_backend *b, st_tensor *ids, st_tensor *drawn, const st_tensor *logits, const st_tensor *params,
+                     const st_tensor *words) {
+    (void)b;
+    st_cpu_draw_rows(ids, drawn, logits, params, words);
+}
+
 static st_status cpu_synchronize(st_backend *b, st_error *err) {
     (void)b;
     (void)err;
@@ -200,6 +206,7 @@ static const st_backend_iface cpu_iface = {
     .topk_route = cpu_topk_route,
     .moe_combine = cpu_moe_combine,
     .top_k = cpu_top_k,
+    .draw = cpu_draw,
     .synchronize = cpu_synchronize,
     .timer_start = cpu_timer_start,
     .timer_stop = cpu_timer_stop,

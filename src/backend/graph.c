@@ -176,6 +176,12 @@ void st_graph_top_k(st_graph *g, const st_tensor *ids, const st_tensor *vals, co
     n->p.k = k;
 }
 
+void st_graph_draw(st_graph *g, const st_tensor *ids, const st_tensor *drawn, const st_tensor *logits,
+                   const st_tensor *params, const st_tensor *words) {
+    st_node *n = add_node(g, ST_OP_DRAW, ids, logits, params, words, NULL);
+    if (n) n->dst2 = keep(g, drawn); /* (a failure marks the graph failed) */
+}
+
 void st_graph_upload(st_graph *g, void *dst, const void *src, size_t n) {
     if (g->failed) return;
     if (g->n_uploads == ST_GRAPH_MAX_UPLOADS) {
@@ -200,7 +206,7 @@ const char *st_op_name(st_op op) {
         [ST_OP_GEGLU] = "geglu",           [ST_OP_SWIGLU_FUSED] = "swiglu_fused", [ST_OP_ADD] = "add",
         [ST_OP_MUL] = "mul",               [ST_OP_SCALE] = "scale",           [ST_OP_KV_STORE] = "kv_store",
         [ST_OP_ATTENTION] = "attention",   [ST_OP_TOPK_ROUTE] = "topk_route", [ST_OP_MOE_COMBINE] = "moe_combine",
-        [ST_OP_TOP_K] = "top_k",
+        [ST_OP_TOP_K] = "top_k",           [ST_OP_DRAW] = "draw",
     };
     return (unsigned)op < ST_OP_COUNT ? names[op] : "?";
 }

@@ -103,6 +103,9 @@ void st_op_cost_node(const st_node *n, int64_t n_kv, st_op_cost *c) {
         set(c, f32_bytes(s[0]) + 2.0 * f32_bytes(n->dst2), 0.0, "%s V=%lld k=%d", name, (long long)s[0]->ne[0],
             (int)n->p.k);
         return;
+    case ST_OP_DRAW: /* the rows read twice: the maximum, then the sums */
+        set(c, 2.0 * f32_bytes(s[0]), 0.0, "%s V=%lld", name, (long long)s[0]->ne[0]);
+        return;
     case ST_OP_MOE_COMBINE:
         set(c, f32_bytes(s[0]) + f32_bytes(s[1]) + f32_bytes(d), 2.0 * (double)st_tensor_nelements(s[0]),
             "%s D=%lld k=%lld", name, (long long)s[0]->ne[0], (long long)s[0]->ne[1]);

@@ -374,6 +374,12 @@ static void cuda_top_k(st_backend *b, st_tensor *ids, st_tensor *vals, const st_
     st_cuda_keep_error(cuda_ctx(b), st_cuda_top_k(b, ids, vals, logits, k, &err), &err);
 }
 
+static void cuda_draw(st_backend *b, st_tensor *ids, st_tensor *drawn, const st_tensor *logits, const st_tensor *params,
+                      const st_tensor *words) {
+    st_error err = {};
+    st_cuda_keep_error(cuda_ctx(b), st_cuda_draw(b, ids, drawn, logits, params, words, &err), &err);
+}
+
 // ---- lifetime ------------------------------------------------------------------------------
 
 // Frees what was created; safe on a partly initialised context. Errors are ignored here:
@@ -439,6 +445,7 @@ static st_backend_iface cuda_make_iface(void) {
     t.topk_route = cuda_topk_route;
     t.moe_combine = cuda_moe_combine;
     t.top_k = cuda_top_k;
+    t.draw = cuda_draw;
     t.synchronize = cuda_synchronize;
     t.timer_start = cuda_timer_start;
     t.timer_stop = cuda_timer_stop;

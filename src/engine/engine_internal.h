@@ -23,6 +23,13 @@ typedef struct req_list {
     int64_t n;
 } req_list;
 
+/* Where a request's next token comes from in a step. */
+typedef enum engine_source {
+    SOURCE_CANDIDATES, /* its logits row's largest logits (st_sampler_sample_candidates) */
+    SOURCE_DRAWN,      /* a draw the backend made from the whole row (st_sampler_next_draw) */
+    SOURCE_WHOLE,      /* the whole row, on the host (st_sampler_sample) */
+} engine_source;
+
 struct engine_req {
     int64_t id;
     req_state state;
@@ -47,16 +54,16 @@ struct engine_req {
     int32_t row;               /* its row of the block table while running, else -1 */
     int64_t step_n;            /* tokens scheduled in this step (0: none) */
     bool step_decode;          /* scheduled as a decode token */
-    bool step_whole;           /* samples in this step from its whole logits row (build_batch) */
+    engine_source step_source; /* where this step's token comes from (build_batch) */
     bool reap;                 /* its finished event was taken */
     char message[ST_ERROR_MESSAGE_MAX];
 };
 
-/* A request that samples in the step (picks[j]: logits row j), whether its sampler reads
- * the whole row (else its candidates), and the token it chose with its log-probabilities. */
+/* A request that samples in the step (picks[j]: logits row j), where its token comes from,
+ * and the token it chose with its log-probabilities. */
 typedef struct engine_pick {
     engine_req *r;
-    bool whole;
+    engine_source source;
     st_engine_event ev; /* id, token and (asked for) log-probabilities */
     st_status status;   /* of the choice; why says what failed */
     st_error why;
@@ -83,6 +90,7 @@ struct st_engine {
     /* one step's batch */
     int32_t *b_tokens, *b_pos, *b_seq, *b_out; /* [max_batch_tokens] */
     int32_t *b_full;        /* [max_batch_tokens] logits rows whose whole row the step needs */
+    st_row_draw *b_draw;    /* [max_batch_tokens] the backend's draws, by logits row */
     int32_t n_candidates;   /* the runner's candidates a row (0: whole rows only) */
     int32_t *table;            /* [n_parallel][max_blocks] */
     engine_req **sched;        /* [n_parallel] the step's requests (in batch order once built) */

@@ -144,11 +144,13 @@ static st_status schedule_admit(st_engine *e, int64_t *budget, st_error *err) {
     return ST_OK;
 }
 
-/* Whether r's next sample needs its whole logits row on the host (else its candidates do). */
-static bool needs_row(const st_engine *e, const engine_req *r) {
+/* Where r's next token comes from: the host needs the whole row where the request keeps
+ * it or its chain needs more than the candidates and the backend cannot draw for it. */
+static engine_source token_source(const st_engine *e, const engine_req *r) {
     const bool keep = r->logits == ST_REQUEST_LOGITS_EVERY || (r->logits == ST_REQUEST_LOGITS_FIRST && !r->sampled);
-    return e->n_candidates == 0 || keep || (r->logprobs && r->top_logprobs > e->n_candidates) ||
-           !st_sampler_fits_candidates(r->sampler, e->n_candidates);
+    if (e->n_candidates == 0 || keep || (r->logprobs && r->top_logprobs > e->n_candidates)) return SOURCE_WHOLE;
+    if (st_sampler_fits_candidates(r->sampler, e->n_candidates)) return SOURCE_CANDIDATES;
+    return st_sampler_draws_row(r->sampler) ? SOURCE_DRAWN : SOURCE_WHOLE;
 }
 
 /* The step's batch from e->sched, reordered to batch order (single tokens, then runs). */
@@ -159,7 +161,7 @@ static st_batch build_batch(st_engine *e) {
         for (int32_t i = 0; i < n; i++)
             if ((e->sched[i]->step_n == 1) == (kind == 0)) e->order[m++] = e->sched[i];
     memcpy(e->sched, e->order, (size_t)n * sizeof(engine_req *));
-    int64_t k = 0, n_out = 0, n_single = 0, n_full = 0;
+    int64_t k = 0, n_out = 0, n_single = 0, n_full = 0, n_draw = 0;
     int32_t n_seq = 0;
     for (int32_t i = 0; i < n; i++) {
         engine_req *r = e->sched[i];
@@ -170,8 +172,10 @@ static st_batch build_batch(st_engine *e) {
         }
         n_single += r->step_n == 1;
         if (r->n_computed + r->step_n == r->n_tokens) {
-            r->step_whole = needs_row(e, r);
-            if (e->n_candidates > 0 && r->step_whole) e->b_full[n_full++] = (int32_t)n_out;
+            r->step_source = token_source(e, r);
+            if (e->n_candidates > 0 && r->step_source == SOURCE_WHOLE) e->b_full[n_full++] = (int32_t)n_out;
+            e->b_draw[n_out] = (st_row_draw){0};
+            if (r->step_source == SOURCE_DRAWN) st_sampler_next_draw(r->sampler, &e->b_draw[n_out]), n_draw++;
             e->b_out[n_out++] = (int32_t)(k - 1);
         }
         if (r->row + 1 > n_seq) n_seq = r->row + 1;
@@ -186,7 +190,7 @@ static st_batch build_batch(st_engine *e) {
     }
     return (st_batch){.n_tokens = k, .tokens = e->b_tokens, .pos = e->b_pos, .seq = e->b_seq, .n_single = n_single,
                       .block_table = e->table, .n_seq = n_seq, .max_blocks = e->max_blocks, .out = e->b_out,
-                      .n_out = n_out, .full = e->b_full, .n_full = n_full};
+                      .n_out = n_out, .full = e->b_full, .n_full = n_full, .draw = n_draw > 0 ? e->b_draw : NULL};
 }
 
 static bool is_stop(const engine_req *r, int32_t token) {
@@ -195,23 +199,41 @@ static bool is_stop(const engine_req *r, int32_t token) {
     return false;
 }
 
-/* The token of pick j (logits row j of the step), from its whole row or its candidates, and
- * its log-probabilities if asked for. Touches nothing but the pick and its request's
- * sampler, so that the step's choices can run at once. */
+/* The token the backend drew for pick j, or why there is none. */
+static st_status drawn_token(const st_runner_output *o, int64_t j, int32_t *token, st_error *why) {
+    *token = o->drawn[j];
+    if (*token == -1) return st_error_set(why, ST_ERROR_INVALID, "the logits hold a NaN or +inf");
+    if (*token < 0) return st_error_set(why, ST_ERROR_INVALID, "the logits hold no finite value");
+    return ST_OK;
+}
+
+/* The token of pick j (logits row j of the step), from its source, and its
+ * log-probabilities if asked for. Touches nothing but the pick and its request's sampler,
+ * so that the step's choices can run at once. */
 static void choose_token(const st_engine *e, int64_t j, const st_runner_output *o) {
     engine_pick *p = &e->picks[j];
     const engine_req *r = p->r;
-    const float *row = p->whole ? o->logits + j * e->n_vocab : NULL;
+    const float *row = p->source == SOURCE_WHOLE ? o->logits + j * e->n_vocab : NULL;
     const int32_t *ids = o->k > 0 ? o->ids + j * o->k : NULL;
     const float *vals = o->k > 0 ? o->vals + j * (o->k + 1) : NULL;
     int32_t token = -1;
     p->why = (st_error){0};
-    p->status = p->whole ? st_sampler_sample(r->sampler, row, &token, &p->why)
-                         : st_sampler_sample_candidates(r->sampler, ids, vals, o->k, vals[o->k], &token, &p->why);
+    switch (p->source) {
+    case SOURCE_WHOLE: p->status = st_sampler_sample(r->sampler, row, &token, &p->why); break;
+    case SOURCE_DRAWN: p->status = drawn_token(o, j, &token, &p->why); break;
+    case SOURCE_CANDIDATES:
+        p->status = st_sampler_sample_candidates(r->sampler, ids, vals, o->k, vals[o->k], &token, &p->why);
+        break;
+    }
     p->ev = (st_engine_event){.id = r->id, .token = token};
     if (p->status != ST_OK || !r->logprobs) return;
-    if (p->whole) engine_logprobs(row, e->n_vocab, token, r->top_logprobs, &p->ev);
-    else engine_logprobs_candidates(ids, vals, o->k, vals[o->k], token, r->top_logprobs, &p->ev);
+    if (p->source == SOURCE_WHOLE) {
+        engine_logprobs(row, e->n_vocab, token, r->top_logprobs, &p->ev);
+        return;
+    }
+    engine_logprobs_candidates(ids, vals, o->k, vals[o->k], token, r->top_logprobs, &p->ev);
+    /* a drawn token may lie outside the candidates: its own logit */
+    if (p->source == SOURCE_DRAWN) p->ev.logprob = (float)((double)o->drawn_logits[j] - (double)vals[o->k]);
 }
 
 /* Takes pick j's chosen token: queues its event, finishes its request if it ends. */
@@ -220,7 +242,7 @@ static st_status sample_next(st_engine *e, int64_t j, const st_runner_output *o,
     engine_req *r = p->r;
     st_engine_event ev = p->ev;
     const int32_t token = ev.token;
-    const float *row = p->whole ? o->logits + j * e->n_vocab : NULL;
+    const float *row = p->source == SOURCE_WHOLE ? o->logits + j * e->n_vocab : NULL;
     st_error why = p->why;
     if (p->status != ST_OK || engine_req_append(e, r, token, &why) != ST_OK)
         return engine_finish(e, r, ST_FINISH_ERROR, why.message, true, err);
@@ -301,8 +323,8 @@ st_status st_engine_step(st_engine *e, st_error *err) {
     for (int32_t i = 0; i < e->n_sched; i++) {
         engine_req *r = e->sched[i];
         if (r->n_computed + r->step_n < r->n_tokens) continue;
-        e->picks[n_pick++] = (engine_pick){.r = r, .whole = r->step_whole};
-        n_whole += r->step_whole;
+        e->picks[n_pick++] = (engine_pick){.r = r, .source = r->step_source};
+        n_whole += r->step_source == SOURCE_WHOLE;
     }
     ST_ASSERT(n_pick == b.n_out);
 #pragma omp parallel for schedule(dynamic, 1) if (n_whole > 1)

@@ -47,6 +47,14 @@ struct st_runner {
     int32_t *cand_ids;      /* page-locked [logits_cap][k] */
     float *cand_vals;       /* page-locked [logits_cap][k + 1] */
     st_tensor cand_ids_t, cand_vals_t;
+    /* with candidates, the draws from whole rows (st_graph_draw), a graph of their own that
+     * runs after the step's only when a row is drawn: page-locked params F32 [2, cap] and
+     * words I32 [2, cap] uploaded to draw_dev, the drawn ids and logits [cap] written back */
+    float *draw_params;
+    int32_t *draw_words, *drawn_ids;
+    float *drawn_logits;
+    void *draw_dev;
+    runner_graph draw;
     runner_graph decode[N_DECODE_BUCKETS];
     runner_graph mixed;
     st_attn_run *runs;      /* [max_seqs] this step's runs */
@@ -116,21 +124,33 @@ static void graph_drop(runner_graph *rg) {
     rg->built = false;
 }
 
+static void free_logits(st_runner *r) {
+    st_backend *b = r->model->backend;
+    host_free(b, r->logits_host);
+    host_free(b, r->cand_ids);
+    host_free(b, r->cand_vals);
+    host_free(b, r->draw_params);
+    host_free(b, r->draw_words);
+    host_free(b, r->drawn_ids);
+    host_free(b, r->drawn_logits);
+    if (r->logits_dev) b->iface->dealloc(b, r->logits_dev);
+    if (r->draw_dev) b->iface->dealloc(b, r->draw_dev);
+    r->logits_host = r->logits_dev = r->draw_dev = NULL;
+    r->cand_ids = r->draw_words = r->drawn_ids = NULL;
+    r->cand_vals = r->draw_params = r->drawn_logits = NULL;
+    r->logits_cap = 0;
+}
+
 /* The logits buffers for n rows: page-locked host memory the output head writes straight
- * into; with candidates also the head's device buffer and the candidates' page-locked
- * arrays. Growing them drops every graph (they write the old ones). */
+ * into; with candidates also the head's device buffer, the candidates' page-locked arrays
+ * and the draws'. Growing them drops every graph (they write the old ones). */
 static st_status ensure_logits(st_runner *r, int64_t n, st_error *err) {
     if (n <= r->logits_cap) return ST_OK;
     st_backend *b = r->model->backend;
     for (int i = 0; i < N_DECODE_BUCKETS; i++) graph_drop(&r->decode[i]);
     graph_drop(&r->mixed);
-    host_free(b, r->logits_host);
-    host_free(b, r->cand_ids);
-    host_free(b, r->cand_vals);
-    if (r->logits_dev) b->iface->dealloc(b, r->logits_dev);
-    r->logits_host = r->logits_dev = NULL;
-    r->cand_ids = NULL, r->cand_vals = NULL;
-    r->logits_cap = 0;
+    graph_drop(&r->draw);
+    free_logits(r);
     const int64_t V = r->model->hp.n_vocab;
     const int32_t k = r->opt.n_candidates;
     size_t off = 0;
@@ -145,6 +165,12 @@ static st_status ensure_logits(st_runner *r, int64_t n, st_error *err) {
             s = host_alloc(b, voff, (void **)&r->cand_vals, err);
         r->cand_ids_t.data = r->cand_ids;
         r->cand_vals_t.data = r->cand_vals;
+        const size_t pair = 2 * (size_t)n * sizeof(int32_t), one = (size_t)n * sizeof(int32_t);
+        if (s == ST_OK) s = host_alloc(b, pair, (void **)&r->draw_params, err);
+        if (s == ST_OK) s = host_alloc(b, pair, (void **)&r->draw_words, err);
+        if (s == ST_OK) s = host_alloc(b, one, (void **)&r->drawn_ids, err);
+        if (s == ST_OK) s = host_alloc(b, one, (void **)&r->drawn_logits, err);
+        if (s == ST_OK) s = b->iface->alloc(b, 2 * pair, &r->draw_dev, err);
     }
     if (s != ST_OK) return st_error_wrap(err, "allocating the logits of %lld tokens", (long long)n), s;
     t.data = k > 0 ? r->logits_dev : (void *)r->logits_host;
@@ -171,6 +197,7 @@ st_status st_runner_init(st_model *m, st_kv_pool *pool, const st_runner_options 
     st_status s = ST_ERROR_NOMEM;
     for (int i = 0; i < N_DECODE_BUCKETS; i++) st_graph_init(&r->decode[i].g);
     st_graph_init(&r->mixed.g);
+    st_graph_init(&r->draw.g);
     r->runs = calloc((size_t)o->max_seqs, sizeof(st_attn_run));
     r->seen = calloc((size_t)o->max_seqs, 1);
     r->mixed.runs = calloc((size_t)o->max_seqs, sizeof(st_attn_run));
@@ -208,13 +235,11 @@ void st_runner_free(st_runner *r) {
     st_backend *b = r->model->backend;
     for (int i = 0; i < N_DECODE_BUCKETS; i++) st_graph_free(&r->decode[i].g);
     st_graph_free(&r->mixed.g); /* (before the memory their backend state addresses) */
+    st_graph_free(&r->draw.g);
     if (r->scratch) b->iface->dealloc(b, r->scratch);
     if (r->dev_idx) b->iface->dealloc(b, r->dev_idx);
     host_free(b, r->host_idx);
-    host_free(b, r->logits_host);
-    host_free(b, r->cand_ids);
-    host_free(b, r->cand_vals);
-    if (r->logits_dev) b->iface->dealloc(b, r->logits_dev);
+    free_logits(r);
     free(r->runs);
     free(r->seen);
     free(r->mixed.runs);
@@ -410,6 +435,43 @@ st_status st_runner_prepare(st_runner *r, const st_batch *b, st_graph **out, st_
     return ST_OK;
 }
 
+/* The draws b asks for, a graph after the step's (logits rows already in logits_dev): the
+ * rows' params and words uploaded, the drawn ids and logits written to host memory. The
+ * graph is kept while the step has as many logits rows. False: no row is drawn. */
+static st_status queue_draws(st_runner *r, const st_batch *b, int64_t n_out, bool *any, st_error *err) {
+    *any = false;
+    for (int64_t j = 0; b->draw && j < n_out; j++) *any |= b->draw[j].temp > 0.0f;
+    if (!*any) return ST_OK;
+    if (r->opt.n_candidates == 0)
+        return st_error_set(err, ST_ERROR_INVALID, "draws on the backend need a runner of candidates");
+    for (int64_t j = 0; j < n_out; j++) {
+        const st_row_draw *d = &b->draw[j];
+        r->draw_params[2 * j] = d->temp > 0.0f ? d->temp : 0.0f;
+        r->draw_params[2 * j + 1] = d->min_p;
+        memcpy(&r->draw_words[2 * j], d->u, sizeof(d->u));
+    }
+    runner_graph *rg = &r->draw;
+    if (!rg->built || rg->n_out != n_out) {
+        graph_drop(rg);
+        const size_t pair = 2 * (size_t)n_out * sizeof(int32_t);
+        st_tensor lg = r->logits, params = place(NULL, &(size_t){0}, ST_TYPE_F32, 2, n_out, 1);
+        st_tensor words = place(NULL, &(size_t){0}, ST_TYPE_I32, 2, n_out, 1);
+        st_tensor ids = place(NULL, &(size_t){0}, ST_TYPE_I32, n_out, 1, 1);
+        st_tensor drawn = place(NULL, &(size_t){0}, ST_TYPE_F32, n_out, 1, 1);
+        lg.ne[1] = n_out;
+        params.data = r->draw_dev;
+        words.data = (char *)r->draw_dev + pair;
+        ids.data = r->drawn_ids;
+        drawn.data = r->drawn_logits;
+        st_graph_upload(&rg->g, params.data, r->draw_params, pair);
+        st_graph_upload(&rg->g, words.data, r->draw_words, pair);
+        st_graph_draw(&rg->g, &ids, &drawn, &lg, &params, &words);
+        rg->n_out = n_out;
+        rg->built = true;
+    }
+    return st_backend_compute(r->model->backend, &rg->g, err);
+}
+
 st_status st_runner_eval_out(st_runner *r, const st_batch *b, st_runner_output *out, st_error *err) {
     memset(out, 0, sizeof(*out));
     const int64_t n_out = b->out ? b->n_out : b->n_tokens, V = r->model->hp.n_vocab;
@@ -420,7 +482,9 @@ st_status st_runner_eval_out(st_runner *r, const st_batch *b, st_runner_output *
     st_status s = st_runner_prepare(r, b, &g, err);
     if (s != ST_OK) return s;
     st_backend *be = r->model->backend;
-    if ((s = st_backend_compute(be, g, err)) != ST_OK) return s;
+    bool drawn = false;
+    if ((s = st_backend_compute(be, g, err)) != ST_OK || (s = queue_draws(r, b, n_out, &drawn, err)) != ST_OK)
+        return s;
     const int32_t k = r->opt.n_candidates;
     /* the rows whose whole logits are wanted, a read per run of consecutive rows (a step's
      * rows are often all of them: one copy, not one wait a row) */
@@ -438,6 +502,8 @@ st_status st_runner_eval_out(st_runner *r, const st_batch *b, st_runner_output *
     out->k = k;
     out->ids = k > 0 ? r->cand_ids : NULL;
     out->vals = k > 0 ? r->cand_vals : NULL;
+    out->drawn = drawn ? r->drawn_ids : NULL;
+    out->drawn_logits = drawn ? r->drawn_logits : NULL;
     return ST_OK;
 }
 

@@ -22,8 +22,18 @@ uint32_t st_rng_u32(st_rng *r) {
     return (xorshifted >> rot) | (xorshifted << ((32u - rot) & 31u));
 }
 
-double st_rng_uniform(st_rng *r) {
+void st_rng_uniform_words(st_rng *r, uint32_t words[2]) {
+    words[0] = st_rng_u32(r) >> 5;
+    words[1] = st_rng_u32(r) >> 6;
+}
+
+double st_uniform_from_words(uint32_t hi, uint32_t lo) {
     /* 27 + 26 = 53 bits, the mantissa of a double: every value k / 2^53 is exact. */
-    uint64_t hi = st_rng_u32(r) >> 5, lo = st_rng_u32(r) >> 6;
-    return (double)(hi * 67108864u + lo) * (1.0 / 9007199254740992.0);
+    return (double)((uint64_t)hi * 67108864u + lo) * (1.0 / 9007199254740992.0);
+}
+
+double st_rng_uniform(st_rng *r) {
+    uint32_t w[2];
+    st_rng_uniform_words(r, w);
+    return st_uniform_from_words(w[0], w[1]);
 }

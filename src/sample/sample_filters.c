@@ -182,8 +182,10 @@ void st_sample_temperature(st_candidates *c, float temp) {
  * run's exponentials, not the whole array's again. */
 #define DRAW_RUNS 1024
 
-int32_t st_sample_draw(st_candidates *c, st_rng *r) {
-    ST_ASSERT(c->size > 0);
+int32_t st_sample_draw(st_candidates *c, st_rng *r) { return st_sample_draw_at(c, st_rng_uniform(r)); }
+
+int32_t st_sample_draw_at(st_candidates *c, double u) {
+    ST_ASSERT(c->size > 0 && u >= 0.0 && u < 1.0);
     const int64_t n = c->size, span = n <= DRAW_RUNS ? 1 : (n + DRAW_RUNS - 1) / DRAW_RUNS;
     const double m = max_logit(c);
     double start[DRAW_RUNS + 1]; /* start[b]: the sum before run b */
@@ -197,7 +199,7 @@ int32_t st_sample_draw(st_candidates *c, st_rng *r) {
     }
     const int64_t n_runs = (n + span - 1) / span;
     start[n_runs] = total;
-    const double target = st_rng_uniform(r) * total;
+    const double target = u * total;
     int64_t b = 0; /* the first run whose end passes the target: no earlier sum did */
     while (b < n_runs && !(target < start[b + 1])) b++;
     if (b == n_runs) return c->data[last_nonzero].id; /* target == total after rounding */

@@ -105,6 +105,8 @@ st_status st_sampler_sample(st_sampler *s, const float *logits, int32_t *out, st
     for (int64_t i = 0; i < V; i++) {
         if (isnan(logits[i]))
             return st_error_set(err, ST_ERROR_INVALID, "the logits hold a NaN (token %lld)", (long long)i);
+        if (logits[i] == INFINITY)
+            return st_error_set(err, ST_ERROR_INVALID, "the logits hold +inf (token %lld)", (long long)i);
         any_finite |= isfinite(logits[i]) != 0;
     }
     if (!any_finite) return st_error_set(err, ST_ERROR_INVALID, "the logits hold no finite value");
@@ -155,4 +157,16 @@ st_status st_sampler_sample_candidates(st_sampler *s, const int32_t *ids, const 
     st_sample_temperature(&c, s->p.temp);
     *out = st_sample_draw(&c, &s->rng);
     return ST_OK;
+}
+
+bool st_sampler_draws_row(const st_sampler *s) {
+    const bool no_penalty = s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0;
+    return no_penalty && s->p.temp > 0.0f && (s->p.top_k == 0 || s->p.top_k >= s->n_vocab) && s->p.top_p >= 1.0f;
+}
+
+void st_sampler_next_draw(st_sampler *s, st_row_draw *d) {
+    ST_ASSERT(st_sampler_draws_row(s));
+    d->temp = s->p.temp;
+    d->min_p = s->p.min_p;
+    st_rng_uniform_words(&s->rng, d->u);
 }

@@ -6,9 +6,14 @@
  *    every path that takes the shapes;
  *  - the one-token rope-attention of paged decode tokens (the rope and the store folded
  *    into the decode kernels) against the CPU composite, outputs and caches;
+ *  - the largest logits of each row (top_k), and a draw from each whole row (draw) against
+ *    the CPU's, which is the host sampler's chain;
  *  - the runner: batches of several sequences (prompt chunks, then decode steps padded to
  *    their bucket, recorded and replayed) through a tiny model of every architecture,
- *    logits against the CPU runner fed the same batches.
+ *    logits against the CPU runner fed the same batches; draws on the device against the
+ *    host sampler on the same rows;
+ *  - the engine on CUDA: requests at OpenAI's default sampling (drawn on the device) give
+ *    the tokens and log-probabilities the same requests give sampled on the host.
  * Prints one line per case, the table, "N passed, M failed" (gpu_test_util.h); exit 1 on
  * any failure or when nothing ran. STRIDE_TEST_SEED=n reseeds.
  */
@@ -18,7 +23,9 @@
 
 #include "cuda/cuda_attention.h"
 #include "cuda/cuda_backend.h"
+#include "stride/engine.h"
 #include "stride/runner.h"
+#include "stride/sample.h"
 #include "stride/synth.h"
 
 /* Attention in f32 on the exact and split-KV paths: the summation order differs from the
@@ -269,6 +276,115 @@ static void test_top_k(int64_t V, int64_t n, int32_t k, bool ties) {
     dual_free(&dl), dual_free(&di), dual_free(&dv);
 }
 
+/* ---- a draw from each whole row -------------------------------------------------------- */
+
+/* Whether token g is a right draw from row x [V] at (temp, min_p, u) to the rounding of
+ * the running sum: its interval of the host's running sum (one token after another, as
+ * st_sample_draw_at) holds the target, widened by 1e-12 of the total. The device sums in
+ * another order, so it may land on a neighbour only where the target lies that close to a
+ * boundary. */
+static bool draw_is_right(const float *x, int64_t V, float temp, float min_p, double u, int32_t g) {
+    float mx = -INFINITY;
+    for (int64_t t = 0; t < V; t++) mx = x[t] > mx ? x[t] : mx;
+    const double threshold = min_p > 0.0f ? (double)mx + log((double)min_p) : -INFINITY, m = (double)(mx / temp);
+    double total = 0.0, before = 0.0, after = 0.0;
+    for (int64_t t = 0; t < V; t++) {
+        const double w = (double)x[t] >= threshold ? exp((double)(x[t] / temp) - m) : 0.0;
+        if (t == g) before = total, after = total + w;
+        total += w;
+    }
+    const double target = u * total, eps = 1e-12 * total;
+    return g >= 0 && g < V && after > before && before - eps <= target && target < after + eps;
+}
+
+/* n rows of V logits (uniform in [-spread, spread), a few rows of -inf runs) drawn on
+ * CUDA and on the CPU (the host sampler's chain), rounds times with fresh uniforms, over
+ * temperatures and min-p: the same token, or (counted as bad otherwise) a right draw by
+ * draw_is_right; the drawn logit the token's; a row holding a NaN or +inf -1, one of -inf
+ * only -2, a row of temperature 0 left as it was. The outputs in page-locked host memory,
+ * as the runner has them. */
+static void test_draw(int64_t V, int64_t n, float spread, int rounds) {
+    view vl = mkpacked(ST_TYPE_F32, V, n, 1), vp = mkpacked(ST_TYPE_F32, 2, n, 1), vw = mkpacked(ST_TYPE_I32, 2, n, 1);
+    view vi = mkpacked(ST_TYPE_I32, n, 1, 1), vd = mkpacked(ST_TYPE_F32, n, 1, 1);
+    dual dl = dual_new(view_bytes(&vl)), dp = dual_new(view_bytes(&vp)), dw = dual_new(view_bytes(&vw));
+    dual di = dual_new(view_bytes(&vi)), dd = dual_new(view_bytes(&vd));
+    float *x = (float *)dl.host;
+    for (int64_t i = 0; i < V * n; i++) x[i] = spread * rng_f32();
+    for (int64_t r = 1; r < n; r += 5) /* runs of -inf */
+        for (int64_t t = rng_int((int32_t)V); t < V; t += 1 + rng_int(3)) x[r * V + t] = -INFINITY;
+    const bool special = n >= 8 && V >= 4;
+    if (special) {
+        x[2 * V + V / 2] = NAN;
+        x[3 * V + V - 1] = INFINITY;
+        for (int64_t t = 0; t < V; t++) x[4 * V + t] = -INFINITY;
+    }
+    dual_upload(&dl);
+    st_error err = {0};
+    int32_t *ids_g = NULL;
+    float *drawn_g = NULL;
+    if (g_gpu->iface->host_alloc(g_gpu, di.bytes, (void **)&ids_g, &err) != ST_OK ||
+        g_gpu->iface->host_alloc(g_gpu, dd.bytes, (void **)&drawn_g, &err) != ST_OK)
+        test_die("host_alloc", &err);
+    const float temps[] = {1.0f, 0.7f, 1.5f}, min_ps[] = {0.0f, 0.05f, 0.3f};
+    cmp_result rid = {0}, rlogit = {0}, rcode = {0};
+    int64_t differ = 0, drawn_rows = 0;
+    for (int round = 0; round < rounds; round++) {
+        float *pp = (float *)dp.host;
+        uint32_t *ww = (uint32_t *)dw.host;
+        for (int64_t r = 0; r < n; r++) {
+            pp[2 * r] = temps[(r + round) % 3], pp[2 * r + 1] = min_ps[(r / 3 + round) % 3];
+            ww[2 * r] = (uint32_t)(rng_next() >> 37), ww[2 * r + 1] = (uint32_t)(rng_next() >> 38);
+        }
+        if (n > 6) pp[2 * 6] = 0.0f; /* row 6 not drawn */
+        dual_upload(&dp), dual_upload(&dw);
+        dual_poison(&di), dual_poison(&dd);
+        for (int64_t r = 0; r < n; r++) ids_g[r] = -7, drawn_g[r] = -7.0f;
+        st_tensor lc = on(&vl, dl.cpu), lg = on(&vl, dl.gpu), pc = on(&vp, dp.cpu), pg = on(&vp, dp.gpu);
+        st_tensor wc = on(&vw, dw.cpu), wg = on(&vw, dw.gpu), ic = on(&vi, di.cpu), dc = on(&vd, dd.cpu);
+        st_tensor ig = on(&vi, (char *)ids_g), dg = on(&vd, (char *)drawn_g);
+        g_cpu->iface->draw(g_cpu, &ic, &dc, &lc, &pc, &wc);
+        g_gpu->iface->draw(g_gpu, &ig, &dg, &lg, &pg, &wg);
+        if (g_gpu->iface->synchronize(g_gpu, &err) != ST_OK) test_die("cuda synchronize after draw", &err);
+        const int32_t *ids_c = (const int32_t *)di.cpu;
+        const float *drawn_c = (const float *)dd.cpu;
+        for (int64_t r = 0; r < n; r++) {
+            const float *row = x + r * V;
+            if (!(pp[2 * r] > 0.0f)) { /* untouched */
+                rcode.bad += ids_g[r] != -7 || drawn_g[r] != -7.0f;
+                continue;
+            }
+            if (ids_c[r] < 0 || ids_g[r] < 0) {
+                rcode.bad += ids_c[r] != ids_g[r];
+                continue;
+            }
+            drawn_rows++;
+            if (ids_g[r] != ids_c[r]) {
+                differ++;
+                const double u = st_uniform_from_words(ww[2 * r], ww[2 * r + 1]);
+                rid.bad += !draw_is_right(row, V, pp[2 * r], pp[2 * r + 1], u, ids_g[r]);
+            }
+            rlogit.bad += drawn_g[r] != row[ids_g[r]] || drawn_c[r] != row[ids_c[r]];
+        }
+    }
+    if (special) { /* the codes, once more by hand: the CPU's are tested in test_sample */
+        const float *pp = (const float *)dp.host;
+        rcode.bad += pp[4] > 0.0f && ids_g[2] != -1;
+        rcode.bad += pp[6] > 0.0f && ids_g[3] != -1;
+        rcode.bad += pp[8] > 0.0f && ids_g[4] != -2;
+    }
+    char desc[96];
+    snprintf(desc, sizeof(desc), "V=%lld n=%lld spread %g x%d: %lld draws, %lld differ", (long long)V, (long long)n,
+             (double)spread, rounds, (long long)drawn_rows, (long long)differ);
+    rid.nerr = rid.maxerr = drawn_rows > 0 ? (double)differ / (double)drawn_rows : 1.0;
+    rid.bad += drawn_rows == 0;
+    record("draw ids", desc, &rid, 1e-3);
+    record("draw logits", desc, &rlogit, TOL_EXACT);
+    record("draw codes", desc, &rcode, TOL_EXACT);
+    g_gpu->iface->host_free(g_gpu, ids_g);
+    g_gpu->iface->host_free(g_gpu, drawn_g);
+    dual_free(&dl), dual_free(&dp), dual_free(&dw), dual_free(&di), dual_free(&dd);
+}
+
 /* ---- the runner ------------------------------------------------------------------------ */
 
 typedef struct runner_pair {
@@ -353,6 +469,37 @@ static void runner_step(runner_pair *rp, const st_batch *b, const char *name, co
     view v1 = mkpacked(ST_TYPE_F32, V, 1, 1);
     cmp_result rf = compare_f32(&v1, (const char *)lc, (const char *)o.logits, (size_t)V * 4);
     if (n_out > 0) record("runner candidates full row", desc, &rf, TOL_MODEL_F32);
+
+    /* the same batch again with every row drawn on the device (temperature 0.9, every other
+     * row with min-p 0.05) and every whole row asked for: each token the one a sampler of the
+     * same seed draws on the host from the row that came back (draw_is_right where not) */
+    if (n_out == 0) return;
+    int32_t full[64];
+    st_row_draw draws[64];
+    st_sampler *host[64];
+    for (int64_t i = 0; i < n_out; i++) {
+        st_sampler_params sp = st_sampler_params_default();
+        sp.temp = 0.9f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = i % 2 ? 0.05f : 0.0f, sp.seed = 100 + (uint64_t)i;
+        st_sampler *dev = NULL;
+        if (st_sampler_init(&sp, V, &host[i], &err) != ST_OK || st_sampler_init(&sp, V, &dev, &err) != ST_OK)
+            test_die("sampler", &err);
+        st_sampler_next_draw(dev, &draws[i]);
+        st_sampler_free(dev);
+        full[i] = (int32_t)i;
+    }
+    bc.full = full, bc.n_full = n_out, bc.draw = draws;
+    if (st_runner_eval_out(rp->r_c, &bc, &o, &err) != ST_OK) test_die("cuda runner (draws)", &err);
+    cmp_result rd = {0};
+    for (int64_t i = 0; i < n_out; i++) {
+        int32_t want = -1;
+        if (st_sampler_sample(host[i], o.logits + i * V, &want, &err) != ST_OK) test_die("host sample", &err);
+        const double u = st_uniform_from_words(draws[i].u[0], draws[i].u[1]);
+        rd.bad += o.drawn[i] != want &&
+                  !draw_is_right(o.logits + i * V, V, draws[i].temp, draws[i].min_p, u, o.drawn[i]);
+        rd.bad += o.drawn[i] >= 0 && o.drawn_logits[i] != o.logits[i * V + o.drawn[i]];
+        st_sampler_free(host[i]);
+    }
+    record("runner draws", desc, &rd, TOL_EXACT);
 }
 
 /* Six sequences of a tiny model: prompts in chunks (some rows wanting logits, some not, and
@@ -411,6 +558,85 @@ static void test_runner(const char *preset) {
     unlink(path);
 }
 
+/* ---- the engine ------------------------------------------------------------------------ */
+
+/* What the requests of one engine run generated. */
+typedef struct engine_run {
+    int32_t tokens[4][24];
+    float logprob[4][24];
+    int n[4];
+} engine_run;
+
+/* Four requests at temperature 1 without top-k or top-p (two with min-p), one with
+ * log-probabilities, through an engine on CUDA to the end; host: the same requests keeping
+ * every logits row, which samples them on the host. */
+static void engine_generate(st_model *m, bool host, engine_run *out) {
+    st_engine_options eo = st_engine_options_default();
+    eo.n_ctx = 256, eo.n_parallel = 4, eo.n_blocks = 24, eo.max_batch_tokens = 64, eo.kv_type = ST_TYPE_F32;
+    st_engine *e = NULL;
+    st_error err = {0};
+    if (st_engine_init(m, &eo, &e, &err) != ST_OK) test_die("engine", &err);
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++) prompt[i] = (int32_t)((7 * i + 3) % m->hp.n_vocab);
+    for (int q = 0; q < 4; q++) {
+        st_request_params rp = st_request_params_default();
+        rp.prompt = prompt + q, rp.n_prompt = 20 + 5 * q;
+        rp.sampling.temp = 1.0f, rp.sampling.top_k = 0, rp.sampling.top_p = 1.0f;
+        rp.sampling.min_p = q >= 2 ? 0.05f : 0.0f, rp.sampling.seed = 31 + (uint64_t)q;
+        rp.max_tokens = 24;
+        rp.logprobs = q == 1;
+        rp.logits = host ? ST_REQUEST_LOGITS_EVERY : ST_REQUEST_LOGITS_NONE;
+        int64_t id = 0;
+        if (st_engine_add(e, &rp, &id, &err) != ST_OK) test_die("engine add", &err);
+    }
+    memset(out, 0, sizeof(*out));
+    while (st_engine_pending(e) > 0) {
+        if (st_engine_step(e, &err) != ST_OK) test_die("engine step", &err);
+        st_engine_event ev;
+        while (st_engine_poll(e, &ev)) {
+            if (ev.token < 0) test_die(ev.message ? ev.message : "engine request failed", NULL);
+            const int q = (int)ev.id - 1;
+            out->logprob[q][out->n[q]] = ev.logprob;
+            out->tokens[q][out->n[q]++] = ev.token;
+        }
+    }
+    st_engine_free(e);
+}
+
+/* The engine on CUDA draws on the device for requests at OpenAI's default sampling: the
+ * same tokens as the host sampler gives them from the same rows (a request keeping every
+ * row samples on the host), and the log-probability of each drawn token (which may lie
+ * outside the candidates) the host's to f32 rounding. */
+static void test_engine_draws(const char *preset) {
+    char path[256];
+    snprintf(path, sizeof(path), "/tmp/stride-batch-%d-%s.gguf", (int)getpid(), preset);
+    st_error err = {0};
+    const st_synth_options so = {.weight_type = ST_TYPE_F32, .seed = 9};
+    if (st_synth_write(st_synth_find_preset(preset), &so, path, &err) != ST_OK) test_die("synth", &err);
+    st_model_load_options lo = {.policy = {.mode = ST_PAD_MODE_ON, .alias = 128, .pad = 64}};
+    st_model *m = NULL;
+    if (st_model_load(path, g_gpu, &lo, &m, &err) != ST_OK) test_die("model load", &err);
+    engine_run dev, host;
+    engine_generate(m, false, &dev);
+    engine_generate(m, true, &host);
+    cmp_result rt = {0}, rl = {0};
+    int64_t n = 0;
+    for (int q = 0; q < 4; q++) {
+        rt.bad += dev.n[q] != host.n[q] || dev.n[q] != 24;
+        for (int i = 0; i < dev.n[q] && i < host.n[q]; i++, n++) {
+            rt.bad += dev.tokens[q][i] != host.tokens[q][i];
+            const double d = fabs((double)dev.logprob[q][i] - (double)host.logprob[q][i]);
+            if (q == 1 && !(d <= rl.nerr)) rl.nerr = rl.maxerr = isnan(d) ? INFINITY : d;
+        }
+    }
+    char desc[96];
+    snprintf(desc, sizeof(desc), "%s: 4 requests at temperature 1, %lld tokens", preset, (long long)n);
+    record("engine draws tokens", desc, &rt, TOL_EXACT);
+    record("engine draws logprobs", desc, &rl, 1e-5);
+    st_model_free(m);
+    unlink(path);
+}
+
 static void run_all(void) {
     for (int ci = 0; ci < 2; ci++) {
         const st_type ct = ci ? ST_TYPE_F32 : ST_TYPE_F16;
@@ -437,8 +663,16 @@ static void run_all(void) {
     test_top_k(4096 + 10, 3, 64, false); /* a last tile of fewer entries than k */
     test_top_k(128256, 130, 64, false);  /* the engine's decode step at B = 130 */
     test_top_k(262144 + 7, 1, 256, true); /* three levels of tiles, ties */
+    test_draw(1, 1, 1.0f, 4);
+    test_draw(1000, 64, 1.0f, 8);
+    test_draw(1000, 64, 12.0f, 8);
+    test_draw(128256, 130, 4.0f, 3); /* the engine's decode step at B = 130 */
+    test_draw(128256, 8, 30.0f, 3);  /* a peaked row: most weights underflow */
+    test_draw(262144 + 7, 9, 2.0f, 2);
     const char *const presets[] = {"tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-phi3", "tiny-olmoe"};
     for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) test_runner(presets[i]);
+    test_engine_draws("tiny-llama");
+    test_engine_draws("tiny-olmoe");
 }
 
 int main(void) { return gpu_test_main("test_cuda_batch", run_all, NULL); }

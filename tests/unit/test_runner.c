@@ -1,8 +1,8 @@
 /* The runner (stride/runner.h) on the CPU backend: every rule of a batch rejected with a
  * message naming it, decode batches padded to their bucket giving each sequence's logits
  * bit for bit as it gets alone, the three ways of choosing logits rows (all, the last
- * ones, gathered), a runner of candidates' whole rows, block copies, and a prompt split
- * across runs of different batches. */
+ * ones, gathered), a runner of candidates' whole rows and draws, block copies, and a
+ * prompt split across runs of different batches. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -220,7 +220,53 @@ static void test_logits_rows_and_split_runs(void **state) {
             if (all[row * V + t] > all[row * V + best]) best = t;
         assert_int_equal(o.ids[row * o.k], best);
     }
+    assert_null(o.drawn);
+
+    /* draws on the backend from rows 1, 2 and 5 (one with min-p), three steps running, then
+     * rows 1 and 4 gathered (a graph of two rows): the tokens a sampler of the same seed
+     * draws from the whole rows on the host, and each drawn token's logit */
+    const float temps[6] = {0.0f, 1.0f, 0.6f, 0.0f, 2.0f, 1.3f}, min_ps[6] = {0, 0, 0.1f, 0, 0, 0};
+    st_sampler *host[6] = {0}, *dev[6] = {0};
+    for (int row = 0; row < 6; row++) {
+        if (temps[row] == 0.0f) continue;
+        st_sampler_params sp = st_sampler_params_default();
+        sp.temp = temps[row], sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = min_ps[row], sp.seed = 5 + (uint64_t)row;
+        assert_int_equal(st_sampler_init(&sp, V, &host[row], &err), ST_OK);
+        assert_int_equal(st_sampler_init(&sp, V, &dev[row], &err), ST_OK);
+    }
+    st_row_draw draws[6];
+    for (int step = 0; step < 4; step++) {
+        const bool gathered = step == 3;
+        const int32_t rows[2] = {1, 4};
+        const int n_rows = gathered ? 2 : 6;
+        b = run_batch(&f, 0, prompt, pos, seq, 6, 0);
+        if (gathered) b.out = rows, b.n_out = 2;
+        for (int j = 0; j < n_rows; j++) {
+            const int row = gathered ? rows[j] : j;
+            draws[j] = (st_row_draw){0};
+            if (!(gathered || row != 4) || temps[row] == 0.0f) continue;
+            st_sampler_next_draw(dev[row], &draws[j]);
+        }
+        b.draw = draws;
+        assert_int_equal(st_runner_eval_out(rc, &b, &o, &err), ST_OK);
+        assert_non_null(o.drawn);
+        for (int j = 0; j < n_rows; j++) {
+            const int row = gathered ? rows[j] : j;
+            if (draws[j].temp == 0.0f) continue;
+            int32_t want = -1;
+            assert_int_equal(st_sampler_sample(host[row], all + (size_t)row * V, &want, &err), ST_OK);
+            assert_int_equal(o.drawn[j], want);
+            assert_true(o.drawn_logits[j] == all[(size_t)row * V + (size_t)want]);
+        }
+    }
+    for (int row = 0; row < 6; row++) st_sampler_free(host[row]), st_sampler_free(dev[row]);
     st_runner_free(rc);
+    b = run_batch(&f, 0, prompt, pos, seq, 6, 0);
+    b.draw = draws;
+    draws[0].temp = 1.0f;
+    const st_status no_candidates = st_runner_eval_out(f.runner, &b, &o, &err);
+    assert_int_equal(no_candidates, ST_ERROR_INVALID);
+    assert_non_null(strstr(err.message, "runner of candidates"));
 
     /* sequence 1 has one token; then [its decode token | sequence 2's prompt 0..1], then
      * [its next decode token | sequence 2's prompt 2..5] */

@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "stride/cpu_ops.h"
 #include "stride/sample.h"
 
 /* ---- helpers ---- */
@@ -431,6 +432,106 @@ static void test_draw_matches_walk(void **state) {
     }
 }
 
+/* Which chains a backend can draw for: a temperature, min-p at most; nothing that sorts
+ * (top-k below the vocabulary, top-p) or rewrites logits (the repetition penalty). */
+static void test_draws_row(void **state) {
+    (void)state;
+    const int64_t V = 100;
+    struct {
+        float temp, top_p, min_p, penalty;
+        int32_t top_k;
+        bool want;
+    } cases[] = {
+        {1.0f, 1.0f, 0.0f, 1.0f, 0, true},     {0.7f, 1.0f, 0.05f, 1.0f, 0, true},
+        {1.0f, 1.0f, 0.0f, 1.0f, 100, true},   {1.0f, 1.0f, 0.0f, 1.0f, 99, false},
+        {0.0f, 1.0f, 0.0f, 1.0f, 0, false},    {1.0f, 0.95f, 0.0f, 1.0f, 0, false},
+        {1.0f, 1.0f, 0.0f, 1.1f, 0, false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        st_sampler_params p = st_sampler_params_default();
+        p.temp = cases[i].temp, p.top_k = cases[i].top_k, p.top_p = cases[i].top_p, p.min_p = cases[i].min_p;
+        p.repeat_penalty = cases[i].penalty;
+        st_sampler *s = NULL;
+        assert_int_equal(st_sampler_init(&p, V, &s, NULL), ST_OK);
+        assert_int_equal(st_sampler_draws_row(s), cases[i].want);
+        st_sampler_free(s);
+    }
+}
+
+/* st_sampler_next_draw's parameters through st_cpu_draw_rows give the token
+ * st_sampler_sample gives on the same row from a sampler of the same seed, draw after draw
+ * (the uniform taken from the stream the same way), over temperatures and min-p, rows
+ * with ties, -inf and a spike; the drawn logit is the token's; a row of temperature 0 is
+ * left as it was; a NaN or +inf gives -1, no finite logit -2. */
+static void test_row_draw_matches_sampler(void **state) {
+    (void)state;
+    const int64_t sizes[] = {1, 7, 1025, 32007, 128256};
+    const float temps[] = {0.3f, 1.0f, 1.7f}, min_ps[] = {0.0f, 0.05f, 0.5f};
+    enum { ROWS = 4, DRAWS = 12 };
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        const int64_t V = sizes[si];
+        float *x = malloc((size_t)(V * ROWS) * sizeof(float));
+        assert_non_null(x);
+        for (int r = 0; r < ROWS; r++) {
+            float *row = x + r * V;
+            grid_logits(row, V, (uint64_t)(V * 10 + r));
+            for (int64_t i = r; i < V; i += 11) row[i] = -INFINITY;
+            row[(r * 37) % V] = 3.0f + (float)r; /* a spike, finite in every row */
+        }
+        st_tensor lt = {.type = ST_TYPE_F32, .ne = {V, ROWS, 1, 1}, .data = x};
+        float params[2 * ROWS], drawn[ROWS];
+        int32_t words[2 * ROWS], ids[ROWS];
+        st_tensor pt = {.type = ST_TYPE_F32, .ne = {2, ROWS, 1, 1}, .data = params};
+        st_tensor wt = {.type = ST_TYPE_I32, .ne = {2, ROWS, 1, 1}, .data = words};
+        st_tensor it = {.type = ST_TYPE_I32, .ne = {ROWS, 1, 1, 1}, .data = ids};
+        st_tensor dt = {.type = ST_TYPE_F32, .ne = {ROWS, 1, 1, 1}, .data = drawn};
+        assert_true(st_tensor_set_packed_strides(&lt) && st_tensor_set_packed_strides(&pt) &&
+                    st_tensor_set_packed_strides(&wt) && st_tensor_set_packed_strides(&it) &&
+                    st_tensor_set_packed_strides(&dt));
+        for (size_t ti = 0; ti < 3; ti++)
+            for (size_t mi = 0; mi < 3; mi++) {
+                st_sampler *host[ROWS], *dev[ROWS];
+                for (int r = 0; r < ROWS; r++) {
+                    const uint64_t seed = 1000 * si + 10 * ti + mi + 7 * (uint64_t)r;
+                    host[r] = sampler(temps[ti], 0, 1.0f, min_ps[mi], seed, V);
+                    dev[r] = sampler(temps[ti], 0, 1.0f, min_ps[mi], seed, V);
+                    assert_true(st_sampler_draws_row(dev[r]));
+                }
+                for (int d = 0; d < DRAWS; d++) {
+                    for (int r = 0; r < ROWS; r++) {
+                        st_row_draw rd;
+                        st_sampler_next_draw(dev[r], &rd);
+                        params[2 * r] = rd.temp, params[2 * r + 1] = rd.min_p;
+                        memcpy(&words[2 * r], rd.u, sizeof(rd.u));
+                        ids[r] = -9;
+                    }
+                    st_cpu_draw_rows(&it, &dt, &lt, &pt, &wt);
+                    for (int r = 0; r < ROWS; r++) {
+                        int32_t want = -1;
+                        assert_int_equal(st_sampler_sample(host[r], x + r * V, &want, NULL), ST_OK);
+                        assert_int_equal(ids[r], want);
+                        assert_true(drawn[r] == x[r * V + want]);
+                    }
+                }
+                for (int r = 0; r < ROWS; r++) st_sampler_free(host[r]), st_sampler_free(dev[r]);
+            }
+        /* bad rows, and a row not drawn */
+        if (V >= 2) {
+            for (int r = 0; r < ROWS; r++) params[2 * r] = 1.0f, params[2 * r + 1] = 0.0f, ids[r] = -9;
+            x[1] = NAN;
+            x[V + 1] = INFINITY;
+            for (int64_t i = 0; i < V; i++) x[2 * V + i] = -INFINITY;
+            params[2 * 3] = 0.0f;
+            st_cpu_draw_rows(&it, &dt, &lt, &pt, &wt);
+            assert_int_equal(ids[0], -1);
+            assert_int_equal(ids[1], -1);
+            assert_int_equal(ids[2], -2);
+            assert_int_equal(ids[3], -9);
+        }
+        free(x);
+    }
+}
+
 static void test_determinism(void **state) {
     (void)state;
     const int64_t V = 8;
@@ -523,6 +624,9 @@ static void test_bad_logits(void **state) {
     st_error err = {0};
     assert_int_equal(st_sampler_sample(s, x, &id, &err), ST_ERROR_INVALID);
     assert_non_null(strstr(err.message, "NaN"));
+    float w[3] = {0.0f, 1.0f, INFINITY};
+    assert_int_equal(st_sampler_sample(s, w, &id, &err), ST_ERROR_INVALID);
+    assert_non_null(strstr(err.message, "+inf (token 2)"));
     float y[3] = {-INFINITY, -INFINITY, -INFINITY};
     assert_int_equal(st_sampler_sample(s, y, &id, &err), ST_ERROR_INVALID);
     /* -inf entries are fine next to finite ones and are never drawn */
@@ -549,6 +653,8 @@ int main(void) {
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_draw_frequencies),
         cmocka_unit_test(test_draw_matches_walk),
+        cmocka_unit_test(test_draws_row),
+        cmocka_unit_test(test_row_draw_matches_sampler),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_params_check),
         cmocka_unit_test(test_bad_logits),
