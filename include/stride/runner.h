@@ -116,6 +116,11 @@ typedef struct st_runner_output {
  * b->full and the draws b->draw asks for. */
 st_status st_runner_eval_out(st_runner *r, const st_batch *b, st_runner_output *out, st_error *err);
 
+/* A runner of candidates, after st_runner_eval_out and before the next evaluation: whole
+ * logits rows (indices into its logits rows, ascending) read into its output's logits,
+ * for a sampler that finds it needs them only once it has seen the candidates. */
+st_status st_runner_read_rows(st_runner *r, const int32_t *rows, int64_t n, st_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -127,6 +127,22 @@ bool st_sampler_fits_candidates(const st_sampler *s, int32_t k);
 st_status st_sampler_sample_candidates(st_sampler *s, const int32_t *ids, const float *vals, int32_t k, float lse,
                                        int32_t *out, st_error *err);
 
+/* Whether the chain cuts by top-p with no top-k before it (temperature > 0, no repetition
+ * penalty): its cut needs the whole row's probabilities, which a row's largest logits and
+ * its log-sum-exp give where the cut falls among them (st_sampler_top_p_keep). */
+bool st_sampler_cuts_top_p(const st_sampler *s);
+
+/* For a chain st_sampler_cuts_top_p allows: how many of a row's k largest logits (vals,
+ * decreasing; lse the row's log-sum-exp) top-p keeps, or 0 when its cut does not fall
+ * among them clear of the rounding by which these probabilities (exp(logit - lse)) may
+ * differ from st_sampler_sample's (a NaN included): then only the whole row settles it. */
+int32_t st_sampler_top_p_keep(const st_sampler *s, const float *vals, int32_t k, float lse);
+
+/* st_sampler_sample's token for a chain st_sampler_cuts_top_p allows, given that top-p
+ * keeps exactly the row's n largest logits (ids, vals: st_sampler_top_p_keep's n): the
+ * same survivors in the same order, so the same token for the same uniform. */
+int32_t st_sampler_sample_top_p_kept(st_sampler *s, const int32_t *ids, const float *vals, int32_t n);
+
 /* A draw from a whole logits row that a backend makes where the row is (st_cpu_draw_rows):
  * the chain's temperature and min-p, and the two words of the uniform it draws with. */
 typedef struct st_row_draw {

@@ -26,6 +26,8 @@ typedef struct req_list {
 /* Where a request's next token comes from in a step. */
 typedef enum engine_source {
     SOURCE_CANDIDATES, /* its logits row's largest logits (st_sampler_sample_candidates) */
+    SOURCE_TOP_P,      /* its candidates where they settle its top-p cut, else its whole row
+                          read after the step (st_sampler_top_p_keep) */
     SOURCE_DRAWN,      /* a draw the backend made from the whole row (st_sampler_next_draw) */
     SOURCE_WHOLE,      /* the whole row, on the host (st_sampler_sample) */
 } engine_source;
@@ -64,6 +66,7 @@ struct engine_req {
 typedef struct engine_pick {
     engine_req *r;
     engine_source source;
+    int32_t n_keep;     /* SOURCE_TOP_P: the candidates its top-p keeps */
     st_engine_event ev; /* id, token and (asked for) log-probabilities */
     st_status status;   /* of the choice; why says what failed */
     st_error why;

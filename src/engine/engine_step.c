@@ -150,6 +150,7 @@ static engine_source token_source(const st_engine *e, const engine_req *r) {
     const bool keep = r->logits == ST_REQUEST_LOGITS_EVERY || (r->logits == ST_REQUEST_LOGITS_FIRST && !r->sampled);
     if (e->n_candidates == 0 || keep || (r->logprobs && r->top_logprobs > e->n_candidates)) return SOURCE_WHOLE;
     if (st_sampler_fits_candidates(r->sampler, e->n_candidates)) return SOURCE_CANDIDATES;
+    if (st_sampler_cuts_top_p(r->sampler)) return SOURCE_TOP_P;
     return st_sampler_draws_row(r->sampler) ? SOURCE_DRAWN : SOURCE_WHOLE;
 }
 
@@ -221,6 +222,10 @@ static void choose_token(const st_engine *e, int64_t j, const st_runner_output *
     switch (p->source) {
     case SOURCE_WHOLE: p->status = st_sampler_sample(r->sampler, row, &token, &p->why); break;
     case SOURCE_DRAWN: p->status = drawn_token(o, j, &token, &p->why); break;
+    case SOURCE_TOP_P:
+        token = st_sampler_sample_top_p_kept(r->sampler, ids, vals, p->n_keep);
+        p->status = ST_OK;
+        break;
     case SOURCE_CANDIDATES:
         p->status = st_sampler_sample_candidates(r->sampler, ids, vals, o->k, vals[o->k], &token, &p->why);
         break;
@@ -319,14 +324,25 @@ st_status st_engine_step(st_engine *e, st_error *err) {
     /* The requests that sample, with their logits rows (in batch order). Each sampler is its
      * request's own, so the choices run in parallel where some scan a whole row (n_vocab
      * logits each); the tokens are then taken in batch order. */
-    int32_t n_pick = 0, n_whole = 0;
+    int32_t n_pick = 0, n_whole = 0, n_late = 0;
     for (int32_t i = 0; i < e->n_sched; i++) {
         engine_req *r = e->sched[i];
         if (r->n_computed + r->step_n < r->n_tokens) continue;
-        e->picks[n_pick++] = (engine_pick){.r = r, .source = r->step_source};
-        n_whole += r->step_source == SOURCE_WHOLE;
+        engine_pick *p = &e->picks[n_pick];
+        *p = (engine_pick){.r = r, .source = r->step_source};
+        if (p->source == SOURCE_TOP_P) { /* the candidates settle the cut, or the whole row is read now */
+            const float *vals = out.vals + (size_t)n_pick * (size_t)(out.k + 1);
+            p->n_keep = st_sampler_top_p_keep(r->sampler, vals, out.k, vals[out.k]);
+            if (p->n_keep == 0) p->source = SOURCE_WHOLE, e->b_full[n_late++] = n_pick;
+        }
+        n_whole += p->source == SOURCE_WHOLE;
+        n_pick++;
     }
     ST_ASSERT(n_pick == b.n_out);
+    if (n_late > 0 && (s = st_runner_read_rows(e->runner, e->b_full, n_late, err)) != ST_OK) {
+        fail_step(e, err->message);
+        return s;
+    }
 #pragma omp parallel for schedule(dynamic, 1) if (n_whole > 1)
     for (int32_t i = 0; i < n_pick; i++) choose_token(e, i, &out);
     for (int32_t i = 0, k = 0; i < e->n_sched; i++) {

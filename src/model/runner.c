@@ -55,6 +55,7 @@ struct st_runner {
     float *drawn_logits;
     void *draw_dev;
     runner_graph draw;
+    int64_t last_n_out;     /* logits rows of the last st_runner_eval_out (st_runner_read_rows) */
     runner_graph decode[N_DECODE_BUCKETS];
     runner_graph mixed;
     st_attn_run *runs;      /* [max_seqs] this step's runs */
@@ -472,12 +473,34 @@ static st_status queue_draws(st_runner *r, const st_batch *b, int64_t n_out, boo
     return st_backend_compute(r->model->backend, &rg->g, err);
 }
 
+/* Whole logits rows (indices into the step's logits rows, ascending) from logits_dev into
+ * logits_host, a read per run of consecutive rows (a step's rows are often all of them:
+ * one copy, not one wait a row). Queued: valid after the backend's synchronize. */
+static st_status read_rows(st_runner *r, const int32_t *rows, int64_t n, st_error *err) {
+    st_backend *be = r->model->backend;
+    const size_t row = (size_t)r->model->hp.n_vocab * sizeof(float);
+    for (int64_t i = 0, j; i < n; i = j + 1) {
+        for (j = i; j + 1 < n && rows[j + 1] == rows[j] + 1;) j++;
+        const size_t at = (size_t)rows[i] * row, bytes = (size_t)(j - i + 1) * row;
+        st_status s = be->iface->read(be, (char *)r->logits_host + at, (char *)r->logits_dev + at, bytes, err);
+        if (s != ST_OK) return s;
+    }
+    return ST_OK;
+}
+
+/* Whether rows[0 .. n) are ascending indices below n_out. */
+static bool rows_ascending(const int32_t *rows, int64_t n, int64_t n_out) {
+    for (int64_t i = 0; i < n; i++)
+        if (!rows || rows[i] < 0 || rows[i] >= n_out || (i > 0 && rows[i] <= rows[i - 1])) return false;
+    return true;
+}
+
 st_status st_runner_eval_out(st_runner *r, const st_batch *b, st_runner_output *out, st_error *err) {
     memset(out, 0, sizeof(*out));
+    r->last_n_out = 0;
     const int64_t n_out = b->out ? b->n_out : b->n_tokens, V = r->model->hp.n_vocab;
-    for (int64_t i = 0; i < b->n_full; i++)
-        if (!b->full || b->full[i] < 0 || b->full[i] >= n_out || (i > 0 && b->full[i] <= b->full[i - 1]))
-            return st_error_set(err, ST_ERROR_INVALID, "full logits rows must be ascending indices of the logits rows");
+    if (!rows_ascending(b->full, b->n_full, n_out))
+        return st_error_set(err, ST_ERROR_INVALID, "full logits rows must be ascending indices of the logits rows");
     st_graph *g = NULL;
     st_status s = st_runner_prepare(r, b, &g, err);
     if (s != ST_OK) return s;
@@ -486,16 +509,9 @@ st_status st_runner_eval_out(st_runner *r, const st_batch *b, st_runner_output *
     if ((s = st_backend_compute(be, g, err)) != ST_OK || (s = queue_draws(r, b, n_out, &drawn, err)) != ST_OK)
         return s;
     const int32_t k = r->opt.n_candidates;
-    /* the rows whose whole logits are wanted, a read per run of consecutive rows (a step's
-     * rows are often all of them: one copy, not one wait a row) */
-    for (int64_t i = 0, j; k > 0 && i < b->n_full; i = j + 1) {
-        for (j = i; j + 1 < b->n_full && b->full[j + 1] == b->full[j] + 1;) j++;
-        const size_t row = (size_t)V * sizeof(float), at = (size_t)b->full[i] * row;
-        const size_t bytes = (size_t)(j - i + 1) * row;
-        if ((s = be->iface->read(be, (char *)r->logits_host + at, (char *)r->logits_dev + at, bytes, err)) != ST_OK)
-            return s;
-    }
+    if (k > 0 && (s = read_rows(r, b->full, b->n_full, err)) != ST_OK) return s;
     if ((s = be->iface->synchronize(be, err)) != ST_OK) return s;
+    r->last_n_out = n_out;
     out->n_out = n_out;
     out->n_vocab = V;
     out->logits = r->logits_host;
@@ -505,6 +521,17 @@ st_status st_runner_eval_out(st_runner *r, const st_batch *b, st_runner_output *
     out->drawn = drawn ? r->drawn_ids : NULL;
     out->drawn_logits = drawn ? r->drawn_logits : NULL;
     return ST_OK;
+}
+
+st_status st_runner_read_rows(st_runner *r, const int32_t *rows, int64_t n, st_error *err) {
+    if (r->opt.n_candidates == 0)
+        return st_error_set(err, ST_ERROR_INVALID, "whole rows after a step come from a runner of candidates");
+    if (!rows_ascending(rows, n, r->last_n_out))
+        return st_error_set(err, ST_ERROR_INVALID, "logits rows must be ascending indices of the last step's %lld rows",
+                            (long long)r->last_n_out);
+    st_backend *be = r->model->backend;
+    st_status s = read_rows(r, rows, n, err);
+    return s == ST_OK ? be->iface->synchronize(be, err) : s;
 }
 
 st_status st_runner_eval(st_runner *r, const st_batch *b, const float **logits, st_error *err) {

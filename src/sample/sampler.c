@@ -170,3 +170,35 @@ void st_sampler_next_draw(st_sampler *s, st_row_draw *d) {
     d->min_p = s->p.min_p;
     st_rng_uniform_words(&s->rng, d->u);
 }
+
+bool st_sampler_cuts_top_p(const st_sampler *s) {
+    const bool no_penalty = s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0;
+    return no_penalty && s->p.temp > 0.0f && (s->p.top_k == 0 || s->p.top_k >= s->n_vocab) && s->p.top_p < 1.0f;
+}
+
+/* How far the top-p sums from the candidates may lie from st_sampler_sample's: its
+ * probabilities are each rounded to float and summed in double; these are exp(logit - lse)
+ * with lse a float (its rounding, |lse| 2^-24, scales every probability alike). */
+static double top_p_margin(float lse) { return 1e-5 + 1e-6 * fabs((double)lse); }
+
+int32_t st_sampler_top_p_keep(const st_sampler *s, const float *vals, int32_t k, float lse) {
+    ST_ASSERT(st_sampler_cuts_top_p(s));
+    if (!isfinite(lse)) return 0;
+    const double p = (double)s->p.top_p, eps = top_p_margin(lse);
+    double cum = 0.0;
+    for (int32_t i = 0; i < k; i++) {
+        if (!isfinite(vals[i]) && !(vals[i] == -INFINITY)) return 0; /* NaN, +inf */
+        cum += exp((double)vals[i] - (double)lse);
+        if (cum >= p - eps) return cum >= p + eps ? i + 1 : 0; /* the cut here, or too close to tell */
+    }
+    return 0;
+}
+
+int32_t st_sampler_sample_top_p_kept(st_sampler *s, const int32_t *ids, const float *vals, int32_t n) {
+    ST_ASSERT(st_sampler_cuts_top_p(s) && n >= 1 && n <= s->n_vocab);
+    for (int32_t i = 0; i < n; i++) s->cand[i] = (st_token_prob){.id = ids[i], .logit = vals[i]};
+    st_candidates c = {.data = s->cand, .size = n, .sorted = true};
+    st_sample_min_p(&c, s->p.min_p);
+    st_sample_temperature(&c, s->p.temp);
+    return st_sample_draw(&c, &s->rng);
+}

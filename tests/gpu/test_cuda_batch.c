@@ -561,15 +561,19 @@ static void test_runner(const char *preset) {
 /* ---- the engine ------------------------------------------------------------------------ */
 
 /* What the requests of one engine run generated. */
+#define ENGINE_REQS 5
+
 typedef struct engine_run {
-    int32_t tokens[4][24];
-    float logprob[4][24];
-    int n[4];
+    int32_t tokens[ENGINE_REQS][24];
+    float logprob[ENGINE_REQS][24];
+    int n[ENGINE_REQS];
 } engine_run;
 
-/* Four requests at temperature 1 without top-k or top-p (two with min-p), one with
- * log-probabilities, through an engine on CUDA to the end; host: the same requests keeping
- * every logits row, which samples them on the host. */
+/* Five requests through an engine of four rows on CUDA to the end: three at temperature 1
+ * without top-k or top-p (drawn on the device; one with min-p, one with
+ * log-probabilities), two with top-p 0.9 and 0.3 (their candidates where they settle the
+ * cut, else the whole row read after the step); host: the same requests keeping every
+ * logits row, which samples them on the host. */
 static void engine_generate(st_model *m, bool host, engine_run *out) {
     st_engine_options eo = st_engine_options_default();
     eo.n_ctx = 256, eo.n_parallel = 4, eo.n_blocks = 24, eo.max_batch_tokens = 64, eo.kv_type = ST_TYPE_F32;
@@ -578,11 +582,12 @@ static void engine_generate(st_model *m, bool host, engine_run *out) {
     if (st_engine_init(m, &eo, &e, &err) != ST_OK) test_die("engine", &err);
     int32_t prompt[40];
     for (int i = 0; i < 40; i++) prompt[i] = (int32_t)((7 * i + 3) % m->hp.n_vocab);
-    for (int q = 0; q < 4; q++) {
+    for (int q = 0; q < ENGINE_REQS; q++) {
         st_request_params rp = st_request_params_default();
-        rp.prompt = prompt + q, rp.n_prompt = 20 + 5 * q;
+        rp.prompt = prompt + q, rp.n_prompt = 20 + 4 * q;
         rp.sampling.temp = 1.0f, rp.sampling.top_k = 0, rp.sampling.top_p = 1.0f;
-        rp.sampling.min_p = q >= 2 ? 0.05f : 0.0f, rp.sampling.seed = 31 + (uint64_t)q;
+        rp.sampling.min_p = q == 2 ? 0.05f : 0.0f, rp.sampling.seed = 31 + (uint64_t)q;
+        if (q >= 3) rp.sampling.top_p = q == 3 ? 0.9f : 0.3f;
         rp.max_tokens = 24;
         rp.logprobs = q == 1;
         rp.logits = host ? ST_REQUEST_LOGITS_EVERY : ST_REQUEST_LOGITS_NONE;
@@ -603,10 +608,11 @@ static void engine_generate(st_model *m, bool host, engine_run *out) {
     st_engine_free(e);
 }
 
-/* The engine on CUDA draws on the device for requests at OpenAI's default sampling: the
- * same tokens as the host sampler gives them from the same rows (a request keeping every
- * row samples on the host), and the log-probability of each drawn token (which may lie
- * outside the candidates) the host's to f32 rounding. */
+/* The engine on CUDA draws on the device for requests at OpenAI's default sampling, and
+ * cuts top-p from the candidates where they settle it: the same tokens as the host sampler
+ * gives them from the same rows (a request keeping every row samples on the host), and the
+ * log-probability of each drawn token (which may lie outside the candidates) the host's to
+ * f32 rounding. */
 static void test_engine_draws(const char *preset) {
     char path[256];
     snprintf(path, sizeof(path), "/tmp/stride-batch-%d-%s.gguf", (int)getpid(), preset);
@@ -621,7 +627,7 @@ static void test_engine_draws(const char *preset) {
     engine_generate(m, true, &host);
     cmp_result rt = {0}, rl = {0};
     int64_t n = 0;
-    for (int q = 0; q < 4; q++) {
+    for (int q = 0; q < ENGINE_REQS; q++) {
         rt.bad += dev.n[q] != host.n[q] || dev.n[q] != 24;
         for (int i = 0; i < dev.n[q] && i < host.n[q]; i++, n++) {
             rt.bad += dev.tokens[q][i] != host.tokens[q][i];
@@ -630,7 +636,7 @@ static void test_engine_draws(const char *preset) {
         }
     }
     char desc[96];
-    snprintf(desc, sizeof(desc), "%s: 4 requests at temperature 1, %lld tokens", preset, (long long)n);
+    snprintf(desc, sizeof(desc), "%s: 5 requests at temperature 1 (two top-p), %lld tokens", preset, (long long)n);
     record("engine draws tokens", desc, &rt, TOL_EXACT);
     record("engine draws logprobs", desc, &rl, 1e-5);
     st_model_free(m);

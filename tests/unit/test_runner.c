@@ -1,8 +1,8 @@
 /* The runner (stride/runner.h) on the CPU backend: every rule of a batch rejected with a
  * message naming it, decode batches padded to their bucket giving each sequence's logits
  * bit for bit as it gets alone, the three ways of choosing logits rows (all, the last
- * ones, gathered), a runner of candidates' whole rows and draws, block copies, and a
- * prompt split across runs of different batches. */
+ * ones, gathered), a runner of candidates' whole rows (asked for, and read after the
+ * step) and draws, block copies, and a prompt split across runs of different batches. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -260,6 +260,18 @@ static void test_logits_rows_and_split_runs(void **state) {
         }
     }
     for (int row = 0; row < 6; row++) st_sampler_free(host[row]), st_sampler_free(dev[row]);
+
+    /* whole rows read after the step: rows 1, 2, 5 of the six (2 and 5 read for the first
+     * time) as the plain runner gives them; rows past the step's, or not ascending, refused */
+    b = run_batch(&f, 0, prompt, pos, seq, 6, 0);
+    assert_int_equal(st_runner_eval_out(rc, &b, &o, &err), ST_OK);
+    const int32_t late[3] = {1, 2, 5}, past[1] = {6}, descending[2] = {3, 2};
+    assert_int_equal(st_runner_read_rows(rc, late, 3, &err), ST_OK);
+    for (int i = 0; i < 3; i++)
+        assert_memory_equal(o.logits + (size_t)late[i] * V, all + (size_t)late[i] * V, (size_t)V * sizeof(float));
+    assert_int_equal(st_runner_read_rows(rc, past, 1, &err), ST_ERROR_INVALID);
+    assert_int_equal(st_runner_read_rows(rc, descending, 2, &err), ST_ERROR_INVALID);
+    assert_int_equal(st_runner_read_rows(f.runner, late, 3, &err), ST_ERROR_INVALID);
     st_runner_free(rc);
     b = run_batch(&f, 0, prompt, pos, seq, 6, 0);
     b.draw = draws;

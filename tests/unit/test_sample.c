@@ -532,6 +532,69 @@ static void test_row_draw_matches_sampler(void **state) {
     }
 }
 
+/* A top-p chain from a row's 64 largest logits and its log-sum-exp (st_cpu_top_k_logits):
+ * where st_sampler_top_p_keep settles the cut, it keeps exactly the tokens
+ * st_sampler_sample's top-p keeps on the whole row, and st_sampler_sample_top_p_kept draws
+ * its token from a sampler of the same seed; rows of both kinds occur (flat rows cut
+ * beyond the candidates, peaked ones within). */
+static void test_top_p_from_candidates(void **state) {
+    (void)state;
+    enum { K = 64, ROWS = 24 };
+    const int64_t V = 5000;
+    const float top_ps[] = {0.5f, 0.9f, 0.95f}, min_ps[] = {0.0f, 0.05f}, temps[] = {0.7f, 1.0f};
+    float *x = malloc((size_t)(V * ROWS) * sizeof(float));
+    st_token_prob *buf = malloc((size_t)V * sizeof(st_token_prob));
+    assert_non_null(x);
+    assert_non_null(buf);
+    for (int r = 0; r < ROWS; r++) { /* spreads from flat to peaked; half the rows with a head of a few tokens */
+        grid_logits(x + r * V, V, 500 + (uint64_t)r);
+        for (int64_t t = 0; t < V; t++) x[r * V + t] *= (float)(r + 1) / 4.0f;
+        for (int h = 0; r % 2 && h < 1 + r / 4; h++) x[r * V + (r * 131 + h * 977) % V] = 40.0f - 0.5f * (float)h;
+    }
+    int32_t ids[K * ROWS];
+    float vals[(K + 1) * ROWS];
+    st_tensor lt = {.type = ST_TYPE_F32, .ne = {V, ROWS, 1, 1}, .data = x};
+    st_tensor vt = {.type = ST_TYPE_F32, .ne = {K + 1, ROWS, 1, 1}, .data = vals};
+    assert_true(st_tensor_set_packed_strides(&lt) && st_tensor_set_packed_strides(&vt));
+    st_cpu_top_k_logits(ids, &vt, &lt, K);
+    int settled = 0, unsettled = 0;
+    for (size_t pi = 0; pi < 3; pi++)
+        for (size_t mi = 0; mi < 2; mi++)
+            for (int r = 0; r < ROWS; r++) {
+                const float *row = x + r * V, *v = vals + r * (K + 1);
+                const float temp = temps[(r + (int)pi) % 2];
+                st_sampler *host = sampler(temp, 0, top_ps[pi], min_ps[mi], 77 + (uint64_t)r, V);
+                st_sampler *cand = sampler(temp, 0, top_ps[pi], min_ps[mi], 77 + (uint64_t)r, V);
+                assert_true(st_sampler_cuts_top_p(cand));
+                const int32_t keep = st_sampler_top_p_keep(cand, v, K, v[K]);
+                if (keep == 0) {
+                    unsettled++;
+                } else {
+                    settled++;
+                    st_candidates c = make(buf, row, V);
+                    st_sample_top_p(&c, top_ps[pi]);
+                    assert_int_equal(keep, c.size);
+                    for (int d = 0; d < 4; d++) {
+                        int32_t want = -1;
+                        assert_int_equal(st_sampler_sample(host, row, &want, NULL), ST_OK);
+                        assert_int_equal(st_sampler_sample_top_p_kept(cand, ids + r * K, v, keep), want);
+                    }
+                }
+                st_sampler_free(host);
+                st_sampler_free(cand);
+            }
+    assert_true(settled >= 20 && unsettled >= 20);
+    /* a NaN among the candidates, or a log-sum-exp of NaN: only the whole row settles it */
+    st_sampler *s = sampler(1.0f, 0, 0.9f, 0.0f, 1, V);
+    float bad[3] = {2.0f, NAN, 1.0f};
+    assert_int_equal(st_sampler_top_p_keep(s, bad, 3, 2.5f), 0);
+    float good[3] = {2.0f, 1.5f, 1.0f};
+    assert_int_equal(st_sampler_top_p_keep(s, good, 3, NAN), 0);
+    st_sampler_free(s);
+    free(x);
+    free(buf);
+}
+
 static void test_determinism(void **state) {
     (void)state;
     const int64_t V = 8;
@@ -655,6 +718,7 @@ int main(void) {
         cmocka_unit_test(test_draw_matches_walk),
         cmocka_unit_test(test_draws_row),
         cmocka_unit_test(test_row_draw_matches_sampler),
+        cmocka_unit_test(test_top_p_from_candidates),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_params_check),
         cmocka_unit_test(test_bad_logits),
