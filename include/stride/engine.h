@@ -123,6 +123,11 @@ st_status st_engine_init(st_model *m, const st_engine_options *o, st_engine **ou
 void st_engine_free(st_engine *e);
 void st_engine_get_config(const st_engine *e, st_engine_config *out);
 
+/* Records the decode steps of every batch size up to n_parallel at every depth before the
+ * first request (st_runner_warmup), where the backend records them (CUDA); at once on the
+ * CPU. A server calls it at start, so that its first requests do not pay the recordings. */
+st_status st_engine_warmup(st_engine *e, st_error *err);
+
 /* ---- requests ------------------------------------------------------------------------- */
 
 typedef enum st_request_logits {

@@ -116,6 +116,13 @@ typedef struct st_runner_output {
  * b->full and the draws b->draw asks for. */
 st_status st_runner_eval_out(st_runner *r, const st_batch *b, st_runner_output *out, st_error *err);
 
+/* Decode steps of padding tokens (each the only token of the padding row, whose blocks are
+ * all the pool's padding block: no other block is written) for every batch size of the
+ * runner's buckets up to n sequences, each over 64, 128, ... keys up to the longest
+ * context, so that a backend that records decode steps (CUDA graphs, by batch size and
+ * depth) has recorded them before the first real step instead of during it. */
+st_status st_runner_warmup(st_runner *r, int32_t n, st_error *err);
+
 /* A runner of candidates, after st_runner_eval_out and before the next evaluation: whole
  * logits rows (indices into its logits rows, ascending) read into its output's logits,
  * for a sampler that finds it needs them only once it has seen the candidates. */

@@ -109,6 +109,11 @@ static st_status size_pool(const st_model *m, const st_engine_options *o, st_eng
     return ST_OK;
 }
 
+st_status st_engine_warmup(st_engine *e, st_error *err) {
+    if (e->model->backend->device.backend == ST_BACKEND_CPU) return ST_OK; /* nothing recorded */
+    return st_runner_warmup(e->runner, e->cfg.n_parallel, err);
+}
+
 st_status st_engine_init(st_model *m, const st_engine_options *o, st_engine **out, st_error *err) {
     *out = NULL;
     st_status s = check_options(o, err);

@@ -523,6 +523,28 @@ st_status st_runner_eval_out(st_runner *r, const st_batch *b, st_runner_output *
     return ST_OK;
 }
 
+st_status st_runner_warmup(st_runner *r, int32_t n, st_error *err) {
+    const int64_t U = r->opt.max_tokens, pad_slot = r->pool->n_blocks * ST_KV_BLOCK_TOKENS;
+    const int64_t max_kv = (int64_t)r->opt.max_blocks * ST_KV_BLOCK_TOKENS;
+    st_backend *be = r->model->backend;
+    for (int k = 0; k < N_DECODE_BUCKETS; k++) {
+        const int64_t M = DECODE_BUCKETS[k];
+        if (M > U || (k > 0 && DECODE_BUCKETS[k - 1] >= n)) break;
+        int32_t *h = r->host_idx;
+        for (int64_t i = 0; i < M; i++)
+            h[i] = 0, h[M + i] = 0, h[2 * M + i] = (int32_t)pad_slot, h[3 * M + i] = r->opt.max_seqs;
+        st_graph *g = NULL;
+        st_status s = graph_for(r, &r->decode[k], M, M, 0, M, false, true, &g, err);
+        for (int64_t n_kv = 1; s == ST_OK; n_kv = n_kv < 64 ? 64 : 2 * n_kv) {
+            g->n_kv = n_kv < max_kv ? n_kv : max_kv;
+            s = st_backend_compute(be, g, err);
+            if (n_kv >= max_kv) break;
+        }
+        if (s != ST_OK) return st_error_wrap(err, "warming up the decode step of %lld sequences", (long long)M), s;
+    }
+    return be->iface->synchronize(be, err);
+}
+
 st_status st_runner_read_rows(st_runner *r, const int32_t *rows, int64_t n, st_error *err) {
     if (r->opt.n_candidates == 0)
         return st_error_set(err, ST_ERROR_INVALID, "whole rows after a step come from a runner of candidates");

@@ -573,13 +573,14 @@ typedef struct engine_run {
  * without top-k or top-p (drawn on the device; one with min-p, one with
  * log-probabilities), two with top-p 0.9 and 0.3 (their candidates where they settle the
  * cut, else the whole row read after the step); host: the same requests keeping every
- * logits row, which samples them on the host. */
-static void engine_generate(st_model *m, bool host, engine_run *out) {
+ * logits row, which samples them on the host. warm: the engine warmed up first. */
+static void engine_generate(st_model *m, bool host, bool warm, engine_run *out) {
     st_engine_options eo = st_engine_options_default();
     eo.n_ctx = 256, eo.n_parallel = 4, eo.n_blocks = 24, eo.max_batch_tokens = 64, eo.kv_type = ST_TYPE_F32;
     st_engine *e = NULL;
     st_error err = {0};
     if (st_engine_init(m, &eo, &e, &err) != ST_OK) test_die("engine", &err);
+    if (warm && st_engine_warmup(e, &err) != ST_OK) test_die("engine warm-up", &err);
     int32_t prompt[40];
     for (int i = 0; i < 40; i++) prompt[i] = (int32_t)((7 * i + 3) % m->hp.n_vocab);
     for (int q = 0; q < ENGINE_REQS; q++) {
@@ -612,7 +613,8 @@ static void engine_generate(st_model *m, bool host, engine_run *out) {
  * cuts top-p from the candidates where they settle it: the same tokens as the host sampler
  * gives them from the same rows (a request keeping every row samples on the host), and the
  * log-probability of each drawn token (which may lie outside the candidates) the host's to
- * f32 rounding. */
+ * f32 rounding. An engine warmed up first (its decode steps recorded over padding tokens)
+ * gives the same tokens as one that was not. */
 static void test_engine_draws(const char *preset) {
     char path[256];
     snprintf(path, sizeof(path), "/tmp/stride-batch-%d-%s.gguf", (int)getpid(), preset);
@@ -622,15 +624,18 @@ static void test_engine_draws(const char *preset) {
     st_model_load_options lo = {.policy = {.mode = ST_PAD_MODE_ON, .alias = 128, .pad = 64}};
     st_model *m = NULL;
     if (st_model_load(path, g_gpu, &lo, &m, &err) != ST_OK) test_die("model load", &err);
-    engine_run dev, host;
-    engine_generate(m, false, &dev);
-    engine_generate(m, true, &host);
-    cmp_result rt = {0}, rl = {0};
+    engine_run dev, host, warm;
+    engine_generate(m, false, false, &dev);
+    engine_generate(m, true, false, &host);
+    engine_generate(m, false, true, &warm);
+    cmp_result rt = {0}, rl = {0}, rw = {0};
     int64_t n = 0;
     for (int q = 0; q < ENGINE_REQS; q++) {
         rt.bad += dev.n[q] != host.n[q] || dev.n[q] != 24;
+        rw.bad += warm.n[q] != dev.n[q];
         for (int i = 0; i < dev.n[q] && i < host.n[q]; i++, n++) {
             rt.bad += dev.tokens[q][i] != host.tokens[q][i];
+            rw.bad += dev.tokens[q][i] != warm.tokens[q][i];
             const double d = fabs((double)dev.logprob[q][i] - (double)host.logprob[q][i]);
             if (q == 1 && !(d <= rl.nerr)) rl.nerr = rl.maxerr = isnan(d) ? INFINITY : d;
         }
@@ -639,6 +644,7 @@ static void test_engine_draws(const char *preset) {
     snprintf(desc, sizeof(desc), "%s: 5 requests at temperature 1 (two top-p), %lld tokens", preset, (long long)n);
     record("engine draws tokens", desc, &rt, TOL_EXACT);
     record("engine draws logprobs", desc, &rl, 1e-5);
+    record("engine warmed up", desc, &rw, TOL_EXACT);
     st_model_free(m);
     unlink(path);
 }

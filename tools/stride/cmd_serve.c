@@ -193,14 +193,17 @@ int st_cmd_serve(int argc, char **argv) {
     if (st_engine_init(model, &eo, &engine, &err) != ST_OK) goto done;
     st_engine_config cfg;
     st_engine_get_config(engine, &cfg);
+    const double t_warm = st_clock_seconds();
+    if (st_engine_warmup(engine, &err) != ST_OK) goto done;
+    const double warm_s = st_clock_seconds() - t_warm;
     if (st_server_start(engine, model, tok, &so, &server, &err) != ST_OK) goto done;
     char kv[32];
     cli_format_bytes(cfg.kv_bytes, kv, sizeof(kv));
     fprintf(stderr,
             "stride serve: model %s (%s), chat template %s; %d sequences of up to %lld tokens, %lld KV blocks "
-            "(%s), %lld tokens a step; loaded in %.2f s\n",
+            "(%s), %lld tokens a step; loaded in %.2f s, decode steps warmed up in %.2f s\n",
             name, backend->device.name, has_chat ? st_chat_family_name(chat.family) : "none", (int)cfg.n_parallel,
-            (long long)cfg.n_ctx, (long long)cfg.n_blocks, kv, (long long)cfg.max_batch_tokens, t_load);
+            (long long)cfg.n_ctx, (long long)cfg.n_blocks, kv, (long long)cfg.max_batch_tokens, t_load, warm_s);
     fprintf(stderr,
             "stride serve: a request's sampling where it names none: temperature %g, top-k %d, top-p %g, min-p %g, "
             "repeat penalty %g over %d tokens\n",
