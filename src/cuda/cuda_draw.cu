@@ -12,9 +12,11 @@
 // of the threads' sums (within a warp by shuffles, across warps one after another) gives
 // the running sum at each chunk's end, the last one the total. The first thread whose end
 // passes u * total walks its chunk from the sum before it, as st_sample_draw_at walks a
-// run. The host sums one token after another, so its running sums differ from these in
-// the last bits: the two draws differ only where the target lies within that rounding of
-// a boundary between two tokens. The exponentials are double, as the host's: V a row.
+// run (each chunk starts exactly where the one before it ends, so the first whose end
+// passes the target starts at or before it). The host sums one token after another, so its
+// running sums differ from these in the last bits: the two draws differ only where the
+// target lies within that rounding of a boundary between two tokens. The exponentials are
+// double, as the host's: V a row.
 #include <math.h>
 
 #include "cuda/cuda_common.cuh"
@@ -117,15 +119,19 @@ __global__ void __launch_bounds__(DRAW_THREADS)
     const double start = lane > 0 ? before_warp + prev_lane : before_warp, end = before_warp + in_warp;
     const double u = (double)((uint64_t)w[0] * 67108864u + w[1]) * (1.0 / 9007199254740992.0); // st_uniform_from_words
     const double target = u * sh.warp_end[DRAW_WARPS - 1];
+    // the row's last token of nonzero weight (the largest has weight 1): where rounding
+    // leaves the target at the total, or a walk short of it in a chunk of no weight
+    const long long last_any = draw_block_index(last_nonzero, false, &sh);
     const long long first = draw_block_index(target < end ? (long long)threadIdx.x : LLONG_MAX, true, &sh);
-    if (first == LLONG_MAX) { // target == total after rounding: the last token of nonzero weight
-        const long long last = draw_block_index(last_nonzero, false, &sh);
-        if (threadIdx.x == 0) ids[row] = (int32_t)last, drawn[row] = x[last];
+    if (first == LLONG_MAX) {
+        if (threadIdx.x == 0) ids[row] = (int32_t)last_any, drawn[row] = x[last_any];
         return;
     }
     if (threadIdx.x != first) return;
     double cum = start;
-    long long pick = last_nonzero; // (rounding left the chunk's end short of the target)
+    // (the warp's scan adds in another order than this walk: its end may pass the target
+    // where the walk's sum falls short by rounding)
+    long long pick = last_nonzero >= 0 ? last_nonzero : last_any;
     for (int64_t i = lo; i < hi; i++) {
         const float v = x[i];
         if ((double)v < threshold) continue;

@@ -144,8 +144,10 @@ static st_status schedule_admit(st_engine *e, int64_t *budget, st_error *err) {
     return ST_OK;
 }
 
-/* Where r's next token comes from: the host needs the whole row where the request keeps
- * it or its chain needs more than the candidates and the backend cannot draw for it. */
+/* Where r's next token comes from: the whole row where the request keeps it or asks for
+ * more top log-probabilities than the candidates hold; else the candidates where its chain
+ * needs no more of the row, the candidates or the row after the step for top-p alone, a
+ * draw on the backend for a temperature alone, and the whole row for the rest. */
 static engine_source token_source(const st_engine *e, const engine_req *r) {
     const bool keep = r->logits == ST_REQUEST_LOGITS_EVERY || (r->logits == ST_REQUEST_LOGITS_FIRST && !r->sampled);
     if (e->n_candidates == 0 || keep || (r->logprobs && r->top_logprobs > e->n_candidates)) return SOURCE_WHOLE;

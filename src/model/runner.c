@@ -438,7 +438,7 @@ st_status st_runner_prepare(st_runner *r, const st_batch *b, st_graph **out, st_
 
 /* The draws b asks for, a graph after the step's (logits rows already in logits_dev): the
  * rows' params and words uploaded, the drawn ids and logits written to host memory. The
- * graph is kept while the step has as many logits rows. False: no row is drawn. */
+ * graph is kept while the steps have as many logits rows. *any: whether a row is drawn. */
 static st_status queue_draws(st_runner *r, const st_batch *b, int64_t n_out, bool *any, st_error *err) {
     *any = false;
     for (int64_t j = 0; b->draw && j < n_out; j++) *any |= b->draw[j].temp > 0.0f;

@@ -128,9 +128,16 @@ st_status st_sampler_sample(st_sampler *s, const float *logits, int32_t *out, st
     return ST_OK;
 }
 
+static bool no_penalty(const st_sampler *s) { return s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0; }
+
+/* A temperature with no penalty and no top-k before top-p: what reads the whole row's
+ * distribution and can still be sampled away from the host. */
+static bool untruncated(const st_sampler *s) {
+    return no_penalty(s) && s->p.temp > 0.0f && (s->p.top_k == 0 || s->p.top_k >= s->n_vocab);
+}
+
 bool st_sampler_fits_candidates(const st_sampler *s, int32_t k) {
-    const bool no_penalty = s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0;
-    return no_penalty && k >= 1 && (s->p.temp == 0.0f || (s->p.top_k >= 1 && s->p.top_k <= k));
+    return no_penalty(s) && k >= 1 && (s->p.temp == 0.0f || (s->p.top_k >= 1 && s->p.top_k <= k));
 }
 
 st_status st_sampler_sample_candidates(st_sampler *s, const int32_t *ids, const float *vals, int32_t k, float lse,
@@ -159,10 +166,7 @@ st_status st_sampler_sample_candidates(st_sampler *s, const int32_t *ids, const 
     return ST_OK;
 }
 
-bool st_sampler_draws_row(const st_sampler *s) {
-    const bool no_penalty = s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0;
-    return no_penalty && s->p.temp > 0.0f && (s->p.top_k == 0 || s->p.top_k >= s->n_vocab) && s->p.top_p >= 1.0f;
-}
+bool st_sampler_draws_row(const st_sampler *s) { return untruncated(s) && s->p.top_p >= 1.0f; }
 
 void st_sampler_next_draw(st_sampler *s, st_row_draw *d) {
     ST_ASSERT(st_sampler_draws_row(s));
@@ -171,10 +175,7 @@ void st_sampler_next_draw(st_sampler *s, st_row_draw *d) {
     st_rng_uniform_words(&s->rng, d->u);
 }
 
-bool st_sampler_cuts_top_p(const st_sampler *s) {
-    const bool no_penalty = s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0;
-    return no_penalty && s->p.temp > 0.0f && (s->p.top_k == 0 || s->p.top_k >= s->n_vocab) && s->p.top_p < 1.0f;
-}
+bool st_sampler_cuts_top_p(const st_sampler *s) { return untruncated(s) && s->p.top_p < 1.0f; }
 
 /* How far the top-p sums from the candidates may lie from st_sampler_sample's: its
  * probabilities are each rounded to float and summed in double; these are exp(logit - lse)
