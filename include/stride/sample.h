@@ -2,7 +2,7 @@
  * stride: token sampling.
  *
  * The chain is llama.cpp's (common/sampling defaults), in this order:
- *   repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw
+ *   penalties -> top-k -> top-p -> min-p -> temperature -> draw
  * so top-k/top-p/min-p see the untempered distribution, and temperature only reshapes
  * what survived. temp == 0 is greedy: the repetition penalty still applies, then the
  * largest logit wins (the lowest id among equal logits).
@@ -72,6 +72,12 @@ void st_candidates_softmax(st_candidates *c);
  * Expects c unsorted and complete (c->data[id].id == id), as st_candidates_from_logits
  * leaves it. */
 void st_sample_repetition_penalty(st_candidates *c, const int32_t *last, int64_t n_last, float penalty);
+/* The penalties of llama.cpp's penalties sampler over the tokens in last[0..n_last): the
+ * repetition penalty as above, then each such token's logit lowered by count * frequency
+ * + presence (OpenAI's frequency and presence penalties, count its occurrences in last).
+ * All three neutral (1, 0, 0) = off. Expects c as st_sample_repetition_penalty does. */
+void st_sample_penalties(st_candidates *c, const int32_t *last, int64_t n_last, float repeat, float frequency,
+                         float presence);
 /* Keeps the k largest; k <= 0 or k >= size = off. */
 void st_sample_top_k(st_candidates *c, int32_t k);
 /* Keeps the smallest prefix (by probability) whose mass reaches p; p >= 1 = off. */
@@ -94,12 +100,14 @@ typedef struct st_sampler_params {
     float top_p;           /* (0, 1]; 1 = off */
     float min_p;           /* [0, 1); 0 = off */
     float repeat_penalty;  /* > 0; 1 = off */
-    int32_t repeat_last_n; /* >= 0 tokens of history the penalty looks at; 0 = off */
+    float frequency_penalty; /* [-2, 2]: minus count * this on a recent token's logit; 0 = off */
+    float presence_penalty;  /* [-2, 2]: minus this on a recent token's logit; 0 = off */
+    int32_t repeat_last_n; /* >= 0 tokens of history the penalties look at; 0 = off */
     uint64_t seed;
 } st_sampler_params;
 
-/* llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1
- * (off) over the last 64 tokens, seed 0. */
+/* llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat penalty 1,
+ * frequency and presence penalties 0 (off) over the last 64 tokens, seed 0. */
 st_sampler_params st_sampler_params_default(void);
 
 /* ST_ERROR_INVALID with a message naming the parameter, its value and the valid range. */

@@ -103,27 +103,39 @@ static int cmp_i32(const void *a, const void *b) {
 }
 
 void st_sample_repetition_penalty(st_candidates *c, const int32_t *last, int64_t n_last, float penalty) {
-    if (penalty == 1.0f || n_last <= 0) return;
+    st_sample_penalties(c, last, n_last, penalty, 0.0f, 0.0f);
+}
+
+/* One token's penalties, seen count times in the history. */
+static void penalize(st_token_prob *t, int64_t count, float repeat, float frequency, float presence) {
+    if (repeat != 1.0f) t->logit = t->logit <= 0.0f ? t->logit * repeat : t->logit / repeat;
+    if (frequency != 0.0f || presence != 0.0f) t->logit -= (float)count * frequency + presence;
+}
+
+void st_sample_penalties(st_candidates *c, const int32_t *last, int64_t n_last, float repeat, float frequency,
+                         float presence) {
+    if ((repeat == 1.0f && frequency == 0.0f && presence == 0.0f) || n_last <= 0) return;
     ST_ASSERT(!c->sorted);
     int32_t *ids = malloc((size_t)n_last * sizeof(int32_t));
-    if (!ids) { /* defensive: fall back to a quadratic de-duplication */
+    if (!ids) { /* defensive: count each distinct id by a quadratic scan */
         for (int64_t i = 0; i < n_last; i++) {
             bool seen = false;
+            int64_t count = 1;
             for (int64_t j = 0; j < i && !seen; j++) seen = last[j] == last[i];
+            for (int64_t j = i + 1; j < n_last; j++) count += last[j] == last[i];
             if (seen || last[i] < 0 || last[i] >= c->size) continue;
-            st_token_prob *t = &c->data[last[i]];
-            t->logit = t->logit <= 0.0f ? t->logit * penalty : t->logit / penalty;
+            penalize(&c->data[last[i]], count, repeat, frequency, presence);
         }
         return;
     }
     memcpy(ids, last, (size_t)n_last * sizeof(int32_t));
     qsort(ids, (size_t)n_last, sizeof(int32_t), cmp_i32);
-    for (int64_t i = 0; i < n_last; i++) {
-        if (i > 0 && ids[i] == ids[i - 1]) continue;
+    for (int64_t i = 0, j; i < n_last; i = j) {
+        for (j = i + 1; j < n_last && ids[j] == ids[i];) j++; /* ids[i .. j): one token, j - i times */
         if (ids[i] < 0 || ids[i] >= c->size) continue;
         st_token_prob *t = &c->data[ids[i]];
         ST_ASSERT(t->id == ids[i]);
-        t->logit = t->logit <= 0.0f ? t->logit * penalty : t->logit / penalty;
+        penalize(t, j - i, repeat, frequency, presence);
     }
     free(ids);
 }

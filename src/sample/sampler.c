@@ -25,6 +25,8 @@ st_sampler_params st_sampler_params_default(void) {
                            .top_p = 0.95f,
                            .min_p = 0.05f,
                            .repeat_penalty = 1.0f,
+                           .frequency_penalty = 0.0f,
+                           .presence_penalty = 0.0f,
                            .repeat_last_n = 64,
                            .seed = 0};
     return p;
@@ -46,6 +48,12 @@ st_status st_sampler_params_check(const st_sampler_params *p, st_error *err) {
     if (!(p->repeat_penalty > 0.0f) || isinf(p->repeat_penalty))
         return st_error_set(err, ST_ERROR_INVALID, "repeat penalty %g is invalid: it must be > 0 (1 = off)",
                             (double)p->repeat_penalty);
+    if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
+        return st_error_set(err, ST_ERROR_INVALID, "frequency penalty %g is invalid: it must be in [-2, 2] (0 = off)",
+                            (double)p->frequency_penalty);
+    if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
+        return st_error_set(err, ST_ERROR_INVALID, "presence penalty %g is invalid: it must be in [-2, 2] (0 = off)",
+                            (double)p->presence_penalty);
     if (p->repeat_last_n < 0)
         return st_error_set(err, ST_ERROR_INVALID, "repeat-last-n %d is invalid: it must be >= 0 (0 = off)",
                             p->repeat_last_n);
@@ -112,7 +120,8 @@ st_status st_sampler_sample(st_sampler *s, const float *logits, int32_t *out, st
     if (!any_finite) return st_error_set(err, ST_ERROR_INVALID, "the logits hold no finite value");
     st_candidates c = {.data = s->cand};
     st_candidates_from_logits(&c, logits, V);
-    st_sample_repetition_penalty(&c, s->last, unroll_history(s), s->p.repeat_penalty);
+    st_sample_penalties(&c, s->last, unroll_history(s), s->p.repeat_penalty, s->p.frequency_penalty,
+                        s->p.presence_penalty);
     if (s->p.temp == 0.0f) {
         int64_t best = 0; /* the first (lowest id) of equal maxima */
         for (int64_t i = 1; i < V; i++)
@@ -128,7 +137,10 @@ st_status st_sampler_sample(st_sampler *s, const float *logits, int32_t *out, st
     return ST_OK;
 }
 
-static bool no_penalty(const st_sampler *s) { return s->p.repeat_penalty == 1.0f || s->p.repeat_last_n == 0; }
+static bool no_penalty(const st_sampler *s) {
+    const bool neutral = s->p.repeat_penalty == 1.0f && s->p.frequency_penalty == 0.0f && s->p.presence_penalty == 0.0f;
+    return neutral || s->p.repeat_last_n == 0;
+}
 
 /* A temperature with no penalty and no top-k before top-p: what reads the whole row's
  * distribution and can still be sampled away from the host. */

@@ -195,14 +195,6 @@ static int refuse_unsupported(json_t *o, srv_kind kind, st_error *err) {
         return BAD("'echo' is not supported");
     if (kind == SRV_COMPLETION && (v = json_object_get(o, "suffix")) && json_is_string(v) && json_string_length(v) > 0)
         return BAD("'suffix' is not supported");
-    const char *penalties[] = {"presence_penalty", "frequency_penalty"};
-    for (int i = 0; i < 2; i++) {
-        if ((v = json_object_get(o, penalties[i])) && !json_is_null(v)) {
-            if (!json_is_number(v)) return BAD("'%s' must be a number", penalties[i]);
-            if (json_number_value(v) != 0.0)
-                return BAD("'%s' is not supported (use 'repeat_penalty', llama.cpp's)", penalties[i]);
-        }
-    }
     long long best_of = 1;
     bool given = false;
     int st = get_int(o, "best_of", 1, 1, &best_of, &given, err);
@@ -236,6 +228,8 @@ int srv_request_parse(const srv_server *s, srv_kind kind, const char *body, size
     if (!st) st = get_number(o, "top_p", 0.0, true, 1.0, false, &r->sampling.top_p, err);
     if (!st) st = get_number(o, "min_p", 0.0, false, 1.0, true, &r->sampling.min_p, err);
     if (!st) st = get_number(o, "repeat_penalty", 0.0, true, 10.0, false, &r->sampling.repeat_penalty, err);
+    if (!st) st = get_number(o, "frequency_penalty", -2.0, false, 2.0, false, &r->sampling.frequency_penalty, err);
+    if (!st) st = get_number(o, "presence_penalty", -2.0, false, 2.0, false, &r->sampling.presence_penalty, err);
     long long x = 0;
     bool given = false;
     if (!st && (st = get_int(o, "top_k", -1, 1 << 30, &x, &given, err)) == 0 && given)

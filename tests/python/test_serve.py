@@ -103,6 +103,14 @@ def test_sampling(srv, model_id):
     texts = [ch.text for ch in sorted(r.choices, key=lambda x: x.index)]
     check(len(texts) == 3 and len(set(texts)) > 1 and r.usage.completion_tokens == 72,
           f"n=3: three choices, sampled apart, usage counts them all: {texts} {r.usage}")
+    # OpenAI's frequency and presence penalties: greedy text that repeats itself changes
+    # under them, and the same penalized request gives the same text again
+    g = dict(model=model_id, prompt="once upon a time", max_tokens=48, temperature=0)
+    plain = c.completions.create(**g).choices[0].text
+    pen = [c.completions.create(frequency_penalty=2.0, presence_penalty=2.0, **g).choices[0].text for _ in range(2)]
+    words = plain.split()
+    check(len(set(words)) < len(words), f"the plain greedy text repeats a word: {plain!r}")
+    check(pen[0] == pen[1] and pen[0] != plain, f"penalties change greedy text, reproducibly: {pen} vs {plain!r}")
 
 
 def test_server_sampling(stride, model, small):
@@ -152,7 +160,8 @@ def test_errors(srv, small, model_id):
     bad = [dict(temperature=-1), dict(temperature=3), dict(top_p=0), dict(top_p=1.5), dict(max_tokens=0),
            dict(max_tokens=10 ** 9), dict(n=100), dict(extra_body={"min_p": 1.0}), dict(extra_body={"top_k": -5}),
            dict(stop=[""]), dict(stop=["s"] * 40), dict(extra_body={"tools": [{"type": "function"}]}),
-           dict(presence_penalty=1.0), dict(extra_body={"temperature": "NaN"}), dict(seed=2 ** 70)]
+           dict(presence_penalty=3.0), dict(frequency_penalty=-2.5), dict(extra_body={"temperature": "NaN"}),
+           dict(seed=2 ** 70)]
     for kw in bad:
         expect_status(lambda: c.chat.completions.create(model=model_id, messages=msgs, **kw), 400, f"chat {kw}")
     for m in ([], [{"role": "tool", "content": "x"}], [{"role": "user"}], [{"content": "x"}],

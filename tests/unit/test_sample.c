@@ -595,6 +595,35 @@ static void test_top_p_from_candidates(void **state) {
     free(buf);
 }
 
+/* OpenAI's frequency and presence penalties after the repetition penalty, as llama.cpp's
+ * penalties sampler: each token of the history lowered by count * frequency + presence,
+ * once per distinct token; the sampler applies them (greedy turns away from a token seen). */
+static void test_frequency_presence(void **state) {
+    (void)state;
+    float logits[6] = {1.0f, 2.0f, -1.0f, 3.0f, 0.5f, 4.0f};
+    st_token_prob buf[6];
+    const int32_t last[5] = {3, 1, 3, 3, 5};
+    st_candidates c = make(buf, logits, 6);
+    st_sample_penalties(&c, last, 5, 1.0f, 0.5f, 0.25f);
+    const float want[6] = {1.0f, 2.0f - 0.75f, -1.0f, 3.0f - 1.75f, 0.5f, 4.0f - 0.75f};
+    for (int i = 0; i < 6; i++) assert_true(c.data[i].logit == want[i]);
+    c = make(buf, logits, 6); /* the repetition penalty first: 3 / 2 - 1.75 */
+    st_sample_penalties(&c, last, 5, 2.0f, 0.5f, 0.25f);
+    assert_true(c.data[3].logit == 1.5f - 1.75f && c.data[2].logit == -1.0f && c.data[5].logit == 2.0f - 0.75f);
+    st_sampler_params p = st_sampler_params_default();
+    p.temp = 0.0f, p.presence_penalty = 2.0f;
+    st_sampler *s = NULL;
+    assert_int_equal(st_sampler_init(&p, 6, &s, NULL), ST_OK);
+    int32_t id = -1;
+    assert_int_equal(st_sampler_sample(s, logits, &id, NULL), ST_OK);
+    assert_int_equal(id, 5);
+    st_sampler_accept(s, 5); /* 4 - 2 < 3 */
+    assert_int_equal(st_sampler_sample(s, logits, &id, NULL), ST_OK);
+    assert_int_equal(id, 3);
+    assert_false(st_sampler_fits_candidates(s, 6) || st_sampler_draws_row(s));
+    st_sampler_free(s);
+}
+
 static void test_determinism(void **state) {
     (void)state;
     const int64_t V = 8;
@@ -646,7 +675,8 @@ static void test_params_check(void **state) {
         {"top_p", "top-p", 0.0f},       {"top_p", "top-p", 1.01f},    {"top_p", "top-p", -1.0f},
         {"top_p", "top-p", NAN},        {"min_p", "min-p", 1.0f},     {"min_p", "min-p", -0.01f},
         {"min_p", "min-p", NAN},        {"pen", "penalty", 0.0f},     {"pen", "penalty", -1.0f},
-        {"pen", "penalty", NAN},
+        {"pen", "penalty", NAN},        {"freq", "frequency penalty", 2.01f}, {"freq", "frequency penalty", NAN},
+        {"pres", "presence penalty", -2.5f}, {"pres", "presence penalty", INFINITY},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         st_sampler_params p = ok;
@@ -654,6 +684,8 @@ static void test_params_check(void **state) {
         if (strcmp(bad[i].field, "top_p") == 0) p.top_p = bad[i].value;
         if (strcmp(bad[i].field, "min_p") == 0) p.min_p = bad[i].value;
         if (strcmp(bad[i].field, "pen") == 0) p.repeat_penalty = bad[i].value;
+        if (strcmp(bad[i].field, "freq") == 0) p.frequency_penalty = bad[i].value;
+        if (strcmp(bad[i].field, "pres") == 0) p.presence_penalty = bad[i].value;
         st_error_clear(&err);
         assert_int_equal(st_sampler_params_check(&p, &err), ST_ERROR_INVALID);
         assert_non_null(strstr(err.message, bad[i].needle));
@@ -719,6 +751,7 @@ int main(void) {
         cmocka_unit_test(test_draws_row),
         cmocka_unit_test(test_row_draw_matches_sampler),
         cmocka_unit_test(test_top_p_from_candidates),
+        cmocka_unit_test(test_frequency_presence),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_params_check),
         cmocka_unit_test(test_bad_logits),

@@ -388,11 +388,16 @@ int st_cmd_run(int argc, char **argv) {
             t_gen > 0 && n_decoded > 0 ? (double)n_decoded / t_gen : 0.0, stop ? " (stopped: " : "",
             stop ? stop : "", stop ? ")" : "");
     if (sp.temp > 0.0f)
-        fprintf(stderr, "stride run: sampling    temp %g, top-k %d, top-p %g, min-p %g, repeat penalty %g over %d, seed %" PRIu64 "\n",
+        fprintf(stderr,
+                "stride run: sampling    temp %g, top-k %d, top-p %g, min-p %g, penalties %g / %g / %g over %d, seed %" PRIu64
+                "\n",
                 (double)sp.temp, sp.top_k, (double)sp.top_p, (double)sp.min_p, (double)sp.repeat_penalty,
-                sp.repeat_last_n, sp.seed);
+                (double)sp.frequency_penalty, (double)sp.presence_penalty, sp.repeat_last_n, sp.seed);
     else
-        fprintf(stderr, "stride run: sampling    greedy%s\n", sp.repeat_penalty != 1.0f ? " with repeat penalty" : "");
+        fprintf(stderr, "stride run: sampling    greedy%s\n",
+                sp.repeat_penalty != 1.0f || sp.frequency_penalty != 0.0f || sp.presence_penalty != 0.0f
+                    ? " with penalties"
+                    : "");
     rc = ST_EXIT_OK;
 done:
     if (rc != ST_EXIT_OK) cli_fail(CMD, &err);

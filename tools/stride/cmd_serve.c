@@ -48,13 +48,18 @@ static void usage(FILE *out) {
             "  --temp T                 temperature >= 0; 0 = greedy (default 1)\n"
             "  --top-k N                keep the N most likely tokens; 0 = off (default 0). On a GPU a\n"
             "                           top-k of at most 64 samples from the candidates the device\n"
-            "                           picks; without one each token's whole logits row goes to the\n"
-            "                           host, many times slower with many streams\n"
+            "                           picks, and a temperature alone draws on the device; top-p\n"
+            "                           without top-k (where its cut lies beyond 64 tokens), a\n"
+            "                           larger top-k or a penalty bring each token's whole logits\n"
+            "                           row to the host, many times slower with many streams\n"
             "  --top-p P                keep the smallest set with mass >= P, in (0,1]; 1 = off (default 1)\n"
             "  --min-p P                keep tokens with p >= P * p_max, in [0,1); 0 = off (default 0)\n"
             "  --repeat-penalty X       > 0; divide positive / multiply negative logits of recent\n"
             "                           tokens; 1 = off (default 1)\n"
-            "  --repeat-last-n N        tokens the penalty looks back over; 0 = off, -1 = context (default 64)\n",
+            "  --frequency-penalty X    in [-2,2]; minus X times its count from a recent token's logit;\n"
+            "                           0 = off (default 0)\n"
+            "  --presence-penalty X     in [-2,2]; minus X from a recent token's logit; 0 = off (default 0)\n"
+            "  --repeat-last-n N        tokens the penalties look back over; 0 = off, -1 = context (default 64)\n",
             st_chat_family_list());
 }
 
@@ -206,9 +211,10 @@ int st_cmd_serve(int argc, char **argv) {
             (long long)cfg.n_ctx, (long long)cfg.n_blocks, kv, (long long)cfg.max_batch_tokens, t_load, warm_s);
     fprintf(stderr,
             "stride serve: a request's sampling where it names none: temperature %g, top-k %d, top-p %g, min-p %g, "
-            "repeat penalty %g over %d tokens\n",
+            "repeat / frequency / presence penalties %g / %g / %g over %d tokens\n",
             (double)so.sampling.temp, (int)so.sampling.top_k, (double)so.sampling.top_p, (double)so.sampling.min_p,
-            (double)so.sampling.repeat_penalty, (int)so.sampling.repeat_last_n);
+            (double)so.sampling.repeat_penalty, (double)so.sampling.frequency_penalty,
+            (double)so.sampling.presence_penalty, (int)so.sampling.repeat_last_n);
     const bool v6 = strchr(host, ':') != NULL;
     fprintf(stderr, "stride serve: listening on http://%s%s%s:%u\n", v6 ? "[" : "", host, v6 ? "]" : "",
             (unsigned)st_server_port(server));

@@ -15,6 +15,8 @@ bool cli_take_sampling_flag(int argc, char **argv, int *i, cli_sampling_flags *f
            cli_take_value(argc, argv, i, "--min-p", &f->min_p, missing) ||
            cli_take_value(argc, argv, i, "--repeat-penalty", &f->repeat_penalty, missing) ||
            cli_take_value(argc, argv, i, "--repeat-last-n", &f->repeat_last_n, missing) ||
+           cli_take_value(argc, argv, i, "--frequency-penalty", &f->frequency_penalty, missing) ||
+           cli_take_value(argc, argv, i, "--presence-penalty", &f->presence_penalty, missing) ||
            cli_take_value(argc, argv, i, "--seed", &f->seed, missing);
 }
 
@@ -43,7 +45,9 @@ int cli_sampling_resolve(const char *cmd, const cli_sampling_flags *f, st_sample
     } floats[] = {{"--temp", f->temp, &sp->temp},
                   {"--top-p", f->top_p, &sp->top_p},
                   {"--min-p", f->min_p, &sp->min_p},
-                  {"--repeat-penalty", f->repeat_penalty, &sp->repeat_penalty}};
+                  {"--repeat-penalty", f->repeat_penalty, &sp->repeat_penalty},
+                  {"--frequency-penalty", f->frequency_penalty, &sp->frequency_penalty},
+                  {"--presence-penalty", f->presence_penalty, &sp->presence_penalty}};
     for (size_t k = 0; k < sizeof(floats) / sizeof(floats[0]); k++)
         if (floats[k].value && !parse_float(floats[k].value, floats[k].out))
             return cli_usage_error(cmd, "%s: '%s' is not a number", floats[k].flag, floats[k].value);

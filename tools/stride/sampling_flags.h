@@ -8,19 +8,23 @@
 #include "stride/sample.h"
 
 #define CLI_SAMPLING_FLAGS_HELP                                                                         \
-    "sampling (llama.cpp's chain: penalty, top-k, top-p, min-p, temperature):\n"                        \
+    "sampling (llama.cpp's chain: penalties, top-k, top-p, min-p, temperature):\n"                      \
     "  --temp T                 temperature >= 0; 0 = greedy (default 0.8)\n"                            \
     "  --top-k N                keep the N most likely tokens; 0 = off (default 40)\n"                   \
     "  --top-p P                keep the smallest set with mass >= P, in (0,1]; 1 = off (default 0.95)\n" \
     "  --min-p P                keep tokens with p >= P * p_max, in [0,1); 0 = off (default 0.05)\n"     \
     "  --repeat-penalty X       > 0; divide positive / multiply negative logits of recent\n"             \
     "                           tokens; 1 = off (default 1)\n"                                           \
-    "  --repeat-last-n N        tokens the penalty looks back over; 0 = off, -1 = context (default 64)\n" \
+    "  --frequency-penalty X    in [-2,2]; minus X times its count from a recent token's logit;\n"     \
+    "                           0 = off (default 0)\n"                                                  \
+    "  --presence-penalty X     in [-2,2]; minus X from a recent token's logit; 0 = off (default 0)\n" \
+    "  --repeat-last-n N        tokens the penalties look back over; 0 = off, -1 = context (default 64)\n" \
     "  --seed N                 random seed (default: from the clock); PCG32, so a seed\n"               \
     "                           reproduces a run on any platform\n"
 
 typedef struct cli_sampling_flags {
-    const char *temp, *top_k, *top_p, *min_p, *repeat_penalty, *repeat_last_n, *seed;
+    const char *temp, *top_k, *top_p, *min_p, *repeat_penalty, *frequency_penalty, *presence_penalty, *repeat_last_n,
+        *seed;
 } cli_sampling_flags;
 
 /* True when argv[*i] is one of the sampling flags: its value is stored and *i advanced
