@@ -78,6 +78,10 @@ void st_sample_repetition_penalty(st_candidates *c, const int32_t *last, int64_t
  * All three neutral (1, 0, 0) = off. Expects c as st_sample_repetition_penalty does. */
 void st_sample_penalties(st_candidates *c, const int32_t *last, int64_t n_last, float repeat, float frequency,
                          float presence);
+/* The same penalties on any candidates (c need not hold every id, nor in id order): each
+ * candidate seen in last is penalized by its count there. Returns how many were. */
+int64_t st_sample_penalize_candidates(st_candidates *c, const int32_t *last, int64_t n_last, float repeat,
+                                      float frequency, float presence);
 /* Keeps the k largest; k <= 0 or k >= size = off. */
 void st_sample_top_k(st_candidates *c, int32_t k);
 /* Keeps the smallest prefix (by probability) whose mass reaches p; p >= 1 = off. */
@@ -134,6 +138,21 @@ bool st_sampler_fits_candidates(const st_sampler *s, int32_t k);
  * a chain that st_sampler_fits_candidates allows: the token the whole row would give. */
 st_status st_sampler_sample_candidates(st_sampler *s, const int32_t *ids, const float *vals, int32_t k, float lse,
                                        int32_t *out, st_error *err);
+
+/* Whether the chain has penalties that only lower logits (repetition >= 1, frequency and
+ * presence >= 0) before greedy or a top-k of at most k: a row's k largest logits settle it
+ * where at least top-k of them (one, greedy) are not penalized, for then no token beyond
+ * them can rise into the penalized row's top-k (st_sampler_candidates_settle_penalties). */
+bool st_sampler_penalizes_candidates(const st_sampler *s, int32_t k);
+
+/* For such a chain: whether the candidates ids[0 .. k) settle it. */
+bool st_sampler_candidates_settle_penalties(const st_sampler *s, const int32_t *ids, int32_t k);
+
+/* st_sampler_sample's token for such a chain from candidates that settle it (ids, vals,
+ * lse as st_sampler_sample_candidates takes them): the penalties on the candidates the
+ * history holds, then the chain. ST_ERROR_INVALID as st_sampler_sample_candidates. */
+st_status st_sampler_sample_candidates_penalized(st_sampler *s, const int32_t *ids, const float *vals, int32_t k,
+                                                 float lse, int32_t *out, st_error *err);
 
 /* Whether the chain cuts by top-p with no top-k before it (temperature > 0, no repetition
  * penalty): its cut needs the whole row's probabilities, which a row's largest logits and

@@ -28,6 +28,8 @@ typedef enum engine_source {
     SOURCE_CANDIDATES, /* its logits row's largest logits (st_sampler_sample_candidates) */
     SOURCE_TOP_P,      /* its candidates where they settle its top-p cut, else its whole row
                           read after the step (st_sampler_top_p_keep) */
+    SOURCE_PENALIZED,  /* its candidates, penalized, where they settle its top-k, else its
+                          whole row read after the step (st_sampler_penalizes_candidates) */
     SOURCE_DRAWN,      /* a draw the backend made from the whole row (st_sampler_next_draw) */
     SOURCE_WHOLE,      /* the whole row, on the host (st_sampler_sample) */
 } engine_source;

@@ -140,6 +140,20 @@ void st_sample_penalties(st_candidates *c, const int32_t *last, int64_t n_last, 
     free(ids);
 }
 
+int64_t st_sample_penalize_candidates(st_candidates *c, const int32_t *last, int64_t n_last, float repeat,
+                                      float frequency, float presence) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < c->size; i++) { /* the history is short (repeat_last_n): a scan a candidate */
+        int64_t count = 0;
+        for (int64_t j = 0; j < n_last; j++) count += last[j] == c->data[i].id;
+        if (count == 0) continue;
+        penalize(&c->data[i], count, repeat, frequency, presence);
+        n++;
+    }
+    if (n > 0) c->sorted = false;
+    return n;
+}
+
 void st_sample_top_k(st_candidates *c, int32_t k) {
     if (k <= 0 || k >= c->size) return;
     sort_prefix(c, k);

@@ -152,16 +152,25 @@ bool st_sampler_fits_candidates(const st_sampler *s, int32_t k) {
     return no_penalty(s) && k >= 1 && (s->p.temp == 0.0f || (s->p.top_k >= 1 && s->p.top_k <= k));
 }
 
-st_status st_sampler_sample_candidates(st_sampler *s, const int32_t *ids, const float *vals, int32_t k, float lse,
-                                       int32_t *out, st_error *err) {
-    ST_ASSERT(st_sampler_fits_candidates(s, k) && k <= s->n_vocab);
+/* ST_ERROR_INVALID where st_sampler_sample would refuse the row: a NaN (lse NaN: anywhere
+ * in the row), +inf, or no finite value among the candidates (none in the row). */
+static st_status check_candidates(const int32_t *ids, const float *vals, int32_t k, float lse, st_error *err) {
     if (isnan(lse)) return st_error_set(err, ST_ERROR_INVALID, "the logits hold a NaN");
     bool any_finite = false;
     for (int32_t i = 0; i < k; i++) {
         if (isnan(vals[i])) return st_error_set(err, ST_ERROR_INVALID, "the logits hold a NaN (token %d)", ids[i]);
+        if (vals[i] == INFINITY)
+            return st_error_set(err, ST_ERROR_INVALID, "the logits hold +inf (token %d)", ids[i]);
         any_finite |= isfinite(vals[i]) != 0;
     }
-    if (!any_finite) return st_error_set(err, ST_ERROR_INVALID, "the logits hold no finite value");
+    return any_finite ? ST_OK : st_error_set(err, ST_ERROR_INVALID, "the logits hold no finite value");
+}
+
+st_status st_sampler_sample_candidates(st_sampler *s, const int32_t *ids, const float *vals, int32_t k, float lse,
+                                       int32_t *out, st_error *err) {
+    ST_ASSERT(st_sampler_fits_candidates(s, k) && k <= s->n_vocab);
+    st_status st = check_candidates(ids, vals, k, lse, err);
+    if (st != ST_OK) return st;
     if (s->p.temp == 0.0f) { /* the largest, the lowest id among equals: the first candidate */
         *out = ids[0];
         return ST_OK;
@@ -214,4 +223,48 @@ int32_t st_sampler_sample_top_p_kept(st_sampler *s, const int32_t *ids, const fl
     st_sample_min_p(&c, s->p.min_p);
     st_sample_temperature(&c, s->p.temp);
     return st_sample_draw(&c, &s->rng);
+}
+
+bool st_sampler_penalizes_candidates(const st_sampler *s, int32_t k) {
+    const bool lowering = s->p.repeat_penalty >= 1.0f && s->p.frequency_penalty >= 0.0f && s->p.presence_penalty >= 0.0f;
+    return !no_penalty(s) && lowering && k >= 1 && (s->p.temp == 0.0f || (s->p.top_k >= 1 && s->p.top_k <= k));
+}
+
+bool st_sampler_candidates_settle_penalties(const st_sampler *s, const int32_t *ids, int32_t k) {
+    ST_ASSERT(st_sampler_penalizes_candidates(s, k));
+    int32_t clean = 0; /* candidates not in the history (its order does not matter here) */
+    for (int32_t i = 0; i < k; i++) {
+        bool seen = false;
+        for (int64_t j = 0; j < s->n_history && !seen; j++) seen = s->history[j] == ids[i];
+        clean += !seen;
+    }
+    return clean >= (s->p.temp == 0.0f ? 1 : s->p.top_k);
+}
+
+st_status st_sampler_sample_candidates_penalized(st_sampler *s, const int32_t *ids, const float *vals, int32_t k,
+                                                 float lse, int32_t *out, st_error *err) {
+    ST_ASSERT(st_sampler_candidates_settle_penalties(s, ids, k) && k <= s->n_vocab);
+    st_status st = check_candidates(ids, vals, k, lse, err);
+    if (st != ST_OK) return st;
+    for (int32_t i = 0; i < k; i++) s->cand[i] = (st_token_prob){.id = ids[i], .logit = vals[i]};
+    st_candidates c = {.data = s->cand, .size = k, .sorted = true};
+    const int64_t n_last = unroll_history(s);
+    st_sample_penalize_candidates(&c, s->last, n_last, s->p.repeat_penalty, s->p.frequency_penalty,
+                                  s->p.presence_penalty);
+    if (s->p.temp == 0.0f) { /* the largest after the penalties, the lowest id among equals */
+        int64_t best = 0;
+        for (int64_t i = 1; i < c.size; i++)
+            if (c.data[i].logit > c.data[best].logit ||
+                (c.data[i].logit == c.data[best].logit && c.data[i].id < c.data[best].id))
+                best = i;
+        *out = c.data[best].id;
+        return ST_OK;
+    }
+    st_candidates_sort(&c); /* the penalized order: top-k keeps the whole row's top-k */
+    st_sample_top_k(&c, s->p.top_k);
+    st_sample_top_p(&c, s->p.top_p);
+    st_sample_min_p(&c, s->p.min_p);
+    st_sample_temperature(&c, s->p.temp);
+    *out = st_sample_draw(&c, &s->rng);
+    return ST_OK;
 }

@@ -561,7 +561,7 @@ static void test_runner(const char *preset) {
 /* ---- the engine ------------------------------------------------------------------------ */
 
 /* What the requests of one engine run generated. */
-#define ENGINE_REQS 5
+#define ENGINE_REQS 7
 
 typedef struct engine_run {
     int32_t tokens[ENGINE_REQS][24];
@@ -569,11 +569,14 @@ typedef struct engine_run {
     int n[ENGINE_REQS];
 } engine_run;
 
-/* Five requests through an engine of four rows on CUDA to the end: three at temperature 1
+/* Seven requests through an engine of four rows on CUDA to the end: three at temperature 1
  * without top-k or top-p (drawn on the device; one with min-p, one with
  * log-probabilities), two with top-p 0.9 and 0.3 (their candidates where they settle the
- * cut, else the whole row read after the step); host: the same requests keeping every
- * logits row, which samples them on the host. warm: the engine warmed up first. */
+ * cut, else the whole row read after the step), two with penalties (greedy with a
+ * repetition penalty, top-k 20 with frequency and presence penalties: their candidates
+ * penalized where they settle the top-k, else the whole row); host: the same requests
+ * keeping every logits row, which samples them on the host. warm: the engine warmed up
+ * first. */
 static void engine_generate(st_model *m, bool host, bool warm, engine_run *out) {
     st_engine_options eo = st_engine_options_default();
     eo.n_ctx = 256, eo.n_parallel = 4, eo.n_blocks = 24, eo.max_batch_tokens = 64, eo.kv_type = ST_TYPE_F32;
@@ -581,14 +584,16 @@ static void engine_generate(st_model *m, bool host, bool warm, engine_run *out) 
     st_error err = {0};
     if (st_engine_init(m, &eo, &e, &err) != ST_OK) test_die("engine", &err);
     if (warm && st_engine_warmup(e, &err) != ST_OK) test_die("engine warm-up", &err);
-    int32_t prompt[40];
-    for (int i = 0; i < 40; i++) prompt[i] = (int32_t)((7 * i + 3) % m->hp.n_vocab);
+    int32_t prompt[64];
+    for (int i = 0; i < 64; i++) prompt[i] = (int32_t)((7 * i + 3) % m->hp.n_vocab);
     for (int q = 0; q < ENGINE_REQS; q++) {
         st_request_params rp = st_request_params_default();
         rp.prompt = prompt + q, rp.n_prompt = 20 + 4 * q;
         rp.sampling.temp = 1.0f, rp.sampling.top_k = 0, rp.sampling.top_p = 1.0f;
         rp.sampling.min_p = q == 2 ? 0.05f : 0.0f, rp.sampling.seed = 31 + (uint64_t)q;
-        if (q >= 3) rp.sampling.top_p = q == 3 ? 0.9f : 0.3f;
+        if (q == 3 || q == 4) rp.sampling.top_p = q == 3 ? 0.9f : 0.3f;
+        if (q == 5) rp.sampling.temp = 0.0f, rp.sampling.repeat_penalty = 1.3f;
+        if (q == 6) rp.sampling.top_k = 20, rp.sampling.frequency_penalty = 0.5f, rp.sampling.presence_penalty = 0.3f;
         rp.max_tokens = 24;
         rp.logprobs = q == 1;
         rp.logits = host ? ST_REQUEST_LOGITS_EVERY : ST_REQUEST_LOGITS_NONE;
@@ -610,11 +615,11 @@ static void engine_generate(st_model *m, bool host, bool warm, engine_run *out) 
 }
 
 /* The engine on CUDA draws on the device for requests at OpenAI's default sampling, and
- * cuts top-p from the candidates where they settle it: the same tokens as the host sampler
- * gives them from the same rows (a request keeping every row samples on the host), and the
- * log-probability of each drawn token (which may lie outside the candidates) the host's to
- * f32 rounding. An engine warmed up first (its decode steps recorded over padding tokens)
- * gives the same tokens as one that was not. */
+ * cuts top-p and applies penalties on the candidates where they settle the chain: the same
+ * tokens as the host sampler gives them from the same rows (a request keeping every row
+ * samples on the host), and the log-probability of each drawn token (which may lie outside
+ * the candidates) the host's to f32 rounding. An engine warmed up first (its decode steps
+ * recorded over padding tokens) gives the same tokens as one that was not. */
 static void test_engine_draws(const char *preset) {
     char path[256];
     snprintf(path, sizeof(path), "/tmp/stride-batch-%d-%s.gguf", (int)getpid(), preset);
@@ -641,7 +646,7 @@ static void test_engine_draws(const char *preset) {
         }
     }
     char desc[96];
-    snprintf(desc, sizeof(desc), "%s: 5 requests at temperature 1 (two top-p), %lld tokens", preset, (long long)n);
+    snprintf(desc, sizeof(desc), "%s: 7 requests (drawn, top-p, penalties), %lld tokens", preset, (long long)n);
     record("engine draws tokens", desc, &rt, TOL_EXACT);
     record("engine draws logprobs", desc, &rl, 1e-5);
     record("engine warmed up", desc, &rw, TOL_EXACT);

@@ -624,6 +624,82 @@ static void test_frequency_presence(void **state) {
     st_sampler_free(s);
 }
 
+/* Penalties before greedy or a top-k, from a row's 64 largest logits: the chains that can
+ * (only lowering penalties), and where st_sampler_candidates_settle_penalties says the
+ * candidates settle a row, the token st_sampler_sample gives on the whole row from a
+ * sampler of the same seed and history; rows of both kinds occur (histories that hold
+ * many of the candidates do not settle). */
+static void test_penalties_from_candidates(void **state) {
+    (void)state;
+    enum { K = 64, ROWS = 12 };
+    const int64_t V = 5000;
+    struct {
+        float temp, repeat, frequency, presence, top_p;
+        int32_t top_k;
+    } chains[] = {{0.0f, 1.3f, 0.0f, 0.0f, 1.0f, 0}, {0.8f, 1.0f, 0.5f, 0.3f, 1.0f, 20},
+                  {1.0f, 1.1f, 0.0f, 0.2f, 0.9f, 40}, {0.7f, 1.5f, 1.0f, 0.0f, 1.0f, 64}};
+    float *x = malloc((size_t)(V * ROWS) * sizeof(float));
+    assert_non_null(x);
+    for (int r = 0; r < ROWS; r++) grid_logits(x + r * V, V, 900 + (uint64_t)r);
+    int32_t ids[K * ROWS];
+    float vals[(K + 1) * ROWS];
+    st_tensor lt = {.type = ST_TYPE_F32, .ne = {V, ROWS, 1, 1}, .data = x};
+    st_tensor vt = {.type = ST_TYPE_F32, .ne = {K + 1, ROWS, 1, 1}, .data = vals};
+    assert_true(st_tensor_set_packed_strides(&lt) && st_tensor_set_packed_strides(&vt));
+    st_cpu_top_k_logits(ids, &vt, &lt, K);
+    int settled = 0, unsettled = 0;
+    for (size_t ci = 0; ci < sizeof(chains) / sizeof(chains[0]); ci++)
+        for (int r = 0; r < ROWS; r++) {
+            st_sampler_params p = st_sampler_params_default();
+            p.temp = chains[ci].temp, p.top_k = chains[ci].top_k, p.top_p = chains[ci].top_p, p.min_p = 0.02f;
+            p.repeat_penalty = chains[ci].repeat, p.frequency_penalty = chains[ci].frequency;
+            p.presence_penalty = chains[ci].presence, p.seed = 40 + (uint64_t)r;
+            st_sampler *host = NULL, *cand = NULL;
+            assert_int_equal(st_sampler_init(&p, V, &host, NULL), ST_OK);
+            assert_int_equal(st_sampler_init(&p, V, &cand, NULL), ST_OK);
+            assert_true(st_sampler_penalizes_candidates(cand, K));
+            /* a history of some of the row's candidates (more of them in later rows), twice
+             * for a few, and tokens beyond them */
+            const int32_t *id = ids + r * K;
+            for (int h = 0; h < 6 * r; h++) {
+                const int32_t t = h % 3 == 2 ? (int32_t)((h * 977) % V) : id[(h * 7) % K];
+                st_sampler_accept(host, t), st_sampler_accept(cand, t);
+            }
+            const float *v = vals + r * (K + 1);
+            if (!st_sampler_candidates_settle_penalties(cand, id, K)) {
+                unsettled++;
+            } else {
+                settled++;
+                for (int d = 0; d < 3; d++) {
+                    int32_t want = -1, got = -2;
+                    assert_int_equal(st_sampler_sample(host, x + r * V, &want, NULL), ST_OK);
+                    assert_int_equal(st_sampler_sample_candidates_penalized(cand, id, v, K, v[K], &got, NULL), ST_OK);
+                    assert_int_equal(got, want);
+                }
+            }
+            st_sampler_free(host);
+            st_sampler_free(cand);
+        }
+    assert_true(settled >= 10 && unsettled >= 4);
+    /* penalties that may raise a logit, none at all, or no top-k: not from the candidates */
+    const float raising[][3] = {{0.9f, 0.0f, 0.0f}, {1.0f, -0.5f, 0.0f}, {1.0f, 0.0f, -0.1f}, {1.0f, 0.0f, 0.0f}};
+    for (int i = 0; i < 4; i++) {
+        st_sampler_params p = st_sampler_params_default();
+        p.repeat_penalty = raising[i][0], p.frequency_penalty = raising[i][1], p.presence_penalty = raising[i][2];
+        st_sampler *s = NULL;
+        assert_int_equal(st_sampler_init(&p, V, &s, NULL), ST_OK);
+        assert_false(st_sampler_penalizes_candidates(s, K));
+        st_sampler_free(s);
+    }
+    st_sampler_params p = st_sampler_params_default();
+    p.repeat_penalty = 1.2f, p.top_k = 0;
+    st_sampler *s = NULL;
+    assert_int_equal(st_sampler_init(&p, V, &s, NULL), ST_OK);
+    assert_false(st_sampler_penalizes_candidates(s, K));
+    st_sampler_free(s);
+    free(x);
+}
+
 static void test_determinism(void **state) {
     (void)state;
     const int64_t V = 8;
@@ -752,6 +828,7 @@ int main(void) {
         cmocka_unit_test(test_row_draw_matches_sampler),
         cmocka_unit_test(test_top_p_from_candidates),
         cmocka_unit_test(test_frequency_presence),
+        cmocka_unit_test(test_penalties_from_candidates),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_params_check),
         cmocka_unit_test(test_bad_logits),
