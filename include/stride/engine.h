@@ -92,9 +92,10 @@ st_engine_options st_engine_options_default(void);
  * its log-sum-exp (runner.h) and only those come to the host. The default top-k (40) and
  * the most top_logprobs (20) fit; a chain that is a draw from the whole row (a temperature
  * and min-p at most, OpenAI's defaults: st_sampler_draws_row) is drawn by the backend, so
- * that only its token comes back; top-p without top-k samples from the candidates where
- * its cut falls among them. Other chains (a top-k over k, a repetition penalty), and top-p
- * whose cut lies beyond the candidates, take the whole row to the host. On the CPU, whose logits are in host memory
+ * that only its token comes back; top-p without top-k, and penalties before a top-k,
+ * sample from the candidates where they settle the chain. Other chains (a top-k over k,
+ * penalties that may raise a logit or come without a top-k), and rows the candidates do
+ * not settle, take the whole row to the host. On the CPU, whose logits are in host memory
  * already, the engine reads whole rows. */
 #define ST_ENGINE_CANDIDATES 64
 
