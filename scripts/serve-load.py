@@ -120,7 +120,7 @@ def run(args):
         job = {"prompt": prompt, "max_tokens": args.gen_tokens, "temperature": args.temperature,
                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
                "logprobs": 0, "seed": i}
-        for name in ("top_k", "top_p", "min_p"):
+        for name in ("top_k", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repeat_penalty"):
             if getattr(args, name) is not None:
                 job[name] = getattr(args, name)
         jobs.append(job)
@@ -182,6 +182,9 @@ def main():
     ap.add_argument("--top-k", type=int, help="sent with every request (default: not sent)")
     ap.add_argument("--top-p", type=float, help="sent with every request (default: not sent)")
     ap.add_argument("--min-p", type=float, help="sent with every request (default: not sent)")
+    ap.add_argument("--frequency-penalty", type=float, help="sent with every request (default: not sent)")
+    ap.add_argument("--presence-penalty", type=float, help="sent with every request (default: not sent)")
+    ap.add_argument("--repeat-penalty", type=float, help="sent with every request (default: not sent)")
     ap.add_argument("--shared-prefix", action="store_true", help="every prompt but its last token the same")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=600, help="seconds for one request")
