@@ -532,6 +532,15 @@ static void test_row_draw_matches_sampler(void **state) {
     }
 }
 
+/* The k largest logits of each of n rows x [n][V] and their log-sum-exp, as a runner of
+ * candidates gives them (st_cpu_top_k_logits): ids [n][k], vals [n][k + 1]. */
+static void row_candidates(float *x, int64_t V, int64_t n, int32_t k, int32_t *ids, float *vals) {
+    st_tensor lt = {.type = ST_TYPE_F32, .ne = {V, n, 1, 1}, .data = x};
+    st_tensor vt = {.type = ST_TYPE_F32, .ne = {k + 1, n, 1, 1}, .data = vals};
+    assert_true(st_tensor_set_packed_strides(&lt) && st_tensor_set_packed_strides(&vt));
+    st_cpu_top_k_logits(ids, &vt, &lt, k);
+}
+
 /* A top-p chain from a row's 64 largest logits and its log-sum-exp (st_cpu_top_k_logits):
  * where st_sampler_top_p_keep settles the cut, it keeps exactly the tokens
  * st_sampler_sample's top-p keeps on the whole row, and st_sampler_sample_top_p_kept draws
@@ -553,10 +562,7 @@ static void test_top_p_from_candidates(void **state) {
     }
     int32_t ids[K * ROWS];
     float vals[(K + 1) * ROWS];
-    st_tensor lt = {.type = ST_TYPE_F32, .ne = {V, ROWS, 1, 1}, .data = x};
-    st_tensor vt = {.type = ST_TYPE_F32, .ne = {K + 1, ROWS, 1, 1}, .data = vals};
-    assert_true(st_tensor_set_packed_strides(&lt) && st_tensor_set_packed_strides(&vt));
-    st_cpu_top_k_logits(ids, &vt, &lt, K);
+    row_candidates(x, V, ROWS, K, ids, vals);
     int settled = 0, unsettled = 0;
     for (size_t pi = 0; pi < 3; pi++)
         for (size_t mi = 0; mi < 2; mi++)
@@ -643,10 +649,7 @@ static void test_penalties_from_candidates(void **state) {
     for (int r = 0; r < ROWS; r++) grid_logits(x + r * V, V, 900 + (uint64_t)r);
     int32_t ids[K * ROWS];
     float vals[(K + 1) * ROWS];
-    st_tensor lt = {.type = ST_TYPE_F32, .ne = {V, ROWS, 1, 1}, .data = x};
-    st_tensor vt = {.type = ST_TYPE_F32, .ne = {K + 1, ROWS, 1, 1}, .data = vals};
-    assert_true(st_tensor_set_packed_strides(&lt) && st_tensor_set_packed_strides(&vt));
-    st_cpu_top_k_logits(ids, &vt, &lt, K);
+    row_candidates(x, V, ROWS, K, ids, vals);
     int settled = 0, unsettled = 0;
     for (size_t ci = 0; ci < sizeof(chains) / sizeof(chains[0]); ci++)
         for (int r = 0; r < ROWS; r++) {
