@@ -79,7 +79,8 @@ void st_sample_repetition_penalty(st_candidates *c, const int32_t *last, int64_t
 void st_sample_penalties(st_candidates *c, const int32_t *last, int64_t n_last, float repeat, float frequency,
                          float presence);
 /* The same penalties on any candidates (c need not hold every id, nor in id order): each
- * candidate seen in last is penalized by its count there. Returns how many were. */
+ * candidate seen in last (sorted ascending) is penalized by its count there. Returns how
+ * many were. */
 int64_t st_sample_penalize_candidates(st_candidates *c, const int32_t *last, int64_t n_last, float repeat,
                                       float frequency, float presence);
 /* Keeps the k largest; k <= 0 or k >= size = off. */
@@ -146,7 +147,7 @@ st_status st_sampler_sample_candidates(st_sampler *s, const int32_t *ids, const 
 bool st_sampler_penalizes_candidates(const st_sampler *s, int32_t k);
 
 /* For such a chain: whether the candidates ids[0 .. k) settle it. */
-bool st_sampler_candidates_settle_penalties(const st_sampler *s, const int32_t *ids, int32_t k);
+bool st_sampler_candidates_settle_penalties(st_sampler *s, const int32_t *ids, int32_t k);
 
 /* st_sampler_sample's token for such a chain from candidates that settle it (ids, vals,
  * lse as st_sampler_sample_candidates takes them): the penalties on the candidates the

@@ -140,12 +140,23 @@ void st_sample_penalties(st_candidates *c, const int32_t *last, int64_t n_last, 
     free(ids);
 }
 
+/* The first index of sorted a[0 .. n) whose value is >= v (> v when after). */
+static int64_t bound_i32(const int32_t *a, int64_t n, int32_t v, bool after) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (a[mid] < v || (after && a[mid] == v)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 int64_t st_sample_penalize_candidates(st_candidates *c, const int32_t *last, int64_t n_last, float repeat,
                                       float frequency, float presence) {
     int64_t n = 0;
-    for (int64_t i = 0; i < c->size; i++) { /* the history is short (repeat_last_n): a scan a candidate */
-        int64_t count = 0;
-        for (int64_t j = 0; j < n_last; j++) count += last[j] == c->data[i].id;
+    for (int64_t i = 0; i < c->size; i++) {
+        const int32_t id = c->data[i].id;
+        const int64_t count = bound_i32(last, n_last, id, true) - bound_i32(last, n_last, id, false);
         if (count == 0) continue;
         penalize(&c->data[i], count, repeat, frequency, presence);
         n++;

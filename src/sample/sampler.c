@@ -230,26 +230,34 @@ bool st_sampler_penalizes_candidates(const st_sampler *s, int32_t k) {
     return !no_penalty(s) && lowering && k >= 1 && (s->p.temp == 0.0f || (s->p.top_k >= 1 && s->p.top_k <= k));
 }
 
-bool st_sampler_candidates_settle_penalties(const st_sampler *s, const int32_t *ids, int32_t k) {
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The history into s->last, sorted (for counting, where its order does not matter). */
+static int64_t sorted_history(st_sampler *s) {
+    const int64_t n = unroll_history(s);
+    qsort(s->last, (size_t)n, sizeof(int32_t), cmp_i32);
+    return n;
+}
+
+bool st_sampler_candidates_settle_penalties(st_sampler *s, const int32_t *ids, int32_t k) {
     ST_ASSERT(st_sampler_penalizes_candidates(s, k));
-    int32_t clean = 0; /* candidates not in the history (its order does not matter here) */
-    for (int32_t i = 0; i < k; i++) {
-        bool seen = false;
-        for (int64_t j = 0; j < s->n_history && !seen; j++) seen = s->history[j] == ids[i];
-        clean += !seen;
-    }
+    const int64_t n = sorted_history(s);
+    int32_t clean = 0; /* candidates not in the history */
+    for (int32_t i = 0; i < k; i++) clean += !bsearch(&ids[i], s->last, (size_t)n, sizeof(int32_t), cmp_i32);
     return clean >= (s->p.temp == 0.0f ? 1 : s->p.top_k);
 }
 
 st_status st_sampler_sample_candidates_penalized(st_sampler *s, const int32_t *ids, const float *vals, int32_t k,
                                                  float lse, int32_t *out, st_error *err) {
-    ST_ASSERT(st_sampler_candidates_settle_penalties(s, ids, k) && k <= s->n_vocab);
+    ST_ASSERT(st_sampler_penalizes_candidates(s, k) && k <= s->n_vocab);
     st_status st = check_candidates(ids, vals, k, lse, err);
     if (st != ST_OK) return st;
     for (int32_t i = 0; i < k; i++) s->cand[i] = (st_token_prob){.id = ids[i], .logit = vals[i]};
     st_candidates c = {.data = s->cand, .size = k, .sorted = true};
-    const int64_t n_last = unroll_history(s);
-    st_sample_penalize_candidates(&c, s->last, n_last, s->p.repeat_penalty, s->p.frequency_penalty,
+    st_sample_penalize_candidates(&c, s->last, sorted_history(s), s->p.repeat_penalty, s->p.frequency_penalty,
                                   s->p.presence_penalty);
     if (s->p.temp == 0.0f) { /* the largest after the penalties, the lowest id among equals */
         int64_t best = 0;
