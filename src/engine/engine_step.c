@@ -265,6 +265,9 @@ static st_status sample_next(st_engine *e, int64_t j, const st_runner_output *o,
     r->sampled = true;
     r->n_generated++;
     e->stats.tokens_out++;
+    if (p->source == SOURCE_WHOLE) e->stats.tokens_from_rows++;
+    else if (p->source == SOURCE_DRAWN) e->stats.tokens_drawn++;
+    else e->stats.tokens_from_candidates++;
     st_finish_reason reason = ST_FINISH_NONE;
     if (is_stop(r, token)) reason = ST_FINISH_STOP;
     else if (r->max_tokens > 0 && r->n_generated >= r->max_tokens) reason = ST_FINISH_LENGTH;
@@ -351,6 +354,7 @@ st_status st_engine_step(st_engine *e, st_error *err) {
         n_pick++;
     }
     ST_ASSERT(n_pick == b.n_out);
+    e->stats.rows_read_late += n_late;
     if (n_late > 0 && (s = st_runner_read_rows(e->runner, e->b_full, n_late, err)) != ST_OK) {
         fail_step(e, err->message);
         return s;

@@ -69,6 +69,15 @@ char *srv_metrics_text(srv_server *s) {
     st_strbuf_printf(&b, "stride_prompt_tokens_total %lld\n", (long long)st.tokens_in);
     metric(&b, "generation_tokens_total", "counter", "Tokens generated.");
     st_strbuf_printf(&b, "stride_generation_tokens_total %lld\n", (long long)st.tokens_out);
+    metric(&b, "sampled_tokens_total", "counter",
+           "Tokens generated, by where they were sampled: from a row's candidates on the host, drawn on the "
+           "device from the whole row, or from the whole row on the host (on a GPU, the slow way).");
+    st_strbuf_printf(&b, "stride_sampled_tokens_total{where=\"candidates\"} %lld\n"
+                         "stride_sampled_tokens_total{where=\"device\"} %lld\nstride_sampled_tokens_total{where=\"row\"} %lld\n",
+                     (long long)st.tokens_from_candidates, (long long)st.tokens_drawn, (long long)st.tokens_from_rows);
+    metric(&b, "logits_rows_read_late_total", "counter",
+           "Whole logits rows read after a step because the candidates did not settle a request's top-p or penalties.");
+    st_strbuf_printf(&b, "stride_logits_rows_read_late_total %lld\n", (long long)st.rows_read_late);
     metric(&b, "prompt_tokens_cached_total", "counter", "Prompt tokens found in the prefix cache.");
     st_strbuf_printf(&b, "stride_prompt_tokens_cached_total %lld\n", (long long)st.prompt_tokens_cached);
     metric(&b, "kv_blocks", "gauge",

@@ -567,6 +567,7 @@ typedef struct engine_run {
     int32_t tokens[ENGINE_REQS][24];
     float logprob[ENGINE_REQS][24];
     int n[ENGINE_REQS];
+    st_engine_stats stats; /* at the end */
 } engine_run;
 
 /* Seven requests through an engine of four rows on CUDA to the end: three at temperature 1
@@ -611,6 +612,7 @@ static void engine_generate(st_model *m, bool host, bool warm, engine_run *out) 
             out->tokens[q][out->n[q]++] = ev.token;
         }
     }
+    st_engine_get_stats(e, &out->stats);
     st_engine_free(e);
 }
 
@@ -650,6 +652,18 @@ static void test_engine_draws(const char *preset) {
     record("engine draws tokens", desc, &rt, TOL_EXACT);
     record("engine draws logprobs", desc, &rl, 1e-5);
     record("engine warmed up", desc, &rw, TOL_EXACT);
+    /* where the tokens were sampled: each kind on the device run (the drawn requests on the
+     * device, greedy and top-k on the candidates), every one from rows on the host run */
+    const st_engine_stats *sd = &dev.stats, *sh = &host.stats;
+    cmp_result rs = {0};
+    rs.bad += sd->tokens_drawn < 3 * 24 || sd->tokens_from_candidates < 24 ||
+              sd->tokens_drawn + sd->tokens_from_candidates + sd->tokens_from_rows != sd->tokens_out;
+    rs.bad += sh->tokens_from_rows != sh->tokens_out || sh->tokens_drawn != 0 || sh->rows_read_late != 0;
+    char where[160];
+    snprintf(where, sizeof(where), "%s: device run %lld candidates / %lld drawn / %lld rows (%lld late)", preset,
+             (long long)sd->tokens_from_candidates, (long long)sd->tokens_drawn, (long long)sd->tokens_from_rows,
+             (long long)sd->rows_read_late);
+    record("engine token sources", where, &rs, TOL_EXACT);
     st_model_free(m);
     unlink(path);
 }

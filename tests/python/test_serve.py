@@ -340,6 +340,10 @@ def test_misc(srv, model_id):
                  "stride_kv_blocks_total", "stride_prompt_tokens_per_second", "stride_generation_tokens_per_second"):
         check(name in m, f"/metrics has {name}")
     check(m["stride_generation_tokens_per_second"] > 0, f"generation speed is measured: {m}")
+    where = {w: m.get(f'stride_sampled_tokens_total{{where="{w}"}}', -1) for w in ("candidates", "device", "row")}
+    check(where["row"] > 0 and where["candidates"] == 0 and where["device"] == 0 and
+          sum(where.values()) == m["stride_generation_tokens_total"] and m["stride_logits_rows_read_late_total"] == 0,
+          f"on the CPU every token is sampled from its whole row: {where} of {m['stride_generation_tokens_total']}")
 
 
 def test_same_text(stride, model, srv, model_id):
