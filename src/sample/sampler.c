@@ -107,6 +107,22 @@ static int64_t unroll_history(st_sampler *s) {
     return n;
 }
 
+/* The chain after its penalties, on c, with a draw: top-k, top-p, min-p, temperature. */
+static int32_t draw_after_penalties(st_sampler *s, st_candidates *c) {
+    st_sample_top_k(c, s->p.top_k);
+    st_sample_top_p(c, s->p.top_p);
+    st_sample_min_p(c, s->p.min_p);
+    st_sample_temperature(c, s->p.temp);
+    return st_sample_draw(c, &s->rng);
+}
+
+/* Candidates ids[0 .. n), vals[0 .. n) (a row's largest, in the chain's order) in the
+ * sampler's buffer. */
+static st_candidates load_candidates(st_sampler *s, const int32_t *ids, const float *vals, int32_t n) {
+    for (int32_t i = 0; i < n; i++) s->cand[i] = (st_token_prob){.id = ids[i], .logit = vals[i]};
+    return (st_candidates){.data = s->cand, .size = n, .sorted = true};
+}
+
 st_status st_sampler_sample(st_sampler *s, const float *logits, int32_t *out, st_error *err) {
     const int64_t V = s->n_vocab;
     bool any_finite = false;
@@ -129,11 +145,7 @@ st_status st_sampler_sample(st_sampler *s, const float *logits, int32_t *out, st
         *out = c.data[best].id;
         return ST_OK;
     }
-    st_sample_top_k(&c, s->p.top_k);
-    st_sample_top_p(&c, s->p.top_p);
-    st_sample_min_p(&c, s->p.min_p);
-    st_sample_temperature(&c, s->p.temp);
-    *out = st_sample_draw(&c, &s->rng);
+    *out = draw_after_penalties(s, &c);
     return ST_OK;
 }
 
@@ -148,9 +160,12 @@ static bool untruncated(const st_sampler *s) {
     return no_penalty(s) && s->p.temp > 0.0f && (s->p.top_k == 0 || s->p.top_k >= s->n_vocab);
 }
 
-bool st_sampler_fits_candidates(const st_sampler *s, int32_t k) {
-    return no_penalty(s) && k >= 1 && (s->p.temp == 0.0f || (s->p.top_k >= 1 && s->p.top_k <= k));
+/* Greedy, or a top-k of at most k: the chain keeps no more than a row's k largest. */
+static bool keeps_at_most(const st_sampler *s, int32_t k) {
+    return k >= 1 && (s->p.temp == 0.0f || (s->p.top_k >= 1 && s->p.top_k <= k));
 }
+
+bool st_sampler_fits_candidates(const st_sampler *s, int32_t k) { return no_penalty(s) && keeps_at_most(s, k); }
 
 /* ST_ERROR_INVALID where st_sampler_sample would refuse the row: a NaN (lse NaN: anywhere
  * in the row), +inf, or no finite value among the candidates (none in the row). */
@@ -177,13 +192,8 @@ st_status st_sampler_sample_candidates(st_sampler *s, const int32_t *ids, const 
     }
     /* the candidates are the row's k largest in the chain's order: top-k of at most k keeps
      * what it would keep of the whole row, and the later stages see the same tokens */
-    for (int32_t i = 0; i < k; i++) s->cand[i] = (st_token_prob){.id = ids[i], .logit = vals[i]};
-    st_candidates c = {.data = s->cand, .size = k, .sorted = true};
-    st_sample_top_k(&c, s->p.top_k);
-    st_sample_top_p(&c, s->p.top_p);
-    st_sample_min_p(&c, s->p.min_p);
-    st_sample_temperature(&c, s->p.temp);
-    *out = st_sample_draw(&c, &s->rng);
+    st_candidates c = load_candidates(s, ids, vals, k);
+    *out = draw_after_penalties(s, &c);
     return ST_OK;
 }
 
@@ -218,8 +228,7 @@ int32_t st_sampler_top_p_keep(const st_sampler *s, const float *vals, int32_t k,
 
 int32_t st_sampler_sample_top_p_kept(st_sampler *s, const int32_t *ids, const float *vals, int32_t n) {
     ST_ASSERT(st_sampler_cuts_top_p(s) && n >= 1 && n <= s->n_vocab);
-    for (int32_t i = 0; i < n; i++) s->cand[i] = (st_token_prob){.id = ids[i], .logit = vals[i]};
-    st_candidates c = {.data = s->cand, .size = n, .sorted = true};
+    st_candidates c = load_candidates(s, ids, vals, n);
     st_sample_min_p(&c, s->p.min_p);
     st_sample_temperature(&c, s->p.temp);
     return st_sample_draw(&c, &s->rng);
@@ -227,7 +236,7 @@ int32_t st_sampler_sample_top_p_kept(st_sampler *s, const int32_t *ids, const fl
 
 bool st_sampler_penalizes_candidates(const st_sampler *s, int32_t k) {
     const bool lowering = s->p.repeat_penalty >= 1.0f && s->p.frequency_penalty >= 0.0f && s->p.presence_penalty >= 0.0f;
-    return !no_penalty(s) && lowering && k >= 1 && (s->p.temp == 0.0f || (s->p.top_k >= 1 && s->p.top_k <= k));
+    return !no_penalty(s) && lowering && keeps_at_most(s, k);
 }
 
 static int cmp_i32(const void *a, const void *b) {
@@ -255,24 +264,11 @@ st_status st_sampler_sample_candidates_penalized(st_sampler *s, const int32_t *i
     ST_ASSERT(st_sampler_penalizes_candidates(s, k) && k <= s->n_vocab);
     st_status st = check_candidates(ids, vals, k, lse, err);
     if (st != ST_OK) return st;
-    for (int32_t i = 0; i < k; i++) s->cand[i] = (st_token_prob){.id = ids[i], .logit = vals[i]};
-    st_candidates c = {.data = s->cand, .size = k, .sorted = true};
+    st_candidates c = load_candidates(s, ids, vals, k);
     st_sample_penalize_candidates(&c, s->last, sorted_history(s), s->p.repeat_penalty, s->p.frequency_penalty,
                                   s->p.presence_penalty);
-    if (s->p.temp == 0.0f) { /* the largest after the penalties, the lowest id among equals */
-        int64_t best = 0;
-        for (int64_t i = 1; i < c.size; i++)
-            if (c.data[i].logit > c.data[best].logit ||
-                (c.data[i].logit == c.data[best].logit && c.data[i].id < c.data[best].id))
-                best = i;
-        *out = c.data[best].id;
-        return ST_OK;
-    }
     st_candidates_sort(&c); /* the penalized order: top-k keeps the whole row's top-k */
-    st_sample_top_k(&c, s->p.top_k);
-    st_sample_top_p(&c, s->p.top_p);
-    st_sample_min_p(&c, s->p.min_p);
-    st_sample_temperature(&c, s->p.temp);
-    *out = st_sample_draw(&c, &s->rng);
+    /* greedy: the largest after the penalties, the lowest id among equals */
+    *out = s->p.temp == 0.0f ? c.data[0].id : draw_after_penalties(s, &c);
     return ST_OK;
 }

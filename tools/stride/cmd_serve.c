@@ -54,12 +54,7 @@ static void usage(FILE *out) {
             "                           logits row to the host, many times slower with many streams\n"
             "  --top-p P                keep the smallest set with mass >= P, in (0,1]; 1 = off (default 1)\n"
             "  --min-p P                keep tokens with p >= P * p_max, in [0,1); 0 = off (default 0)\n"
-            "  --repeat-penalty X       > 0; divide positive / multiply negative logits of recent\n"
-            "                           tokens; 1 = off (default 1)\n"
-            "  --frequency-penalty X    in [-2,2]; minus X times its count from a recent token's logit;\n"
-            "                           0 = off (default 0)\n"
-            "  --presence-penalty X     in [-2,2]; minus X from a recent token's logit; 0 = off (default 0)\n"
-            "  --repeat-last-n N        tokens the penalties look back over; 0 = off, -1 = context (default 64)\n",
+            CLI_PENALTY_FLAGS_HELP,
             st_chat_family_list());
 }
 

@@ -7,18 +7,22 @@
 
 #include "stride/sample.h"
 
+/* The penalty flags, the same defaults in every command (serve's help prints them too). */
+#define CLI_PENALTY_FLAGS_HELP                                                                           \
+    "  --repeat-penalty X       > 0; divide positive / multiply negative logits of recent\n"             \
+    "                           tokens; 1 = off (default 1)\n"                                           \
+    "  --frequency-penalty X    in [-2,2]; minus X times its count from a recent token's logit;\n"       \
+    "                           0 = off (default 0)\n"                                                   \
+    "  --presence-penalty X     in [-2,2]; minus X from a recent token's logit; 0 = off (default 0)\n"   \
+    "  --repeat-last-n N        tokens the penalties look back over; 0 = off, -1 = context (default 64)\n"
+
 #define CLI_SAMPLING_FLAGS_HELP                                                                         \
     "sampling (llama.cpp's chain: penalties, top-k, top-p, min-p, temperature):\n"                      \
     "  --temp T                 temperature >= 0; 0 = greedy (default 0.8)\n"                            \
     "  --top-k N                keep the N most likely tokens; 0 = off (default 40)\n"                   \
     "  --top-p P                keep the smallest set with mass >= P, in (0,1]; 1 = off (default 0.95)\n" \
     "  --min-p P                keep tokens with p >= P * p_max, in [0,1); 0 = off (default 0.05)\n"     \
-    "  --repeat-penalty X       > 0; divide positive / multiply negative logits of recent\n"             \
-    "                           tokens; 1 = off (default 1)\n"                                           \
-    "  --frequency-penalty X    in [-2,2]; minus X times its count from a recent token's logit;\n"     \
-    "                           0 = off (default 0)\n"                                                  \
-    "  --presence-penalty X     in [-2,2]; minus X from a recent token's logit; 0 = off (default 0)\n" \
-    "  --repeat-last-n N        tokens the penalties look back over; 0 = off, -1 = context (default 64)\n" \
+    CLI_PENALTY_FLAGS_HELP                                                                                \
     "  --seed N                 random seed (default: from the clock); PCG32, so a seed\n"               \
     "                           reproduces a run on any platform\n"
 
