@@ -77,24 +77,26 @@ async def drive(port, devtools_port, model_id):
                        " if (o && o.body && window.extra) o = Object.assign({}, o, {body:"
                        " JSON.stringify(Object.assign(JSON.parse(o.body), window.extra))});"
                        " return f(u, o); }; return true })()")
-        # type a prompt, send it, watch the answer grow
+        # type a prompt, send it, watch the answer grow: a MutationObserver records the length
+        # of every text the page put into the answer (each a text node of its own, which keeps
+        # its text when replaced), so that how fast the answer streams does not matter
+        await tab.eval("window.shown = []; new MutationObserver((records) => { for (const r of records)"
+                       " if (r.target.id === 'answer-1') for (const n of r.addedNodes)"
+                       " window.shown.push(n.textContent.length); })"
+                       ".observe(document.getElementById('log'), {childList: true, subtree: true}); true")
         await tab.eval("window.extra = {ignore_eos: true, max_tokens: 400};"
                        "document.getElementById('prompt').value = 'hello from the browser';"
                        "document.getElementById('send').click(); true")
-        lengths = []
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            state = await tab.eval("(() => { const a = document.getElementById('answer-1');"
-                                   " return a ? [a.textContent.length, a.dataset.done === '1'] : null })()")
-            if state:
-                lengths.append(state[0])
-                if state[1]:
-                    break
-            await asyncio.sleep(0.01)
+        done = await tab.wait_for("(() => { const a = document.getElementById('answer-1');"
+                                  " return a && a.dataset.done === '1' })()", 60)
+        check(done, "the answer finished")
         text = await tab.eval("document.getElementById('answer-1').textContent")
         status = await tab.eval("document.getElementById('status').textContent")
+        shown = await tab.eval("window.shown") or []
         check(bool(text) and len(text) > 20, f"an answer was streamed into the page: {text!r}")
-        check(len(set(lengths)) >= 3, f"the text grew while streaming (lengths seen: {sorted(set(lengths))[:20]})")
+        grew = len(set(shown)) >= 3 and all(a <= b for a, b in zip(shown, shown[1:])) and shown[-1] == len(text)
+        check(grew, f"the text grew while streaming, ending as the answer (lengths shown: {shown[:20]}"
+                    f"{' ...' if len(shown) > 20 else ''} of {len(text)})")
         check(status.startswith("done"), f"the page says it is done: {status!r}")
         user = await tab.eval("document.querySelector('.msg.user').textContent")
         check(user == "hello from the browser", f"the prompt shows as the user's message: {user!r}")
