@@ -94,9 +94,11 @@ typedef struct st_backend_iface {
      * F32 [V, n]. */
     void (*top_k)(st_backend *b, st_tensor *ids, st_tensor *vals, const st_tensor *logits, int32_t k);
     /* A draw from each whole row (st_cpu_draw_rows): ids I32 [n] and drawn F32 [n] (may be
-     * in host memory of host_alloc's), logits F32 [V, n], params F32 [2, n], words I32 [2, n]. */
+     * in host memory of host_alloc's), logits F32 [V, n] (a backend may rewrite penalized
+     * logits while it draws, and puts them back), params F32 [6, n], words I32 [4, n],
+     * penalized I32 [2 ST_DRAW_MAX_PENALIZED, n]. */
     void (*draw)(st_backend *b, st_tensor *ids, st_tensor *drawn, const st_tensor *logits, const st_tensor *params,
-                 const st_tensor *words);
+                 const st_tensor *words, const st_tensor *penalized);
 
     /* Waits for queued work (a no-op where ops are synchronous). */
     st_status (*synchronize)(st_backend *b, st_error *err);

@@ -178,16 +178,21 @@ void st_cpu_topk_route(int32_t *out_ids, st_tensor *out_weights, const st_tensor
  *   its logit minus it). 1 <= k <= V. */
 void st_cpu_top_k_logits(int32_t *ids, st_tensor *vals, const st_tensor *logits, int32_t k);
 
-/* A draw from each whole row, where the logits are (st_sampler_next_draw's parameters):
- *   logits F32 [V, n]; params F32 [2, n]: temperature (> 0; 0: the row is not drawn and
- *   its outputs are left as they are), min-p; words I32 [2, n]: the uniform's two words
- *   (st_rng_uniform_words); ids I32 [n]: the drawn token, -1 when the row holds a NaN or
- *   +inf, -2 when it holds no finite value; drawn F32 [n]: the drawn token's logit.
- * The token is st_sampler_sample's for a chain st_sampler_draws_row allows: the tokens
- * whose logit is at least max + log(min-p), in id order, logit / temperature, the draw at
- * the uniform (st_sample_draw_at). */
+/* A token from each whole row, where the logits are (st_sampler_next_draw's parameters):
+ *   logits F32 [V, n]; params F32 [6, n]: temperature (> 0; 0: the row is not drawn and
+ *   its outputs are left as they are), min-p, top-p (1: off), the repeat, frequency and
+ *   presence penalties; words I32 [4, n]: the uniform's two words (st_rng_uniform_words),
+ *   top-k (0: off), the number of penalized tokens; penalized I32
+ *   [2 ST_DRAW_MAX_PENALIZED, n]: (token id, count) pairs, distinct ids; ids I32 [n]: the
+ *   token, -1 when the row holds a NaN or +inf, -2 when it holds no finite value; drawn
+ *   F32 [n]: the token's logit (before penalties).
+ * The token is st_sampler_sample's for the chain st_sampler_next_draw describes: the
+ * penalties, top-k, top-p (without either the tokens stay in id order; with them the
+ * sorted row's first k, then the shortest head whose probability reaches top-p, in that
+ * order), the tokens whose logit is at least max + log(min-p), logit / temperature, the
+ * draw at the uniform (st_sample_draw_at). */
 void st_cpu_draw_rows(st_tensor *ids, st_tensor *drawn, const st_tensor *logits, const st_tensor *params,
-                      const st_tensor *words);
+                      const st_tensor *words, const st_tensor *penalized);
 
 /* Combines the chosen experts' outputs: dst[:, m] = sum_j weights[j, m] * src[:, j, m],
  * summed in slot order j = 0, 1, ... (a fixed order: results do not depend on threads).

@@ -235,12 +235,14 @@ typedef struct st_engine_stats {
     int64_t requests_added, requests_finished;
     int64_t tokens_in;           /* prompt tokens of the requests added */
     int64_t tokens_out;          /* tokens generated */
-    /* where they were sampled: from a row's candidates on the host (greedy, top-k, and
-     * top-p or penalties the candidates settle), drawn by the backend from the whole row,
-     * or from the whole row on the host (the CPU's way; on a GPU, the slow one) */
+    /* where they were sampled: from a row's candidates on the host (greedy, top-k of at
+     * most the candidates, and top-p the candidates settle), by the backend from the whole
+     * row (the other chains), or from the whole row on the host (the CPU's way; on a GPU,
+     * the slow one) */
     int64_t tokens_from_candidates, tokens_drawn, tokens_from_rows;
-    int64_t rows_read_late;      /* whole rows read after a step: candidates that did not
-                                    settle a chain (those tokens count as from rows) */
+    int64_t rows_drawn_late;     /* rows drawn from on the backend after a step: candidates
+                                    that did not settle a top-p cut (those tokens count as
+                                    drawn) */
     int64_t prompt_tokens_cached;/* prompt tokens taken from the prefix cache (first admissions) */
     int64_t cache_hit_tokens;    /* tokens taken from the prefix cache at every admission
                                     (re-admissions after pre-emption included) */

@@ -50,7 +50,8 @@ typedef enum st_op {
     ST_OP_MOE_COMBINE,  /* dst [D, M] = sum_j src1[j, m] * src0[:, j, m]              st_cpu_moe_combine */
     ST_OP_TOP_K,        /* dst (ids I32 [k, n]), dst2 (vals [k + 1, n]) from logits src0  st_cpu_top_k_logits */
     ST_OP_DRAW,         /* dst (ids I32 [n]), dst2 (drawn logits [n]) from logits src0 [V, n],
-                           params src1 [2, n], words src2 (I32 [2, n])    st_cpu_draw_rows */
+                           params src1 [6, n], words src2 (I32 [4, n]), penalized src3
+                           (I32 [2 P, n])                                st_cpu_draw_rows */
     ST_OP_COUNT
 } st_op;
 
@@ -138,7 +139,7 @@ void st_graph_topk_route(st_graph *g, const st_tensor *ids, const st_tensor *wei
 void st_graph_moe_combine(st_graph *g, const st_tensor *dst, const st_tensor *src, const st_tensor *weights);
 void st_graph_top_k(st_graph *g, const st_tensor *ids, const st_tensor *vals, const st_tensor *logits, int32_t k);
 void st_graph_draw(st_graph *g, const st_tensor *ids, const st_tensor *drawn, const st_tensor *logits,
-                   const st_tensor *params, const st_tensor *words);
+                   const st_tensor *params, const st_tensor *words, const st_tensor *penalized);
 void st_graph_upload(st_graph *g, void *dst, const void *src, size_t n);
 
 /* Whether a and b describe the same elements: type, shape, strides and address. */

@@ -123,10 +123,12 @@ st_status st_runner_eval_out(st_runner *r, const st_batch *b, st_runner_output *
  * depth) has recorded them before the first real step instead of during it. */
 st_status st_runner_warmup(st_runner *r, int32_t n, st_error *err);
 
-/* A runner of candidates, after st_runner_eval_out and before the next evaluation: whole
- * logits rows (indices into its logits rows, ascending) read into its output's logits,
- * for a sampler that finds it needs them only once it has seen the candidates. */
-st_status st_runner_read_rows(st_runner *r, const int32_t *rows, int64_t n, st_error *err);
+/* A runner of candidates, after st_runner_eval_out and before the next evaluation: the
+ * draws draw[0 .. n_out) ask for (as st_batch.draw) from its logits rows, still on the
+ * backend, into out (that evaluation's output): out->drawn[j] for every row drawn here,
+ * the rows drawn with the step kept as they were. For a sampler that finds it needs the
+ * whole row only once it has seen the candidates (st_sampler_top_p_keep). */
+st_status st_runner_draw_rows(st_runner *r, const st_row_draw *draw, st_runner_output *out, st_error *err);
 
 #ifdef __cplusplus
 }

@@ -78,11 +78,12 @@ void st_sample_repetition_penalty(st_candidates *c, const int32_t *last, int64_t
  * All three neutral (1, 0, 0) = off. Expects c as st_sample_repetition_penalty does. */
 void st_sample_penalties(st_candidates *c, const int32_t *last, int64_t n_last, float repeat, float frequency,
                          float presence);
-/* The same penalties on any candidates (c need not hold every id, nor in id order): each
- * candidate seen in last (sorted ascending) is penalized by its count there. Returns how
- * many were. */
-int64_t st_sample_penalize_candidates(st_candidates *c, const int32_t *last, int64_t n_last, float repeat,
-                                      float frequency, float presence);
+
+/* The same on a whole row's unsorted candidates (c->data[id].id == id) from the history's
+ * distinct tokens and their counts: counted[2 i] seen counted[2 i + 1] times, i < n. */
+void st_sample_penalties_counted(st_candidates *c, const int32_t *counted, int64_t n, float repeat, float frequency,
+                                 float presence);
+
 /* Keeps the k largest; k <= 0 or k >= size = off. */
 void st_sample_top_k(st_candidates *c, int32_t k);
 /* Keeps the smallest prefix (by probability) whose mass reaches p; p >= 1 = off. */
@@ -140,21 +141,6 @@ bool st_sampler_fits_candidates(const st_sampler *s, int32_t k);
 st_status st_sampler_sample_candidates(st_sampler *s, const int32_t *ids, const float *vals, int32_t k, float lse,
                                        int32_t *out, st_error *err);
 
-/* Whether the chain has penalties that only lower logits (repetition >= 1, frequency and
- * presence >= 0) before greedy or a top-k of at most k: a row's k largest logits settle it
- * where at least top-k of them (one, greedy) are not penalized, for then no token beyond
- * them can rise into the penalized row's top-k (st_sampler_candidates_settle_penalties). */
-bool st_sampler_penalizes_candidates(const st_sampler *s, int32_t k);
-
-/* For such a chain: whether the candidates ids[0 .. k) settle it. */
-bool st_sampler_candidates_settle_penalties(st_sampler *s, const int32_t *ids, int32_t k);
-
-/* st_sampler_sample's token for such a chain from candidates that settle it (ids, vals,
- * lse as st_sampler_sample_candidates takes them): the penalties on the candidates the
- * history holds, then the chain. ST_ERROR_INVALID as st_sampler_sample_candidates. */
-st_status st_sampler_sample_candidates_penalized(st_sampler *s, const int32_t *ids, const float *vals, int32_t k,
-                                                 float lse, int32_t *out, st_error *err);
-
 /* Whether the chain cuts by top-p with no top-k before it (temperature > 0, no repetition
  * penalty): its cut needs the whole row's probabilities, which a row's largest logits and
  * its log-sum-exp give where the cut falls among them (st_sampler_top_p_keep). */
@@ -163,7 +149,8 @@ bool st_sampler_cuts_top_p(const st_sampler *s);
 /* For a chain st_sampler_cuts_top_p allows: how many of a row's k largest logits (vals,
  * decreasing; lse the row's log-sum-exp) top-p keeps, or 0 when its cut does not fall
  * among them clear of the rounding by which these probabilities (exp(logit - lse)) may
- * differ from st_sampler_sample's (a NaN included): then only the whole row settles it. */
+ * differ from st_sampler_sample's (a NaN included): then only the whole row settles it,
+ * on the host or in a backend's draw (st_sampler_next_draw). */
 int32_t st_sampler_top_p_keep(const st_sampler *s, const float *vals, int32_t k, float lse);
 
 /* st_sampler_sample's token for a chain st_sampler_cuts_top_p allows, given that top-p
@@ -171,21 +158,35 @@ int32_t st_sampler_top_p_keep(const st_sampler *s, const float *vals, int32_t k,
  * same survivors in the same order, so the same token for the same uniform. */
 int32_t st_sampler_sample_top_p_kept(st_sampler *s, const int32_t *ids, const float *vals, int32_t n);
 
-/* A draw from a whole logits row that a backend makes where the row is (st_cpu_draw_rows):
- * the chain's temperature and min-p, and the two words of the uniform it draws with. */
+/* The most distinct tokens whose logits a backend's draw penalizes (a request whose history
+ * holds more samples from the whole row on the host). */
+#define ST_DRAW_MAX_PENALIZED 128
+
+/* A token from a whole logits row that a backend samples where the row is
+ * (st_cpu_draw_rows): the chain's parameters, the two words of the uniform it draws with,
+ * and the tokens of the penalty history with their counts. Greedy is a top-k of 1. */
 typedef struct st_row_draw {
     float temp;  /* > 0 */
     float min_p; /* [0, 1) */
+    float top_p; /* (0, 1]; 1: off */
+    int32_t top_k; /* 0: off */
+    float repeat_penalty, frequency_penalty, presence_penalty;
     uint32_t u[2];
+    int32_t n_penalized;      /* <= ST_DRAW_MAX_PENALIZED */
+    const int32_t *penalized; /* [n_penalized][2] (token id, count), ids distinct; the
+                                 sampler's memory, valid until its next call */
 } st_row_draw;
 
-/* Whether the chain is a draw from the whole row in token id order, which a backend can
- * make: temperature > 0, no repetition penalty, no top-k, no top-p (min-p may cut). */
+/* Whether a backend can sample the chain's next token from the whole row where the row is
+ * (st_sampler_next_draw): every chain, except penalties over a history of more than
+ * ST_DRAW_MAX_PENALIZED tokens (repeat_last_n). */
 bool st_sampler_draws_row(const st_sampler *s);
 
-/* The next draw's parameters, for a chain st_sampler_draws_row allows: takes the uniform
- * from the sampler's stream as st_sampler_sample would, so that the backend's draw gives
- * the token st_sampler_sample gives on the same row (st_cpu_draw_rows). */
+/* The next token's parameters for a backend, for a chain st_sampler_draws_row allows: the
+ * chain (greedy as a top-k of 1), the history's distinct tokens with their counts where it
+ * penalizes, and, where it draws, the uniform taken from the sampler's stream as
+ * st_sampler_sample would take it, so that the backend gives the token st_sampler_sample
+ * gives on the same row (st_cpu_draw_rows). */
 void st_sampler_next_draw(st_sampler *s, st_row_draw *d);
 
 #ifdef __cplusplus

@@ -63,7 +63,7 @@ st_status st_backend_run_node(st_backend *b, const st_node *n, int64_t n_kv, st_
         return ST_OK;
     case ST_OP_MOE_COMBINE: be->moe_combine(b, d, s[0], s[1]); return ST_OK;
     case ST_OP_TOP_K: be->top_k(b, d, n->dst2, s[0], n->p.k); return ST_OK;
-    case ST_OP_DRAW: be->draw(b, d, n->dst2, s[0], s[1], s[2]); return ST_OK;
+    case ST_OP_DRAW: be->draw(b, d, n->dst2, s[0], s[1], s[2], s[3]); return ST_OK;
     case ST_OP_COUNT: break;
     }
     ST_ASSERT(!"unknown op");

@@ -154,9 +154,9 @@ static void cpu_top_k(st_backend *b, st_tensor *ids, st_tensor *vals, const st_t
 }
 
 static void cpu_draw(st_backend *b, st_tensor *ids, st_tensor *drawn, const st_tensor *logits, const st_tensor *params,
-                     const st_tensor *words) {
+                     const st_tensor *words, const st_tensor *penalized) {
     (void)b;
-    st_cpu_draw_rows(ids, drawn, logits, params, words);
+    st_cpu_draw_rows(ids, drawn, logits, params, words, penalized);
 }
 
 static st_status cpu_synchronize(st_backend *b, st_error *err) {

@@ -177,8 +177,8 @@ void st_graph_top_k(st_graph *g, const st_tensor *ids, const st_tensor *vals, co
 }
 
 void st_graph_draw(st_graph *g, const st_tensor *ids, const st_tensor *drawn, const st_tensor *logits,
-                   const st_tensor *params, const st_tensor *words) {
-    st_node *n = add_node(g, ST_OP_DRAW, ids, logits, params, words, NULL);
+                   const st_tensor *params, const st_tensor *words, const st_tensor *penalized) {
+    st_node *n = add_node(g, ST_OP_DRAW, ids, logits, params, words, penalized);
     if (n) n->dst2 = keep(g, drawn); /* (a failure marks the graph failed) */
 }
 

@@ -103,7 +103,8 @@ void st_op_cost_node(const st_node *n, int64_t n_kv, st_op_cost *c) {
         set(c, f32_bytes(s[0]) + 2.0 * f32_bytes(n->dst2), 0.0, "%s V=%lld k=%d", name, (long long)s[0]->ne[0],
             (int)n->p.k);
         return;
-    case ST_OP_DRAW: /* the rows read twice: the maximum, then the sums */
+    case ST_OP_DRAW: /* the rows read twice: the maximum, then the sums (a top-k or top-p
+                        cut reads a row five times more, mostly from L2: not counted) */
         set(c, 2.0 * f32_bytes(s[0]), 0.0, "%s V=%lld", name, (long long)s[0]->ne[0]);
         return;
     case ST_OP_MOE_COMBINE:

@@ -375,9 +375,9 @@ static void cuda_top_k(st_backend *b, st_tensor *ids, st_tensor *vals, const st_
 }
 
 static void cuda_draw(st_backend *b, st_tensor *ids, st_tensor *drawn, const st_tensor *logits, const st_tensor *params,
-                      const st_tensor *words) {
+                      const st_tensor *words, const st_tensor *penalized) {
     st_error err = {};
-    st_cuda_keep_error(cuda_ctx(b), st_cuda_draw(b, ids, drawn, logits, params, words, &err), &err);
+    st_cuda_keep_error(cuda_ctx(b), st_cuda_draw(b, ids, drawn, logits, params, words, penalized, &err), &err);
 }
 
 // ---- lifetime ------------------------------------------------------------------------------

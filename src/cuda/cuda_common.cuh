@@ -361,7 +361,7 @@ st_status st_cuda_top_k(st_backend *b, st_tensor *ids, st_tensor *vals, const st
 
 /* cuda_draw.cu */
 st_status st_cuda_draw(st_backend *b, st_tensor *ids, st_tensor *drawn, const st_tensor *logits,
-                       const st_tensor *params, const st_tensor *words, st_error *err);
+                       const st_tensor *params, const st_tensor *words, const st_tensor *penalized, st_error *err);
 
 /* cuda_elementwise.cu */
 st_status st_cuda_glu(st_backend *b, st_tensor *dst, const st_tensor *gate, const st_tensor *up, bool gelu,

@@ -146,9 +146,10 @@ st_status st_engine_init(st_model *m, const st_engine_options *o, st_engine **ou
     e->b_out = malloc(U * sizeof(int32_t));
     e->b_full = malloc(U * sizeof(int32_t));
     e->b_draw = malloc(U * sizeof(st_row_draw));
+    e->b_late_draw = malloc(U * sizeof(st_row_draw));
     e->table = malloc(P * (size_t)e->max_blocks * sizeof(int32_t));
     if (!e->rows || !e->sched || !e->order || !e->picks || !e->b_tokens || !e->b_pos || !e->b_seq || !e->b_out ||
-        !e->b_full || !e->b_draw || !e->table) {
+        !e->b_full || !e->b_draw || !e->b_late_draw || !e->table) {
         s = st_error_set(err, ST_ERROR_NOMEM, "out of host memory for the engine's batches");
         goto fail;
     }
@@ -199,6 +200,7 @@ void st_engine_free(st_engine *e) {
     free(e->b_out);
     free(e->b_full);
     free(e->b_draw);
+    free(e->b_late_draw);
     free(e->table);
     free(e);
 }

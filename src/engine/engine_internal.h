@@ -26,11 +26,10 @@ typedef struct req_list {
 /* Where a request's next token comes from in a step. */
 typedef enum engine_source {
     SOURCE_CANDIDATES, /* its logits row's largest logits (st_sampler_sample_candidates) */
-    SOURCE_TOP_P,      /* its candidates where they settle its top-p cut, else its whole row
-                          read after the step (st_sampler_top_p_keep) */
-    SOURCE_PENALIZED,  /* its candidates, penalized, where they settle its top-k, else its
-                          whole row read after the step (st_sampler_penalizes_candidates) */
-    SOURCE_DRAWN,      /* a draw the backend made from the whole row (st_sampler_next_draw) */
+    SOURCE_TOP_P,      /* its candidates where they settle its top-p cut, else a draw the
+                          backend makes after the step (st_sampler_top_p_keep) */
+    SOURCE_DRAWN,      /* the token the backend sampled from the whole row
+                          (st_sampler_next_draw) */
     SOURCE_WHOLE,      /* the whole row, on the host (st_sampler_sample) */
 } engine_source;
 
@@ -96,6 +95,7 @@ struct st_engine {
     int32_t *b_tokens, *b_pos, *b_seq, *b_out; /* [max_batch_tokens] */
     int32_t *b_full;        /* [max_batch_tokens] logits rows whose whole row the step needs */
     st_row_draw *b_draw;    /* [max_batch_tokens] the backend's draws, by logits row */
+    st_row_draw *b_late_draw; /* [max_batch_tokens] the draws after the step, by logits row */
     int32_t n_candidates;   /* the runner's candidates a row (0: whole rows only) */
     int32_t *table;            /* [n_parallel][max_blocks] */
     engine_req **sched;        /* [n_parallel] the step's requests (in batch order once built) */

@@ -146,15 +146,14 @@ static st_status schedule_admit(st_engine *e, int64_t *budget, st_error *err) {
 
 /* Where r's next token comes from: the whole row where the request keeps it or asks for
  * more top log-probabilities than the candidates hold; else the candidates where its chain
- * needs no more of the row, the candidates or the row after the step for top-p alone and
- * for penalties before a top-k, a draw on the backend for a temperature alone, and the
- * whole row for the rest. */
+ * needs no more of the row; for top-p alone the candidates where they settle its cut, else
+ * the backend after the step; the backend with the step for the other chains it samples,
+ * and the whole row on the host for the rest (penalties over a long history). */
 static engine_source token_source(const st_engine *e, const engine_req *r) {
     const bool keep = r->logits == ST_REQUEST_LOGITS_EVERY || (r->logits == ST_REQUEST_LOGITS_FIRST && !r->sampled);
     if (e->n_candidates == 0 || keep || (r->logprobs && r->top_logprobs > e->n_candidates)) return SOURCE_WHOLE;
     if (st_sampler_fits_candidates(r->sampler, e->n_candidates)) return SOURCE_CANDIDATES;
     if (st_sampler_cuts_top_p(r->sampler)) return SOURCE_TOP_P;
-    if (st_sampler_penalizes_candidates(r->sampler, e->n_candidates)) return SOURCE_PENALIZED;
     return st_sampler_draws_row(r->sampler) ? SOURCE_DRAWN : SOURCE_WHOLE;
 }
 
@@ -232,9 +231,6 @@ static void choose_token(const st_engine *e, int64_t j, const st_runner_output *
         break;
     case SOURCE_CANDIDATES:
         p->status = st_sampler_sample_candidates(r->sampler, ids, vals, o->k, vals[o->k], &token, &p->why);
-        break;
-    case SOURCE_PENALIZED:
-        p->status = st_sampler_sample_candidates_penalized(r->sampler, ids, vals, o->k, vals[o->k], &token, &p->why);
         break;
     }
     p->ev = (st_engine_event){.id = r->id, .token = token};
@@ -334,28 +330,29 @@ st_status st_engine_step(st_engine *e, st_error *err) {
     /* The requests that sample, with their logits rows (in batch order). Each sampler is its
      * request's own, so the choices run in parallel where some scan a whole row (n_vocab
      * logits each); the tokens are then taken in batch order. */
-    int32_t n_pick = 0, n_whole = 0, n_late = 0;
+    int32_t n_pick = 0, n_whole = 0, n_late_draws = 0;
     for (int32_t i = 0; i < e->n_sched; i++) {
         engine_req *r = e->sched[i];
         if (r->n_computed + r->step_n < r->n_tokens) continue;
         engine_pick *p = &e->picks[n_pick];
         *p = (engine_pick){.r = r, .source = r->step_source};
-        /* the candidates settle the chain, or the whole row is read now */
-        bool settled = true;
+        e->b_late_draw[n_pick] = (st_row_draw){0};
+        /* top-p: the candidates settle its cut, or the backend draws from the whole row now */
         if (p->source == SOURCE_TOP_P) {
             const float *vals = out.vals + (size_t)n_pick * (size_t)(out.k + 1);
             p->n_keep = st_sampler_top_p_keep(r->sampler, vals, out.k, vals[out.k]);
-            settled = p->n_keep > 0;
-        } else if (p->source == SOURCE_PENALIZED) {
-            settled = st_sampler_candidates_settle_penalties(r->sampler, out.ids + (size_t)n_pick * (size_t)out.k, out.k);
+            if (p->n_keep == 0) {
+                p->source = SOURCE_DRAWN;
+                st_sampler_next_draw(r->sampler, &e->b_late_draw[n_pick]);
+                n_late_draws++;
+            }
         }
-        if (!settled) p->source = SOURCE_WHOLE, e->b_full[n_late++] = n_pick;
         n_whole += p->source == SOURCE_WHOLE;
         n_pick++;
     }
     ST_ASSERT(n_pick == b.n_out);
-    e->stats.rows_read_late += n_late;
-    if (n_late > 0 && (s = st_runner_read_rows(e->runner, e->b_full, n_late, err)) != ST_OK) {
+    e->stats.rows_drawn_late += n_late_draws;
+    if (n_late_draws > 0 && (s = st_runner_draw_rows(e->runner, e->b_late_draw, &out, err)) != ST_OK) {
         fail_step(e, err->message);
         return s;
     }

@@ -48,14 +48,16 @@ struct st_runner {
     float *cand_vals;       /* page-locked [logits_cap][k + 1] */
     st_tensor cand_ids_t, cand_vals_t;
     /* with candidates, the draws from whole rows (st_graph_draw), a graph of their own that
-     * runs after the step's only when a row is drawn: page-locked params F32 [2, cap] and
-     * words I32 [2, cap] uploaded to draw_dev, the drawn ids and logits [cap] written back */
+     * runs after the step's only when a row is drawn (or after it, st_runner_draw_rows):
+     * page-locked params F32 [6, cap], words I32 [4, cap] and penalized tokens I32
+     * [2 ST_DRAW_MAX_PENALIZED, cap] uploaded to draw_dev, the drawn ids and logits [cap]
+     * written back */
     float *draw_params;
-    int32_t *draw_words, *drawn_ids;
+    int32_t *draw_words, *draw_penalized, *drawn_ids;
     float *drawn_logits;
     void *draw_dev;
     runner_graph draw;
-    int64_t last_n_out;     /* logits rows of the last st_runner_eval_out (st_runner_read_rows) */
+    int64_t last_n_out;     /* logits rows of the last st_runner_eval_out (st_runner_draw_rows) */
     runner_graph decode[N_DECODE_BUCKETS];
     runner_graph mixed;
     st_attn_run *runs;      /* [max_seqs] this step's runs */
@@ -132,12 +134,13 @@ static void free_logits(st_runner *r) {
     host_free(b, r->cand_vals);
     host_free(b, r->draw_params);
     host_free(b, r->draw_words);
+    host_free(b, r->draw_penalized);
     host_free(b, r->drawn_ids);
     host_free(b, r->drawn_logits);
     if (r->logits_dev) b->iface->dealloc(b, r->logits_dev);
     if (r->draw_dev) b->iface->dealloc(b, r->draw_dev);
     r->logits_host = r->logits_dev = r->draw_dev = NULL;
-    r->cand_ids = r->draw_words = r->drawn_ids = NULL;
+    r->cand_ids = r->draw_words = r->draw_penalized = r->drawn_ids = NULL;
     r->cand_vals = r->draw_params = r->drawn_logits = NULL;
     r->logits_cap = 0;
 }
@@ -166,12 +169,13 @@ static st_status ensure_logits(st_runner *r, int64_t n, st_error *err) {
             s = host_alloc(b, voff, (void **)&r->cand_vals, err);
         r->cand_ids_t.data = r->cand_ids;
         r->cand_vals_t.data = r->cand_vals;
-        const size_t pair = 2 * (size_t)n * sizeof(int32_t), one = (size_t)n * sizeof(int32_t);
-        if (s == ST_OK) s = host_alloc(b, pair, (void **)&r->draw_params, err);
-        if (s == ST_OK) s = host_alloc(b, pair, (void **)&r->draw_words, err);
+        const size_t one = (size_t)n * sizeof(int32_t), pen = 2 * ST_DRAW_MAX_PENALIZED * one;
+        if (s == ST_OK) s = host_alloc(b, 6 * one, (void **)&r->draw_params, err);
+        if (s == ST_OK) s = host_alloc(b, 4 * one, (void **)&r->draw_words, err);
+        if (s == ST_OK) s = host_alloc(b, pen, (void **)&r->draw_penalized, err);
         if (s == ST_OK) s = host_alloc(b, one, (void **)&r->drawn_ids, err);
         if (s == ST_OK) s = host_alloc(b, one, (void **)&r->drawn_logits, err);
-        if (s == ST_OK) s = b->iface->alloc(b, 2 * pair, &r->draw_dev, err);
+        if (s == ST_OK) s = b->iface->alloc(b, 10 * one + pen, &r->draw_dev, err);
     }
     if (s != ST_OK) return st_error_wrap(err, "allocating the logits of %lld tokens", (long long)n), s;
     t.data = k > 0 ? r->logits_dev : (void *)r->logits_host;
@@ -436,37 +440,48 @@ st_status st_runner_prepare(st_runner *r, const st_batch *b, st_graph **out, st_
     return ST_OK;
 }
 
-/* The draws b asks for, a graph after the step's (logits rows already in logits_dev): the
- * rows' params and words uploaded, the drawn ids and logits written to host memory. The
- * graph is kept while the steps have as many logits rows. *any: whether a row is drawn. */
-static st_status queue_draws(st_runner *r, const st_batch *b, int64_t n_out, bool *any, st_error *err) {
+/* The draws draw[0 .. n_out) ask for (temp 0: none), a graph after the step's (logits rows
+ * already in logits_dev): the rows' params, words and penalized tokens uploaded, the
+ * drawn ids and logits written to host memory. The graph is kept while the steps have as many logits rows. *any: whether a row
+ * is drawn. */
+static st_status queue_draws(st_runner *r, const st_row_draw *draw, int64_t n_out, bool *any, st_error *err) {
     *any = false;
-    for (int64_t j = 0; b->draw && j < n_out; j++) *any |= b->draw[j].temp > 0.0f;
+    for (int64_t j = 0; draw && j < n_out; j++) *any |= draw[j].temp > 0.0f;
     if (!*any) return ST_OK;
     if (r->opt.n_candidates == 0)
         return st_error_set(err, ST_ERROR_INVALID, "draws on the backend need a runner of candidates");
+    const int64_t P = 2 * ST_DRAW_MAX_PENALIZED; /* a row's penalized pairs */
     for (int64_t j = 0; j < n_out; j++) {
-        const st_row_draw *d = &b->draw[j];
-        r->draw_params[2 * j] = d->temp > 0.0f ? d->temp : 0.0f;
-        r->draw_params[2 * j + 1] = d->min_p;
-        memcpy(&r->draw_words[2 * j], d->u, sizeof(d->u));
+        const st_row_draw *d = &draw[j];
+        const bool drawn = d->temp > 0.0f;
+        float *p = r->draw_params + 6 * j;
+        int32_t *w = r->draw_words + 4 * j;
+        p[0] = drawn ? d->temp : 0.0f, p[1] = d->min_p, p[2] = d->top_p;
+        p[3] = d->repeat_penalty, p[4] = d->frequency_penalty, p[5] = d->presence_penalty;
+        memcpy(w, d->u, sizeof(d->u));
+        w[2] = d->top_k, w[3] = drawn ? d->n_penalized : 0;
+        ST_ASSERT(w[3] >= 0 && w[3] <= ST_DRAW_MAX_PENALIZED);
+        if (w[3] > 0) memcpy(r->draw_penalized + P * j, d->penalized, 2 * (size_t)w[3] * sizeof(int32_t));
     }
     runner_graph *rg = &r->draw;
     if (!rg->built || rg->n_out != n_out) {
         graph_drop(rg);
-        const size_t pair = 2 * (size_t)n_out * sizeof(int32_t);
-        st_tensor lg = r->logits, params = place(NULL, &(size_t){0}, ST_TYPE_F32, 2, n_out, 1);
-        st_tensor words = place(NULL, &(size_t){0}, ST_TYPE_I32, 2, n_out, 1);
+        const size_t one = (size_t)n_out * sizeof(int32_t);
+        st_tensor lg = r->logits, params = place(NULL, &(size_t){0}, ST_TYPE_F32, 6, n_out, 1);
+        st_tensor words = place(NULL, &(size_t){0}, ST_TYPE_I32, 4, n_out, 1);
+        st_tensor pen = place(NULL, &(size_t){0}, ST_TYPE_I32, P, n_out, 1);
         st_tensor ids = place(NULL, &(size_t){0}, ST_TYPE_I32, n_out, 1, 1);
         st_tensor drawn = place(NULL, &(size_t){0}, ST_TYPE_F32, n_out, 1, 1);
         lg.ne[1] = n_out;
         params.data = r->draw_dev;
-        words.data = (char *)r->draw_dev + pair;
+        words.data = (char *)r->draw_dev + 6 * one;
+        pen.data = (char *)r->draw_dev + 10 * one;
         ids.data = r->drawn_ids;
         drawn.data = r->drawn_logits;
-        st_graph_upload(&rg->g, params.data, r->draw_params, pair);
-        st_graph_upload(&rg->g, words.data, r->draw_words, pair);
-        st_graph_draw(&rg->g, &ids, &drawn, &lg, &params, &words);
+        st_graph_upload(&rg->g, params.data, r->draw_params, 6 * one);
+        st_graph_upload(&rg->g, words.data, r->draw_words, 4 * one);
+        st_graph_upload(&rg->g, pen.data, r->draw_penalized, (size_t)P * one);
+        st_graph_draw(&rg->g, &ids, &drawn, &lg, &params, &words, &pen);
         rg->n_out = n_out;
         rg->built = true;
     }
@@ -506,7 +521,7 @@ st_status st_runner_eval_out(st_runner *r, const st_batch *b, st_runner_output *
     if (s != ST_OK) return s;
     st_backend *be = r->model->backend;
     bool drawn = false;
-    if ((s = st_backend_compute(be, g, err)) != ST_OK || (s = queue_draws(r, b, n_out, &drawn, err)) != ST_OK)
+    if ((s = st_backend_compute(be, g, err)) != ST_OK || (s = queue_draws(r, b->draw, n_out, &drawn, err)) != ST_OK)
         return s;
     const int32_t k = r->opt.n_candidates;
     if (k > 0 && (s = read_rows(r, b->full, b->n_full, err)) != ST_OK) return s;
@@ -545,15 +560,15 @@ st_status st_runner_warmup(st_runner *r, int32_t n, st_error *err) {
     return be->iface->synchronize(be, err);
 }
 
-st_status st_runner_read_rows(st_runner *r, const int32_t *rows, int64_t n, st_error *err) {
-    if (r->opt.n_candidates == 0)
-        return st_error_set(err, ST_ERROR_INVALID, "whole rows after a step come from a runner of candidates");
-    if (!rows_ascending(rows, n, r->last_n_out))
-        return st_error_set(err, ST_ERROR_INVALID, "logits rows must be ascending indices of the last step's %lld rows",
-                            (long long)r->last_n_out);
+st_status st_runner_draw_rows(st_runner *r, const st_row_draw *draw, st_runner_output *out, st_error *err) {
+    if (r->opt.n_candidates == 0 || r->last_n_out == 0)
+        return st_error_set(err, ST_ERROR_INVALID, "draws after a step come from a runner of candidates that ran one");
     st_backend *be = r->model->backend;
-    st_status s = read_rows(r, rows, n, err);
-    return s == ST_OK ? be->iface->synchronize(be, err) : s;
+    bool any = false;
+    st_status s = queue_draws(r, draw, r->last_n_out, &any, err);
+    if (s != ST_OK || (s = be->iface->synchronize(be, err)) != ST_OK) return s;
+    if (any) out->drawn = r->drawn_ids, out->drawn_logits = r->drawn_logits;
+    return ST_OK;
 }
 
 st_status st_runner_eval(st_runner *r, const st_batch *b, const float **logits, st_error *err) {

@@ -140,29 +140,16 @@ void st_sample_penalties(st_candidates *c, const int32_t *last, int64_t n_last, 
     free(ids);
 }
 
-/* The first index of sorted a[0 .. n) whose value is >= v (> v when after). */
-static int64_t bound_i32(const int32_t *a, int64_t n, int32_t v, bool after) {
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (a[mid] < v || (after && a[mid] == v)) lo = mid + 1;
-        else hi = mid;
+void st_sample_penalties_counted(st_candidates *c, const int32_t *counted, int64_t n, float repeat, float frequency,
+                                 float presence) {
+    if (repeat == 1.0f && frequency == 0.0f && presence == 0.0f) return;
+    ST_ASSERT(!c->sorted);
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t id = counted[2 * i];
+        if (id < 0 || id >= c->size) continue;
+        ST_ASSERT(c->data[id].id == id);
+        penalize(&c->data[id], counted[2 * i + 1], repeat, frequency, presence);
     }
-    return lo;
-}
-
-int64_t st_sample_penalize_candidates(st_candidates *c, const int32_t *last, int64_t n_last, float repeat,
-                                      float frequency, float presence) {
-    int64_t n = 0;
-    for (int64_t i = 0; i < c->size; i++) {
-        const int32_t id = c->data[i].id;
-        const int64_t count = bound_i32(last, n_last, id, true) - bound_i32(last, n_last, id, false);
-        if (count == 0) continue;
-        penalize(&c->data[i], count, repeat, frequency, presence);
-        n++;
-    }
-    if (n > 0) c->sorted = false;
-    return n;
 }
 
 void st_sample_top_k(st_candidates *c, int32_t k) {

@@ -16,6 +16,7 @@ struct st_sampler {
     int64_t n_history;   /* tokens accepted so far, capped at repeat_last_n */
     int64_t history_head;/* next slot to write */
     int32_t *last;       /* [repeat_last_n] scratch: the ring unrolled */
+    int32_t *counted;    /* [repeat_last_n][2] the history's distinct tokens and counts (st_row_draw) */
     st_rng rng;
 };
 
@@ -74,7 +75,8 @@ st_status st_sampler_init(const st_sampler_params *p, int64_t n_vocab, st_sample
     size_t nh = p->repeat_last_n > 0 ? (size_t)p->repeat_last_n : 1;
     s->history = malloc(nh * sizeof(int32_t));
     s->last = malloc(nh * sizeof(int32_t));
-    if (!s->cand || !s->history || !s->last) {
+    s->counted = malloc(2 * nh * sizeof(int32_t));
+    if (!s->cand || !s->history || !s->last || !s->counted) {
         st_sampler_free(s);
         return st_error_set(err, ST_ERROR_NOMEM, "out of memory for a %lld-token sampler", (long long)n_vocab);
     }
@@ -88,6 +90,7 @@ void st_sampler_free(st_sampler *s) {
     free(s->cand);
     free(s->history);
     free(s->last);
+    free(s->counted);
     free(s);
 }
 
@@ -197,15 +200,6 @@ st_status st_sampler_sample_candidates(st_sampler *s, const int32_t *ids, const 
     return ST_OK;
 }
 
-bool st_sampler_draws_row(const st_sampler *s) { return untruncated(s) && s->p.top_p >= 1.0f; }
-
-void st_sampler_next_draw(st_sampler *s, st_row_draw *d) {
-    ST_ASSERT(st_sampler_draws_row(s));
-    d->temp = s->p.temp;
-    d->min_p = s->p.min_p;
-    st_rng_uniform_words(&s->rng, d->u);
-}
-
 bool st_sampler_cuts_top_p(const st_sampler *s) { return untruncated(s) && s->p.top_p < 1.0f; }
 
 /* How far the top-p sums from the candidates may lie from st_sampler_sample's: its
@@ -234,11 +228,6 @@ int32_t st_sampler_sample_top_p_kept(st_sampler *s, const int32_t *ids, const fl
     return st_sample_draw(&c, &s->rng);
 }
 
-bool st_sampler_penalizes_candidates(const st_sampler *s, int32_t k) {
-    const bool lowering = s->p.repeat_penalty >= 1.0f && s->p.frequency_penalty >= 0.0f && s->p.presence_penalty >= 0.0f;
-    return !no_penalty(s) && lowering && keeps_at_most(s, k);
-}
-
 static int cmp_i32(const void *a, const void *b) {
     const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
@@ -251,24 +240,29 @@ static int64_t sorted_history(st_sampler *s) {
     return n;
 }
 
-bool st_sampler_candidates_settle_penalties(st_sampler *s, const int32_t *ids, int32_t k) {
-    ST_ASSERT(st_sampler_penalizes_candidates(s, k));
-    const int64_t n = sorted_history(s);
-    int32_t clean = 0; /* candidates not in the history */
-    for (int32_t i = 0; i < k; i++) clean += !bsearch(&ids[i], s->last, (size_t)n, sizeof(int32_t), cmp_i32);
-    return clean >= (s->p.temp == 0.0f ? 1 : s->p.top_k);
+bool st_sampler_draws_row(const st_sampler *s) {
+    return no_penalty(s) || s->p.repeat_last_n <= ST_DRAW_MAX_PENALIZED;
 }
 
-st_status st_sampler_sample_candidates_penalized(st_sampler *s, const int32_t *ids, const float *vals, int32_t k,
-                                                 float lse, int32_t *out, st_error *err) {
-    ST_ASSERT(st_sampler_penalizes_candidates(s, k) && k <= s->n_vocab);
-    st_status st = check_candidates(ids, vals, k, lse, err);
-    if (st != ST_OK) return st;
-    st_candidates c = load_candidates(s, ids, vals, k);
-    st_sample_penalize_candidates(&c, s->last, sorted_history(s), s->p.repeat_penalty, s->p.frequency_penalty,
-                                  s->p.presence_penalty);
-    st_candidates_sort(&c); /* the penalized order: top-k keeps the whole row's top-k */
-    /* greedy: the largest after the penalties, the lowest id among equals */
-    *out = s->p.temp == 0.0f ? c.data[0].id : draw_after_penalties(s, &c);
-    return ST_OK;
+void st_sampler_next_draw(st_sampler *s, st_row_draw *d) {
+    ST_ASSERT(st_sampler_draws_row(s));
+    const bool greedy = s->p.temp == 0.0f;
+    *d = (st_row_draw){.temp = greedy ? 1.0f : s->p.temp,
+                       .min_p = greedy ? 0.0f : s->p.min_p,
+                       .top_p = greedy ? 1.0f : s->p.top_p,
+                       .top_k = greedy ? 1 : s->p.top_k < s->n_vocab ? s->p.top_k : 0,
+                       .repeat_penalty = s->p.repeat_penalty,
+                       .frequency_penalty = s->p.frequency_penalty,
+                       .presence_penalty = s->p.presence_penalty};
+    if (!no_penalty(s)) { /* the sorted history's runs of one token */
+        const int64_t n = sorted_history(s);
+        int32_t m = 0;
+        for (int64_t i = 0, j; i < n; i = j, m++) {
+            for (j = i + 1; j < n && s->last[j] == s->last[i];) j++;
+            s->counted[2 * m] = s->last[i], s->counted[2 * m + 1] = (int32_t)(j - i);
+        }
+        ST_ASSERT(m <= ST_DRAW_MAX_PENALIZED);
+        d->n_penalized = m, d->penalized = s->counted;
+    }
+    if (!greedy) st_rng_uniform_words(&s->rng, d->u); /* greedy takes no uniform */
 }

@@ -75,9 +75,10 @@ char *srv_metrics_text(srv_server *s) {
     st_strbuf_printf(&b, "stride_sampled_tokens_total{where=\"candidates\"} %lld\n"
                          "stride_sampled_tokens_total{where=\"device\"} %lld\nstride_sampled_tokens_total{where=\"row\"} %lld\n",
                      (long long)st.tokens_from_candidates, (long long)st.tokens_drawn, (long long)st.tokens_from_rows);
-    metric(&b, "logits_rows_read_late_total", "counter",
-           "Whole logits rows read after a step because the candidates did not settle a request's top-p or penalties.");
-    st_strbuf_printf(&b, "stride_logits_rows_read_late_total %lld\n", (long long)st.rows_read_late);
+    metric(&b, "logits_rows_drawn_late_total", "counter",
+           "Logits rows drawn from on the device after a step because the candidates did not settle a request's "
+           "top-p.");
+    st_strbuf_printf(&b, "stride_logits_rows_drawn_late_total %lld\n", (long long)st.rows_drawn_late);
     metric(&b, "prompt_tokens_cached_total", "counter", "Prompt tokens found in the prefix cache.");
     st_strbuf_printf(&b, "stride_prompt_tokens_cached_total %lld\n", (long long)st.prompt_tokens_cached);
     metric(&b, "kv_blocks", "gauge",

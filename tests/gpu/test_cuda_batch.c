@@ -278,38 +278,123 @@ static void test_top_k(int64_t V, int64_t n, int32_t k, bool ties) {
 
 /* ---- a draw from each whole row -------------------------------------------------------- */
 
-/* Whether token g is a right draw from row x [V] at (temp, min_p, u) to the rounding of
- * the running sum: its interval of the host's running sum (one token after another, as
- * st_sample_draw_at) holds the target, widened by 1e-12 of the total. The device sums in
- * another order, so it may land on a neighbour only where the target lies that close to a
- * boundary. */
-static bool draw_is_right(const float *x, int64_t V, float temp, float min_p, double u, int32_t g) {
-    float mx = -INFINITY;
-    for (int64_t t = 0; t < V; t++) mx = x[t] > mx ? x[t] : mx;
-    const double threshold = min_p > 0.0f ? (double)mx + log((double)min_p) : -INFINITY, m = (double)(mx / temp);
+/* Whether token g is a right draw at u from the n tokens order[0 .. n) (NULL: ids 0 .. n)
+ * whose weights are w[token] (0 for a token the chain leaves out): g's interval of the
+ * host's running sum in that order (one token after another, as st_sample_draw_at) holds
+ * the target, widened by eps. */
+static bool draw_lands(const double *w, const int32_t *order, int64_t n, double u, double eps, int32_t g) {
     double total = 0.0, before = 0.0, after = 0.0;
-    for (int64_t t = 0; t < V; t++) {
-        const double w = (double)x[t] >= threshold ? exp((double)(x[t] / temp) - m) : 0.0;
-        if (t == g) before = total, after = total + w;
-        total += w;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t t = order ? order[i] : i;
+        if (t == g) before = total, after = total + w[t];
+        total += w[t];
     }
-    const double target = u * total, eps = 1e-12 * total;
-    return g >= 0 && g < V && after > before && before - eps <= target && target < after + eps;
+    const double target = u * total;
+    return after > before && before - eps <= target && target < after + eps;
 }
 
-/* n rows of V logits (uniform in [-spread, spread), a few rows of -inf runs) drawn on
- * CUDA and on the CPU (the host sampler's chain), rounds times with fresh uniforms, over
- * temperatures and min-p: the same token, or (counted as bad otherwise) a right draw by
- * draw_is_right; the drawn logit the token's; a row holding a NaN or +inf -1, one of -inf
- * only -2, a row of temperature 0 left as it was. The outputs in page-locked host memory,
- * as the runner has them. */
-static void test_draw(int64_t V, int64_t n, float spread, int rounds) {
-    view vl = mkpacked(ST_TYPE_F32, V, n, 1), vp = mkpacked(ST_TYPE_F32, 2, n, 1), vw = mkpacked(ST_TYPE_I32, 2, n, 1);
-    view vi = mkpacked(ST_TYPE_I32, n, 1, 1), vd = mkpacked(ST_TYPE_F32, n, 1, 1);
+static const float *g_sort_row; /* the row sort_desc orders by */
+
+static int sort_desc(const void *a, const void *b) {
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    const float x = g_sort_row[i], y = g_sort_row[j];
+    return x > y ? -1 : x < y ? 1 : (i > j) - (i < j);
+}
+
+/* Whether token g is a right draw from row x [V] for d to the rounding of the sums:
+ * draw_lands for the host's chain (the penalties, then in sorted order the top-k), the
+ * target widened by 1e-12 of the total and, where the device sums fixed-point weights (a
+ * top-k or top-p), by their rounding (2^-40 of the largest weight a token), for any top-p
+ * cut whose probability lies within 1e-6 of top-p (the host rounds each probability to
+ * float). The device sums in another order, so it may land on a neighbour only where the
+ * target (or the cut) lies that close to a boundary. */
+static bool draw_is_right(const float *x, int64_t V, const st_row_draw *d, int32_t g) {
+    st_token_prob *c = malloc((size_t)V * sizeof(st_token_prob));
+    double *w = malloc((size_t)V * sizeof(double)), *kept = calloc((size_t)V, sizeof(double));
+    int32_t *order = malloc((size_t)V * sizeof(int32_t));
+    float *y = malloc((size_t)V * sizeof(float));
+    if (!c || !w || !kept || !order || !y) test_die("out of memory", NULL);
+    st_candidates cand = {.data = c};
+    st_candidates_from_logits(&cand, x, V);
+    st_sample_penalties_counted(&cand, d->penalized, d->n_penalized, d->repeat_penalty, d->frequency_penalty,
+                                d->presence_penalty);
+    float mx = -INFINITY;
+    for (int64_t t = 0; t < V; t++) y[t] = c[t].logit, mx = y[t] > mx ? y[t] : mx;
+    const float temp = d->temp;
+    const double threshold = d->min_p > 0.0f ? (double)mx + log((double)d->min_p) : -INFINITY, m = (double)(mx / temp);
+    const double u = st_uniform_from_words(d->u[0], d->u[1]);
+    double total = 0.0;
+    for (int64_t t = 0; t < V; t++) {
+        w[t] = (double)y[t] >= threshold ? exp((double)(y[t] / temp) - m) : 0.0;
+        total += w[t];
+    }
+    const int64_t n_k = d->top_k > 0 && d->top_k < V ? d->top_k : V;
+    bool right = false;
+    if (n_k == V && !(d->top_p < 1.0f)) {
+        right = draw_lands(w, NULL, V, u, 1e-12 * total, g);
+    } else {
+        for (int64_t t = 0; t < V; t++) order[t] = (int32_t)t;
+        g_sort_row = y;
+        qsort(order, (size_t)V, sizeof(int32_t), sort_desc);
+        const double eps = (double)V * 0x1p-40;
+        if (!(d->top_p < 1.0f)) {
+            double kept_total = 0.0;
+            for (int64_t i = 0; i < n_k; i++) kept_total += w[order[i]];
+            right = draw_lands(w, order, n_k, u, 1e-12 * kept_total + eps, g);
+        } else {
+            double psum = 0.0, cum = 0.0;
+            for (int64_t i = 0; i < n_k; i++) psum += exp((double)y[order[i]] - (double)mx);
+            for (int64_t n = 0; n < n_k && !right; n++) { /* the cut keeping n + 1 tokens */
+                if (n > 0 && cum > (double)d->top_p + 1e-6) break; /* an earlier cut clearly reached top-p */
+                const int32_t t = order[n];
+                kept[t] = w[t];
+                cum += exp((double)y[t] - (double)mx) / psum;
+                if (cum < (double)d->top_p - 1e-6) continue;
+                double kept_total = 0.0;
+                for (int64_t i = 0; i <= n; i++) kept_total += kept[order[i]];
+                right = draw_lands(kept, order, n + 1, u, 1e-12 * kept_total + eps, g);
+            }
+        }
+    }
+    free(c), free(w), free(kept), free(order), free(y);
+    return right;
+}
+
+/* Row r's draw in a round: temperatures, min-p, top-p (off, 0.9, 0.5), top-k (off, 50,
+ * 1 = greedy) and penalties on 24 tokens (counts 1-3, every fourth row; negative
+ * frequency on some) in turn; counted: [2 ST_DRAW_MAX_PENALIZED] the row's pairs. */
+static st_row_draw row_draw(int64_t V, int64_t r, int round, int32_t *counted) {
+    const float temps[] = {1.0f, 0.7f, 1.5f}, min_ps[] = {0.0f, 0.05f, 0.3f}, top_ps[] = {1.0f, 0.9f, 0.5f};
+    const int32_t top_ks[] = {0, 0, 50, 0, 1};
+    st_row_draw d = {.temp = temps[(r + round) % 3], .min_p = min_ps[(r / 3 + round) % 3],
+                     .top_p = top_ps[(r / 9 + round) % 3], .top_k = top_ks[(r / 2 + round) % 5],
+                     .repeat_penalty = 1.0f};
+    d.u[0] = (uint32_t)(rng_next() >> 37), d.u[1] = (uint32_t)(rng_next() >> 38);
+    if ((r + round) % 4 == 3 && V >= 24) {
+        d.repeat_penalty = 1.3f, d.frequency_penalty = r % 8 == 3 ? -0.4f : 0.4f, d.presence_penalty = 0.2f;
+        const int64_t step = V / 24;
+        for (int i = 0; i < 24; i++) counted[2 * i] = (int32_t)(i * step + rng_int((int32_t)step)), counted[2 * i + 1] = 1 + i % 3;
+        d.n_penalized = 24, d.penalized = counted;
+    }
+    return d;
+}
+
+/* n rows of V logits (uniform in [-spread, spread), a few rows of -inf runs; with ties,
+ * rounded to quarters, so that most logits equal many others) sampled on CUDA and on the
+ * CPU (the host sampler's chain), rounds times with fresh uniforms, over row_draw's chains
+ * (top-k and top-p cut and draw in sorted order): the same token, or (counted as bad
+ * otherwise) a right draw by draw_is_right; the logit given the token's before penalties;
+ * the rows as they were (the device puts penalized logits back); a row holding a NaN or
+ * +inf -1, one of -inf only -2, a row of temperature 0 left as it was. The outputs in
+ * page-locked host memory, as the runner has them. */
+static void test_draw(int64_t V, int64_t n, float spread, bool ties, int rounds) {
+    const int64_t P = 2 * ST_DRAW_MAX_PENALIZED;
+    view vl = mkpacked(ST_TYPE_F32, V, n, 1), vp = mkpacked(ST_TYPE_F32, 6, n, 1), vw = mkpacked(ST_TYPE_I32, 4, n, 1);
+    view vn = mkpacked(ST_TYPE_I32, P, n, 1), vi = mkpacked(ST_TYPE_I32, n, 1, 1), vd = mkpacked(ST_TYPE_F32, n, 1, 1);
     dual dl = dual_new(view_bytes(&vl)), dp = dual_new(view_bytes(&vp)), dw = dual_new(view_bytes(&vw));
-    dual di = dual_new(view_bytes(&vi)), dd = dual_new(view_bytes(&vd));
+    dual dn = dual_new(view_bytes(&vn)), di = dual_new(view_bytes(&vi)), dd = dual_new(view_bytes(&vd));
     float *x = (float *)dl.host;
-    for (int64_t i = 0; i < V * n; i++) x[i] = spread * rng_f32();
+    for (int64_t i = 0; i < V * n; i++) x[i] = ties ? roundf(4.0f * spread * rng_f32()) / 4.0f : spread * rng_f32();
     for (int64_t r = 1; r < n; r += 5) /* runs of -inf */
         for (int64_t t = rng_int((int32_t)V); t < V; t += 1 + rng_int(3)) x[r * V + t] = -INFINITY;
     const bool special = n >= 8 && V >= 4;
@@ -322,34 +407,41 @@ static void test_draw(int64_t V, int64_t n, float spread, int rounds) {
     st_error err = {0};
     int32_t *ids_g = NULL;
     float *drawn_g = NULL;
+    st_row_draw *d = malloc((size_t)n * sizeof(st_row_draw));
+    if (!d) test_die("out of memory", NULL);
     if (g_gpu->iface->host_alloc(g_gpu, di.bytes, (void **)&ids_g, &err) != ST_OK ||
         g_gpu->iface->host_alloc(g_gpu, dd.bytes, (void **)&drawn_g, &err) != ST_OK)
         test_die("host_alloc", &err);
-    const float temps[] = {1.0f, 0.7f, 1.5f}, min_ps[] = {0.0f, 0.05f, 0.3f};
     cmp_result rid = {0}, rlogit = {0}, rcode = {0};
     int64_t differ = 0, drawn_rows = 0;
     for (int round = 0; round < rounds; round++) {
         float *pp = (float *)dp.host;
-        uint32_t *ww = (uint32_t *)dw.host;
+        int32_t *ww = (int32_t *)dw.host, *nn = (int32_t *)dn.host;
         for (int64_t r = 0; r < n; r++) {
-            pp[2 * r] = temps[(r + round) % 3], pp[2 * r + 1] = min_ps[(r / 3 + round) % 3];
-            ww[2 * r] = (uint32_t)(rng_next() >> 37), ww[2 * r + 1] = (uint32_t)(rng_next() >> 38);
+            d[r] = row_draw(V, r, round, nn + P * r);
+            if (r == 6 && n > 6) d[r].temp = 0.0f; /* row 6 not drawn */
+            float *pr = pp + 6 * r;
+            int32_t *wr = ww + 4 * r;
+            pr[0] = d[r].temp, pr[1] = d[r].min_p, pr[2] = d[r].top_p;
+            pr[3] = d[r].repeat_penalty, pr[4] = d[r].frequency_penalty, pr[5] = d[r].presence_penalty;
+            memcpy(wr, d[r].u, sizeof(d[r].u));
+            wr[2] = d[r].top_k, wr[3] = d[r].n_penalized;
         }
-        if (n > 6) pp[2 * 6] = 0.0f; /* row 6 not drawn */
-        dual_upload(&dp), dual_upload(&dw);
+        dual_upload(&dp), dual_upload(&dw), dual_upload(&dn);
         dual_poison(&di), dual_poison(&dd);
         for (int64_t r = 0; r < n; r++) ids_g[r] = -7, drawn_g[r] = -7.0f;
         st_tensor lc = on(&vl, dl.cpu), lg = on(&vl, dl.gpu), pc = on(&vp, dp.cpu), pg = on(&vp, dp.gpu);
-        st_tensor wc = on(&vw, dw.cpu), wg = on(&vw, dw.gpu), ic = on(&vi, di.cpu), dc = on(&vd, dd.cpu);
+        st_tensor wc = on(&vw, dw.cpu), wg = on(&vw, dw.gpu), nc = on(&vn, dn.cpu), ng = on(&vn, dn.gpu);
+        st_tensor ic = on(&vi, di.cpu), dc = on(&vd, dd.cpu);
         st_tensor ig = on(&vi, (char *)ids_g), dg = on(&vd, (char *)drawn_g);
-        g_cpu->iface->draw(g_cpu, &ic, &dc, &lc, &pc, &wc);
-        g_gpu->iface->draw(g_gpu, &ig, &dg, &lg, &pg, &wg);
+        g_cpu->iface->draw(g_cpu, &ic, &dc, &lc, &pc, &wc, &nc);
+        g_gpu->iface->draw(g_gpu, &ig, &dg, &lg, &pg, &wg, &ng);
         if (g_gpu->iface->synchronize(g_gpu, &err) != ST_OK) test_die("cuda synchronize after draw", &err);
         const int32_t *ids_c = (const int32_t *)di.cpu;
         const float *drawn_c = (const float *)dd.cpu;
         for (int64_t r = 0; r < n; r++) {
             const float *row = x + r * V;
-            if (!(pp[2 * r] > 0.0f)) { /* untouched */
+            if (!(d[r].temp > 0.0f)) { /* untouched */
                 rcode.bad += ids_g[r] != -7 || drawn_g[r] != -7.0f;
                 continue;
             }
@@ -360,29 +452,38 @@ static void test_draw(int64_t V, int64_t n, float spread, int rounds) {
             drawn_rows++;
             if (ids_g[r] != ids_c[r]) {
                 differ++;
-                const double u = st_uniform_from_words(ww[2 * r], ww[2 * r + 1]);
-                rid.bad += !draw_is_right(row, V, pp[2 * r], pp[2 * r + 1], u, ids_g[r]);
+                rid.bad += !draw_is_right(row, V, &d[r], ids_g[r]);
             }
             rlogit.bad += drawn_g[r] != row[ids_g[r]] || drawn_c[r] != row[ids_c[r]];
         }
+        /* the rows on the device as they were: every penalized logit put back */
+        char *back = dual_fetch(&dl);
+        rcode.bad += memcmp(back, x, dl.bytes) != 0;
+        free(back);
     }
     if (special) { /* the codes, once more by hand: the CPU's are tested in test_sample */
-        const float *pp = (const float *)dp.host;
-        rcode.bad += pp[4] > 0.0f && ids_g[2] != -1;
-        rcode.bad += pp[6] > 0.0f && ids_g[3] != -1;
-        rcode.bad += pp[8] > 0.0f && ids_g[4] != -2;
+        rcode.bad += d[2].temp > 0.0f && ids_g[2] != -1;
+        rcode.bad += d[3].temp > 0.0f && ids_g[3] != -1;
+        rcode.bad += d[4].temp > 0.0f && ids_g[4] != -2;
     }
-    char desc[96];
-    snprintf(desc, sizeof(desc), "V=%lld n=%lld spread %g x%d: %lld draws, %lld differ", (long long)V, (long long)n,
-             (double)spread, rounds, (long long)drawn_rows, (long long)differ);
+    char desc[128];
+    snprintf(desc, sizeof(desc), "V=%lld n=%lld spread %g%s x%d: %lld draws, %lld differ", (long long)V, (long long)n,
+             (double)spread, ties ? " ties" : "", rounds, (long long)drawn_rows, (long long)differ);
     rid.nerr = rid.maxerr = drawn_rows > 0 ? (double)differ / (double)drawn_rows : 1.0;
     rid.bad += drawn_rows == 0;
-    record("draw ids", desc, &rid, 1e-3);
+    /* The share of draws that differ (each one checked right above). The host rounds each
+     * top-p probability to float: where a row's tokens share a few logits, the roundings
+     * of a class are all alike, so its running sum drifts by up to 2^-24 of the mass at
+     * the cut instead of averaging out, and a cut in a flat class of tokens of probability
+     * ~1e-6 moves by one token in a few rows in a hundred (the draw after it then lands
+     * on a neighbour about half the time). */
+    record("draw ids", desc, &rid, ties ? 5e-2 : 1e-3);
     record("draw logits", desc, &rlogit, TOL_EXACT);
     record("draw codes", desc, &rcode, TOL_EXACT);
     g_gpu->iface->host_free(g_gpu, ids_g);
     g_gpu->iface->host_free(g_gpu, drawn_g);
-    dual_free(&dl), dual_free(&dp), dual_free(&dw), dual_free(&di), dual_free(&dd);
+    free(d);
+    dual_free(&dl), dual_free(&dp), dual_free(&dw), dual_free(&dn), dual_free(&di), dual_free(&dd);
 }
 
 /* ---- the runner ------------------------------------------------------------------------ */
@@ -471,7 +572,7 @@ static void runner_step(runner_pair *rp, const st_batch *b, const char *name, co
     if (n_out > 0) record("runner candidates full row", desc, &rf, TOL_MODEL_F32);
 
     /* the same batch again with every row drawn on the device (temperature 0.9, every other
-     * row with min-p 0.05) and every whole row asked for: each token the one a sampler of the
+     * row with min-p 0.05, every third with top-p 0.8) and every whole row asked for: each token the one a sampler of the
      * same seed draws on the host from the row that came back (draw_is_right where not) */
     if (n_out == 0) return;
     int32_t full[64];
@@ -479,7 +580,8 @@ static void runner_step(runner_pair *rp, const st_batch *b, const char *name, co
     st_sampler *host[64];
     for (int64_t i = 0; i < n_out; i++) {
         st_sampler_params sp = st_sampler_params_default();
-        sp.temp = 0.9f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = i % 2 ? 0.05f : 0.0f, sp.seed = 100 + (uint64_t)i;
+        sp.temp = 0.9f, sp.top_k = 0, sp.top_p = i % 3 == 2 ? 0.8f : 1.0f, sp.min_p = i % 2 ? 0.05f : 0.0f;
+        sp.seed = 100 + (uint64_t)i;
         st_sampler *dev = NULL;
         if (st_sampler_init(&sp, V, &host[i], &err) != ST_OK || st_sampler_init(&sp, V, &dev, &err) != ST_OK)
             test_die("sampler", &err);
@@ -493,9 +595,7 @@ static void runner_step(runner_pair *rp, const st_batch *b, const char *name, co
     for (int64_t i = 0; i < n_out; i++) {
         int32_t want = -1;
         if (st_sampler_sample(host[i], o.logits + i * V, &want, &err) != ST_OK) test_die("host sample", &err);
-        const double u = st_uniform_from_words(draws[i].u[0], draws[i].u[1]);
-        rd.bad += o.drawn[i] != want &&
-                  !draw_is_right(o.logits + i * V, V, draws[i].temp, draws[i].min_p, u, o.drawn[i]);
+        rd.bad += o.drawn[i] != want && !draw_is_right(o.logits + i * V, V, &draws[i], o.drawn[i]);
         rd.bad += o.drawn[i] >= 0 && o.drawn_logits[i] != o.logits[i * V + o.drawn[i]];
         st_sampler_free(host[i]);
     }
@@ -561,7 +661,7 @@ static void test_runner(const char *preset) {
 /* ---- the engine ------------------------------------------------------------------------ */
 
 /* What the requests of one engine run generated. */
-#define ENGINE_REQS 7
+#define ENGINE_REQS 8
 
 typedef struct engine_run {
     int32_t tokens[ENGINE_REQS][24];
@@ -570,12 +670,13 @@ typedef struct engine_run {
     st_engine_stats stats; /* at the end */
 } engine_run;
 
-/* Seven requests through an engine of four rows on CUDA to the end: three at temperature 1
+/* Eight requests through an engine of four rows on CUDA to the end: three at temperature 1
  * without top-k or top-p (drawn on the device; one with min-p, one with
  * log-probabilities), two with top-p 0.9 and 0.3 (their candidates where they settle the
- * cut, else the whole row read after the step), two with penalties (greedy with a
- * repetition penalty, top-k 20 with frequency and presence penalties: their candidates
- * penalized where they settle the top-k, else the whole row); host: the same requests
+ * cut, else sampled on the device after the step), two with penalties (greedy with a
+ * repetition penalty, top-k 20 with frequency and presence penalties) and one at
+ * temperature 0.8 with a frequency penalty and no top-k (the three sampled on the device
+ * with the step); host: the same requests
  * keeping every logits row, which samples them on the host. warm: the engine warmed up
  * first. */
 static void engine_generate(st_model *m, bool host, bool warm, engine_run *out) {
@@ -595,6 +696,7 @@ static void engine_generate(st_model *m, bool host, bool warm, engine_run *out) 
         if (q == 3 || q == 4) rp.sampling.top_p = q == 3 ? 0.9f : 0.3f;
         if (q == 5) rp.sampling.temp = 0.0f, rp.sampling.repeat_penalty = 1.3f;
         if (q == 6) rp.sampling.top_k = 20, rp.sampling.frequency_penalty = 0.5f, rp.sampling.presence_penalty = 0.3f;
+        if (q == 7) rp.sampling.temp = 0.8f, rp.sampling.frequency_penalty = 0.5f;
         rp.max_tokens = 24;
         rp.logprobs = q == 1;
         rp.logits = host ? ST_REQUEST_LOGITS_EVERY : ST_REQUEST_LOGITS_NONE;
@@ -616,8 +718,9 @@ static void engine_generate(st_model *m, bool host, bool warm, engine_run *out) 
     st_engine_free(e);
 }
 
-/* The engine on CUDA draws on the device for requests at OpenAI's default sampling, and
- * cuts top-p and applies penalties on the candidates where they settle the chain: the same
+/* The engine on CUDA samples on the device for requests at OpenAI's default sampling and
+ * the chains the candidates do not settle, and cuts top-p and applies penalties on the
+ * candidates where they settle the chain: the same
  * tokens as the host sampler gives them from the same rows (a request keeping every row
  * samples on the host), and the log-probability of each drawn token (which may lie outside
  * the candidates) the host's to f32 rounding. An engine warmed up first (its decode steps
@@ -648,21 +751,24 @@ static void test_engine_draws(const char *preset) {
         }
     }
     char desc[96];
-    snprintf(desc, sizeof(desc), "%s: 7 requests (drawn, top-p, penalties), %lld tokens", preset, (long long)n);
+    snprintf(desc, sizeof(desc), "%s: 8 requests (drawn, top-p, penalties), %lld tokens", preset, (long long)n);
     record("engine draws tokens", desc, &rt, TOL_EXACT);
     record("engine draws logprobs", desc, &rl, 1e-5);
     record("engine warmed up", desc, &rw, TOL_EXACT);
     /* where the tokens were sampled: each kind on the device run (the drawn requests on the
-     * device, greedy and top-k on the candidates), every one from rows on the host run */
+     * device with the step: the three at temperature 1 and the three penalized; the two
+     * top-p from their candidates, or drawn on the device after the step where the
+     * candidates do not settle the cut: top-p 0.9 on the synthetic model's flat rows never),
+     * every one from rows on the host run */
     const st_engine_stats *sd = &dev.stats, *sh = &host.stats;
     cmp_result rs = {0};
-    rs.bad += sd->tokens_drawn < 3 * 24 || sd->tokens_from_candidates < 24 ||
-              sd->tokens_drawn + sd->tokens_from_candidates + sd->tokens_from_rows != sd->tokens_out;
-    rs.bad += sh->tokens_from_rows != sh->tokens_out || sh->tokens_drawn != 0 || sh->rows_read_late != 0;
-    char where[160];
-    snprintf(where, sizeof(where), "%s: device run %lld candidates / %lld drawn / %lld rows (%lld late)", preset,
-             (long long)sd->tokens_from_candidates, (long long)sd->tokens_drawn, (long long)sd->tokens_from_rows,
-             (long long)sd->rows_read_late);
+    rs.bad += sd->tokens_drawn != 6 * 24 + sd->rows_drawn_late || sd->rows_drawn_late < 24 ||
+              sd->tokens_from_candidates != 2 * 24 - sd->rows_drawn_late || sd->tokens_from_rows != 0;
+    rs.bad += sh->tokens_from_rows != sh->tokens_out || sh->tokens_drawn != 0 || sh->rows_drawn_late != 0;
+    char where[192];
+    snprintf(where, sizeof(where), "%s: device run %lld candidates / %lld drawn (%lld after the step) / %lld rows",
+             preset, (long long)sd->tokens_from_candidates, (long long)sd->tokens_drawn,
+             (long long)sd->rows_drawn_late, (long long)sd->tokens_from_rows);
     record("engine token sources", where, &rs, TOL_EXACT);
     st_model_free(m);
     unlink(path);
@@ -694,12 +800,14 @@ static void run_all(void) {
     test_top_k(4096 + 10, 3, 64, false); /* a last tile of fewer entries than k */
     test_top_k(128256, 130, 64, false);  /* the engine's decode step at B = 130 */
     test_top_k(262144 + 7, 1, 256, true); /* three levels of tiles, ties */
-    test_draw(1, 1, 1.0f, 4);
-    test_draw(1000, 64, 1.0f, 8);
-    test_draw(1000, 64, 12.0f, 8);
-    test_draw(128256, 130, 4.0f, 3); /* the engine's decode step at B = 130 */
-    test_draw(128256, 8, 30.0f, 3);  /* a peaked row: most weights underflow */
-    test_draw(262144 + 7, 9, 2.0f, 2);
+    test_draw(1, 1, 1.0f, false, 4);
+    test_draw(1000, 64, 1.0f, false, 8);
+    test_draw(1000, 64, 12.0f, false, 8);
+    test_draw(1000, 64, 3.0f, true, 8);
+    test_draw(128256, 130, 4.0f, false, 3); /* the engine's decode step at B = 130 */
+    test_draw(128256, 40, 2.0f, true, 3);
+    test_draw(128256, 8, 30.0f, false, 3);  /* a peaked row: most weights underflow */
+    test_draw(262144 + 7, 9, 2.0f, false, 2);
     const char *const presets[] = {"tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-phi3", "tiny-olmoe"};
     for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) test_runner(presets[i]);
     test_engine_draws("tiny-llama");

@@ -342,7 +342,7 @@ def test_misc(srv, model_id):
     check(m["stride_generation_tokens_per_second"] > 0, f"generation speed is measured: {m}")
     where = {w: m.get(f'stride_sampled_tokens_total{{where="{w}"}}', -1) for w in ("candidates", "device", "row")}
     check(where["row"] > 0 and where["candidates"] == 0 and where["device"] == 0 and
-          sum(where.values()) == m["stride_generation_tokens_total"] and m["stride_logits_rows_read_late_total"] == 0,
+          sum(where.values()) == m["stride_generation_tokens_total"] and m["stride_logits_rows_drawn_late_total"] == 0,
           f"on the CPU every token is sampled from its whole row: {where} of {m['stride_generation_tokens_total']}")
 
 

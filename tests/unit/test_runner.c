@@ -263,17 +263,45 @@ static void test_logits_rows_and_split_runs(void **state) {
     }
     for (int row = 0; row < 6; row++) st_sampler_free(host[row]), st_sampler_free(dev[row]);
 
-    /* whole rows read after the step: rows 1, 2, 5 of the six (2 and 5 read for the first
-     * time) as the plain runner gives them; rows past the step's, or not ascending, refused */
-    b = run_batch(&f, 0, prompt, pos, seq, 6, 0);
-    assert_int_equal(st_runner_eval_out(rc, &b, &o, &err), ST_OK);
-    const int32_t late[3] = {1, 2, 5}, past[1] = {6}, descending[2] = {3, 2};
-    assert_int_equal(st_runner_read_rows(rc, late, 3, &err), ST_OK);
-    for (int i = 0; i < 3; i++)
-        assert_memory_equal(o.logits + (size_t)late[i] * V, all + (size_t)late[i] * V, (size_t)V * sizeof(float));
-    assert_int_equal(st_runner_read_rows(rc, past, 1, &err), ST_ERROR_INVALID);
-    assert_int_equal(st_runner_read_rows(rc, descending, 2, &err), ST_ERROR_INVALID);
-    assert_int_equal(st_runner_read_rows(f.runner, late, 3, &err), ST_ERROR_INVALID);
+    /* tokens sampled after the step from the rows still on the backend: rows 2 and 5 with
+     * top-p, row 4 greedy with a repetition penalty on its largest logit's token (which
+     * turns it away), row 1 drawn with the step and kept as it drew it; the tokens a sampler
+     * of the same seed draws from the whole rows on the host */
+    {
+        const int drawn_rows[4] = {1, 2, 4, 5};
+        st_sampler *h[6] = {0}, *d[6] = {0};
+        for (int i = 0; i < 4; i++) {
+            const int row = drawn_rows[i];
+            st_sampler_params sp = st_sampler_params_default();
+            sp.temp = row == 4 ? 0.0f : 0.9f, sp.top_k = 0, sp.top_p = row == 1 || row == 4 ? 1.0f : 0.6f;
+            sp.min_p = 0.0f, sp.repeat_penalty = row == 4 ? 50.0f : 1.0f, sp.seed = 50 + (uint64_t)row;
+            assert_int_equal(st_sampler_init(&sp, V, &h[row], &err), ST_OK);
+            assert_int_equal(st_sampler_init(&sp, V, &d[row], &err), ST_OK);
+        }
+        int64_t best = 0;
+        for (int64_t t = 1; t < V; t++)
+            if (all[4 * V + t] > all[4 * V + best]) best = t;
+        st_sampler_accept(h[4], (int32_t)best), st_sampler_accept(d[4], (int32_t)best);
+        st_row_draw with_step[6] = {{0}}, after_step[6] = {{0}};
+        st_sampler_next_draw(d[1], &with_step[1]);
+        b = run_batch(&f, 0, prompt, pos, seq, 6, 0);
+        b.draw = with_step;
+        assert_int_equal(st_runner_eval_out(rc, &b, &o, &err), ST_OK);
+        st_sampler_next_draw(d[2], &after_step[2]);
+        st_sampler_next_draw(d[4], &after_step[4]);
+        st_sampler_next_draw(d[5], &after_step[5]);
+        assert_int_equal(st_runner_draw_rows(rc, after_step, &o, &err), ST_OK);
+        for (int i = 0; i < 4; i++) {
+            const int row = drawn_rows[i];
+            int32_t want = -1;
+            assert_int_equal(st_sampler_sample(h[row], all + (size_t)row * V, &want, &err), ST_OK);
+            if (row == 4) assert_int_not_equal(want, best);
+            assert_int_equal(o.drawn[row], want);
+            assert_true(o.drawn_logits[row] == all[(size_t)row * V + (size_t)want]);
+        }
+        for (int row = 0; row < 6; row++) st_sampler_free(h[row]), st_sampler_free(d[row]);
+        assert_int_equal(st_runner_draw_rows(f.runner, after_step, &o, &err), ST_ERROR_INVALID);
+    }
     st_runner_free(rc);
     b = run_batch(&f, 0, prompt, pos, seq, 6, 0);
     b.draw = draws;

@@ -432,25 +432,26 @@ static void test_draw_matches_walk(void **state) {
     }
 }
 
-/* Which chains a backend can draw for: a temperature, min-p at most; nothing that sorts
- * (top-k below the vocabulary, top-p) or rewrites logits (the repetition penalty). */
+/* Which chains a backend can sample: all, but penalties over a history longer than it
+ * takes (repeat_last_n over ST_DRAW_MAX_PENALIZED). */
 static void test_draws_row(void **state) {
     (void)state;
     const int64_t V = 100;
     struct {
-        float temp, top_p, min_p, penalty;
-        int32_t top_k;
+        float temp, top_p, penalty;
+        int32_t top_k, last_n;
         bool want;
     } cases[] = {
-        {1.0f, 1.0f, 0.0f, 1.0f, 0, true},     {0.7f, 1.0f, 0.05f, 1.0f, 0, true},
-        {1.0f, 1.0f, 0.0f, 1.0f, 100, true},   {1.0f, 1.0f, 0.0f, 1.0f, 99, false},
-        {0.0f, 1.0f, 0.0f, 1.0f, 0, false},    {1.0f, 0.95f, 0.0f, 1.0f, 0, false},
-        {1.0f, 1.0f, 0.0f, 1.1f, 0, false},
+        {1.0f, 1.0f, 1.0f, 0, 64, true},   {0.0f, 1.0f, 1.0f, 0, 64, true},
+        {1.0f, 0.9f, 1.0f, 99, 64, true},  {0.0f, 1.0f, 1.1f, 0, 64, true},
+        {0.7f, 0.9f, 1.1f, 40, ST_DRAW_MAX_PENALIZED, true},
+        {0.7f, 1.0f, 1.1f, 0, ST_DRAW_MAX_PENALIZED + 1, false},
+        {0.7f, 1.0f, 1.0f, 0, ST_DRAW_MAX_PENALIZED + 1, true}, /* no penalty */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         st_sampler_params p = st_sampler_params_default();
-        p.temp = cases[i].temp, p.top_k = cases[i].top_k, p.top_p = cases[i].top_p, p.min_p = cases[i].min_p;
-        p.repeat_penalty = cases[i].penalty;
+        p.temp = cases[i].temp, p.top_k = cases[i].top_k, p.top_p = cases[i].top_p;
+        p.repeat_penalty = cases[i].penalty, p.repeat_last_n = cases[i].last_n;
         st_sampler *s = NULL;
         assert_int_equal(st_sampler_init(&p, V, &s, NULL), ST_OK);
         assert_int_equal(st_sampler_draws_row(s), cases[i].want);
@@ -459,15 +460,29 @@ static void test_draws_row(void **state) {
 }
 
 /* st_sampler_next_draw's parameters through st_cpu_draw_rows give the token
- * st_sampler_sample gives on the same row from a sampler of the same seed, draw after draw
- * (the uniform taken from the stream the same way), over temperatures and min-p, rows
- * with ties, -inf and a spike; the drawn logit is the token's; a row of temperature 0 is
- * left as it was; a NaN or +inf gives -1, no finite logit -2. */
+ * st_sampler_sample gives on the same row from a sampler of the same seed, token after
+ * token (each accepted into both samplers' histories; the uniform taken from the stream
+ * the same way), over chains of temperature, min-p, top-p, top-k and the three penalties
+ * (negative ones too), greedy with penalties, rows with ties, -inf and a spike; the logit
+ * given is the token's before penalties; a row of temperature 0 is left as it was; a NaN
+ * or +inf gives -1, no finite logit -2. */
 static void test_row_draw_matches_sampler(void **state) {
     (void)state;
     const int64_t sizes[] = {1, 7, 1025, 32007, 128256};
-    const float temps[] = {0.3f, 1.0f, 1.7f}, min_ps[] = {0.0f, 0.05f, 0.5f};
-    enum { ROWS = 4, DRAWS = 12 };
+    const struct {
+        float temp, min_p, top_p;
+        int32_t top_k;
+        float repeat, frequency, presence;
+    } chains[] = {
+        {0.3f, 0.0f, 1.0f, 0, 1.0f, 0.0f, 0.0f},   {1.0f, 0.05f, 0.9f, 0, 1.0f, 0.0f, 0.0f},
+        {1.7f, 0.5f, 0.4f, 0, 1.0f, 0.0f, 0.0f},   {1.0f, 0.5f, 1.0f, 0, 1.0f, 0.0f, 0.0f},
+        {0.3f, 0.05f, 0.4f, 0, 1.0f, 0.0f, 0.0f},  {1.7f, 0.0f, 0.9f, 0, 1.0f, 0.0f, 0.0f},
+        {1.0f, 0.0f, 1.0f, 20, 1.0f, 0.0f, 0.0f},  {0.8f, 0.05f, 0.9f, 40, 1.0f, 0.0f, 0.0f},
+        {1.0f, 0.0f, 1.0f, 0, 1.3f, 0.0f, 0.0f},   {0.9f, 0.0f, 0.9f, 0, 1.0f, 0.5f, 0.3f},
+        {0.7f, 0.0f, 1.0f, 30, 1.2f, -0.5f, 0.0f}, {0.0f, 0.0f, 1.0f, 0, 1.3f, 0.0f, 0.0f},
+        {0.0f, 0.0f, 1.0f, 0, 1.0f, 0.8f, 0.5f},
+    };
+    enum { ROWS = 4, DRAWS = 12, P = 2 * ST_DRAW_MAX_PENALIZED };
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
         const int64_t V = sizes[si];
         float *x = malloc((size_t)(V * ROWS) * sizeof(float));
@@ -479,50 +494,66 @@ static void test_row_draw_matches_sampler(void **state) {
             row[(r * 37) % V] = 3.0f + (float)r; /* a spike, finite in every row */
         }
         st_tensor lt = {.type = ST_TYPE_F32, .ne = {V, ROWS, 1, 1}, .data = x};
-        float params[2 * ROWS], drawn[ROWS];
-        int32_t words[2 * ROWS], ids[ROWS];
-        st_tensor pt = {.type = ST_TYPE_F32, .ne = {2, ROWS, 1, 1}, .data = params};
-        st_tensor wt = {.type = ST_TYPE_I32, .ne = {2, ROWS, 1, 1}, .data = words};
+        float params[6 * ROWS], drawn[ROWS];
+        int32_t words[4 * ROWS], pen[P * ROWS], ids[ROWS];
+        st_tensor pt = {.type = ST_TYPE_F32, .ne = {6, ROWS, 1, 1}, .data = params};
+        st_tensor wt = {.type = ST_TYPE_I32, .ne = {4, ROWS, 1, 1}, .data = words};
+        st_tensor nt = {.type = ST_TYPE_I32, .ne = {P, ROWS, 1, 1}, .data = pen};
         st_tensor it = {.type = ST_TYPE_I32, .ne = {ROWS, 1, 1, 1}, .data = ids};
         st_tensor dt = {.type = ST_TYPE_F32, .ne = {ROWS, 1, 1, 1}, .data = drawn};
         assert_true(st_tensor_set_packed_strides(&lt) && st_tensor_set_packed_strides(&pt) &&
-                    st_tensor_set_packed_strides(&wt) && st_tensor_set_packed_strides(&it) &&
-                    st_tensor_set_packed_strides(&dt));
-        for (size_t ti = 0; ti < 3; ti++)
-            for (size_t mi = 0; mi < 3; mi++) {
-                st_sampler *host[ROWS], *dev[ROWS];
-                for (int r = 0; r < ROWS; r++) {
-                    const uint64_t seed = 1000 * si + 10 * ti + mi + 7 * (uint64_t)r;
-                    host[r] = sampler(temps[ti], 0, 1.0f, min_ps[mi], seed, V);
-                    dev[r] = sampler(temps[ti], 0, 1.0f, min_ps[mi], seed, V);
-                    assert_true(st_sampler_draws_row(dev[r]));
-                }
-                for (int d = 0; d < DRAWS; d++) {
-                    for (int r = 0; r < ROWS; r++) {
-                        st_row_draw rd;
-                        st_sampler_next_draw(dev[r], &rd);
-                        params[2 * r] = rd.temp, params[2 * r + 1] = rd.min_p;
-                        memcpy(&words[2 * r], rd.u, sizeof(rd.u));
-                        ids[r] = -9;
-                    }
-                    st_cpu_draw_rows(&it, &dt, &lt, &pt, &wt);
-                    for (int r = 0; r < ROWS; r++) {
-                        int32_t want = -1;
-                        assert_int_equal(st_sampler_sample(host[r], x + r * V, &want, NULL), ST_OK);
-                        assert_int_equal(ids[r], want);
-                        assert_true(drawn[r] == x[r * V + want]);
-                    }
-                }
-                for (int r = 0; r < ROWS; r++) st_sampler_free(host[r]), st_sampler_free(dev[r]);
+                    st_tensor_set_packed_strides(&wt) && st_tensor_set_packed_strides(&nt) &&
+                    st_tensor_set_packed_strides(&it) && st_tensor_set_packed_strides(&dt));
+        for (size_t ci = 0; ci < sizeof(chains) / sizeof(chains[0]); ci++) {
+            st_sampler *host[ROWS], *dev[ROWS];
+            for (int r = 0; r < ROWS; r++) {
+                st_sampler_params sp = st_sampler_params_default();
+                sp.temp = chains[ci].temp, sp.min_p = chains[ci].min_p, sp.top_p = chains[ci].top_p;
+                sp.top_k = chains[ci].top_k, sp.repeat_penalty = chains[ci].repeat;
+                sp.frequency_penalty = chains[ci].frequency, sp.presence_penalty = chains[ci].presence;
+                sp.seed = 1000 * si + 10 * ci + 7 * (uint64_t)r;
+                assert_int_equal(st_sampler_init(&sp, V, &host[r], NULL), ST_OK);
+                assert_int_equal(st_sampler_init(&sp, V, &dev[r], NULL), ST_OK);
+                assert_true(st_sampler_draws_row(dev[r]));
             }
+            for (int d = 0; d < DRAWS; d++) {
+                for (int r = 0; r < ROWS; r++) {
+                    st_row_draw rd;
+                    st_sampler_next_draw(dev[r], &rd);
+                    float *pr = params + 6 * r;
+                    int32_t *wr = words + 4 * r;
+                    pr[0] = rd.temp, pr[1] = rd.min_p, pr[2] = rd.top_p;
+                    pr[3] = rd.repeat_penalty, pr[4] = rd.frequency_penalty, pr[5] = rd.presence_penalty;
+                    memcpy(wr, rd.u, sizeof(rd.u));
+                    wr[2] = rd.top_k, wr[3] = rd.n_penalized;
+                    if (rd.n_penalized > 0)
+                        memcpy(pen + P * r, rd.penalized, 2 * (size_t)rd.n_penalized * sizeof(int32_t));
+                    ids[r] = -9;
+                }
+                st_cpu_draw_rows(&it, &dt, &lt, &pt, &wt, &nt);
+                for (int r = 0; r < ROWS; r++) {
+                    int32_t want = -1;
+                    assert_int_equal(st_sampler_sample(host[r], x + r * V, &want, NULL), ST_OK);
+                    assert_int_equal(ids[r], want);
+                    assert_true(drawn[r] == x[r * V + want]);
+                    st_sampler_accept(host[r], want);
+                    st_sampler_accept(dev[r], ids[r]);
+                }
+            }
+            for (int r = 0; r < ROWS; r++) st_sampler_free(host[r]), st_sampler_free(dev[r]);
+        }
         /* bad rows, and a row not drawn */
         if (V >= 2) {
-            for (int r = 0; r < ROWS; r++) params[2 * r] = 1.0f, params[2 * r + 1] = 0.0f, ids[r] = -9;
+            for (int r = 0; r < ROWS; r++) {
+                float *pr = params + 6 * r;
+                pr[0] = 1.0f, pr[1] = 0.0f, pr[2] = r == 1 ? 0.5f : 1.0f, pr[3] = 1.0f, pr[4] = 0.0f, pr[5] = 0.0f;
+                words[4 * r + 2] = r == 2 ? 5 : 0, words[4 * r + 3] = 0, ids[r] = -9;
+            }
             x[1] = NAN;
             x[V + 1] = INFINITY;
             for (int64_t i = 0; i < V; i++) x[2 * V + i] = -INFINITY;
-            params[2 * 3] = 0.0f;
-            st_cpu_draw_rows(&it, &dt, &lt, &pt, &wt);
+            params[6 * 3] = 0.0f;
+            st_cpu_draw_rows(&it, &dt, &lt, &pt, &wt, &nt);
             assert_int_equal(ids[0], -1);
             assert_int_equal(ids[1], -1);
             assert_int_equal(ids[2], -2);
@@ -626,81 +657,9 @@ static void test_frequency_presence(void **state) {
     st_sampler_accept(s, 5); /* 4 - 2 < 3 */
     assert_int_equal(st_sampler_sample(s, logits, &id, NULL), ST_OK);
     assert_int_equal(id, 3);
-    assert_false(st_sampler_fits_candidates(s, 6) || st_sampler_draws_row(s));
+    assert_false(st_sampler_fits_candidates(s, 6)); /* penalties: only the whole row, or a backend's sampling */
+    assert_true(st_sampler_draws_row(s));
     st_sampler_free(s);
-}
-
-/* Penalties before greedy or a top-k, from a row's 64 largest logits: the chains that can
- * (only lowering penalties), and where st_sampler_candidates_settle_penalties says the
- * candidates settle a row, the token st_sampler_sample gives on the whole row from a
- * sampler of the same seed and history; rows of both kinds occur (histories that hold
- * many of the candidates do not settle). */
-static void test_penalties_from_candidates(void **state) {
-    (void)state;
-    enum { K = 64, ROWS = 12 };
-    const int64_t V = 5000;
-    struct {
-        float temp, repeat, frequency, presence, top_p;
-        int32_t top_k;
-    } chains[] = {{0.0f, 1.3f, 0.0f, 0.0f, 1.0f, 0}, {0.8f, 1.0f, 0.5f, 0.3f, 1.0f, 20},
-                  {1.0f, 1.1f, 0.0f, 0.2f, 0.9f, 40}, {0.7f, 1.5f, 1.0f, 0.0f, 1.0f, 64}};
-    float *x = malloc((size_t)(V * ROWS) * sizeof(float));
-    assert_non_null(x);
-    for (int r = 0; r < ROWS; r++) grid_logits(x + r * V, V, 900 + (uint64_t)r);
-    int32_t ids[K * ROWS];
-    float vals[(K + 1) * ROWS];
-    row_candidates(x, V, ROWS, K, ids, vals);
-    int settled = 0, unsettled = 0;
-    for (size_t ci = 0; ci < sizeof(chains) / sizeof(chains[0]); ci++)
-        for (int r = 0; r < ROWS; r++) {
-            st_sampler_params p = st_sampler_params_default();
-            p.temp = chains[ci].temp, p.top_k = chains[ci].top_k, p.top_p = chains[ci].top_p, p.min_p = 0.02f;
-            p.repeat_penalty = chains[ci].repeat, p.frequency_penalty = chains[ci].frequency;
-            p.presence_penalty = chains[ci].presence, p.seed = 40 + (uint64_t)r;
-            st_sampler *host = NULL, *cand = NULL;
-            assert_int_equal(st_sampler_init(&p, V, &host, NULL), ST_OK);
-            assert_int_equal(st_sampler_init(&p, V, &cand, NULL), ST_OK);
-            assert_true(st_sampler_penalizes_candidates(cand, K));
-            /* a history of some of the row's candidates (more of them in later rows), twice
-             * for a few, and tokens beyond them */
-            const int32_t *id = ids + r * K;
-            for (int h = 0; h < 6 * r; h++) {
-                const int32_t t = h % 3 == 2 ? (int32_t)((h * 977) % V) : id[(h * 7) % K];
-                st_sampler_accept(host, t), st_sampler_accept(cand, t);
-            }
-            const float *v = vals + r * (K + 1);
-            if (!st_sampler_candidates_settle_penalties(cand, id, K)) {
-                unsettled++;
-            } else {
-                settled++;
-                for (int d = 0; d < 3; d++) {
-                    int32_t want = -1, got = -2;
-                    assert_int_equal(st_sampler_sample(host, x + r * V, &want, NULL), ST_OK);
-                    assert_int_equal(st_sampler_sample_candidates_penalized(cand, id, v, K, v[K], &got, NULL), ST_OK);
-                    assert_int_equal(got, want);
-                }
-            }
-            st_sampler_free(host);
-            st_sampler_free(cand);
-        }
-    assert_true(settled >= 10 && unsettled >= 4);
-    /* penalties that may raise a logit, none at all, or no top-k: not from the candidates */
-    const float raising[][3] = {{0.9f, 0.0f, 0.0f}, {1.0f, -0.5f, 0.0f}, {1.0f, 0.0f, -0.1f}, {1.0f, 0.0f, 0.0f}};
-    for (int i = 0; i < 4; i++) {
-        st_sampler_params p = st_sampler_params_default();
-        p.repeat_penalty = raising[i][0], p.frequency_penalty = raising[i][1], p.presence_penalty = raising[i][2];
-        st_sampler *s = NULL;
-        assert_int_equal(st_sampler_init(&p, V, &s, NULL), ST_OK);
-        assert_false(st_sampler_penalizes_candidates(s, K));
-        st_sampler_free(s);
-    }
-    st_sampler_params p = st_sampler_params_default();
-    p.repeat_penalty = 1.2f, p.top_k = 0;
-    st_sampler *s = NULL;
-    assert_int_equal(st_sampler_init(&p, V, &s, NULL), ST_OK);
-    assert_false(st_sampler_penalizes_candidates(s, K));
-    st_sampler_free(s);
-    free(x);
 }
 
 static void test_determinism(void **state) {
@@ -831,7 +790,6 @@ int main(void) {
         cmocka_unit_test(test_row_draw_matches_sampler),
         cmocka_unit_test(test_top_p_from_candidates),
         cmocka_unit_test(test_frequency_presence),
-        cmocka_unit_test(test_penalties_from_candidates),
         cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_params_check),
         cmocka_unit_test(test_bad_logits),
