@@ -719,11 +719,10 @@ static void engine_generate(st_model *m, bool host, bool warm, engine_run *out) 
 }
 
 /* The engine on CUDA samples on the device for requests at OpenAI's default sampling and
- * the chains the candidates do not settle, and cuts top-p and applies penalties on the
- * candidates where they settle the chain: the same
- * tokens as the host sampler gives them from the same rows (a request keeping every row
- * samples on the host), and the log-probability of each drawn token (which may lie outside
- * the candidates) the host's to f32 rounding. An engine warmed up first (its decode steps
+ * with penalties, and cuts top-p on the candidates where they settle it (else on the
+ * device after the step): the same tokens as the host sampler gives them from the same
+ * rows (a request keeping every row samples on the host), and the log-probability of each
+ * drawn token (which may lie outside the candidates) the host's to f32 rounding. An engine warmed up first (its decode steps
  * recorded over padding tokens) gives the same tokens as one that was not. */
 static void test_engine_draws(const char *preset) {
     char path[256];
