@@ -396,12 +396,14 @@ __global__ void __launch_bounds__(DRAW_THREADS)
     if (!(p[0] > 0.0f)) return;
     const int32_t *w = (const int32_t *)cuda_row(words, row);
     const int32_t *pen = (const int32_t *)cuda_row(penalized, row);
-    const int n_pen = w[3];
+    const int n_pen = w[3] < ST_DRAW_MAX_PENALIZED ? w[3] : ST_DRAW_MAX_PENALIZED; // (the runner asserts it)
     float *x = (float *)cuda_row(logits, row);
+    // (an id outside the row is skipped, as st_sample_penalties_counted skips it)
     for (int j = threadIdx.x; j < n_pen; j += DRAW_THREADS) {
-        const float v = x[pen[2 * j]];
-        sh.original[j] = v;
-        x[pen[2 * j]] = draw_penalize(v, pen[2 * j + 1], p[3], p[4], p[5]);
+        const int32_t id = pen[2 * j];
+        if (id < 0 || id >= V) continue;
+        sh.original[j] = x[id];
+        x[id] = draw_penalize(x[id], pen[2 * j + 1], p[3], p[4], p[5]);
     }
     __syncthreads();
 
@@ -415,7 +417,8 @@ __global__ void __launch_bounds__(DRAW_THREADS)
     draw_block_max(&mx, &bad, &sh);
     const long long pick = bad ? -1 : mx == -INFINITY ? -2 : draw_chain(x, V, mx, p, w, &sh);
     __syncthreads();
-    for (int j = threadIdx.x; j < n_pen; j += DRAW_THREADS) x[pen[2 * j]] = sh.original[j];
+    for (int j = threadIdx.x; j < n_pen; j += DRAW_THREADS)
+        if (pen[2 * j] >= 0 && pen[2 * j] < V) x[pen[2 * j]] = sh.original[j];
     __syncthreads();
     if (threadIdx.x == 0) ids[row] = (int32_t)pick, drawn[row] = pick >= 0 ? x[pick] : NAN;
 }
