@@ -9,8 +9,9 @@
 #include "bench.h"
 #include "cli.h"
 
-/* CMakeLists.txt defines STRIDE_GIT_COMMIT from `git rev-parse --short HEAD` at configure
- * time (absent outside a git checkout). */
+/* The commit the binary was built from (cmake/commit.cmake; absent outside a git checkout
+ * without $STRIDE_COMMIT). */
+#include "stride_commit.h"
 #ifdef STRIDE_GIT_COMMIT
 const char *bench_commit(void) { return STRIDE_GIT_COMMIT; }
 #else
