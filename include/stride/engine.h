@@ -90,13 +90,13 @@ st_engine_options st_engine_options_default(void);
 
 /* Logits candidates a row on a GPU: the backend picks each row's k largest logits and
  * its log-sum-exp (runner.h) and only those come to the host. The default top-k (40) and
- * the most top_logprobs (20) fit; a chain that is a draw from the whole row (a temperature
- * and min-p at most, OpenAI's defaults: st_sampler_draws_row) is drawn by the backend, so
- * that only its token comes back; top-p without top-k, and penalties before a top-k,
- * sample from the candidates where they settle the chain. Other chains (a top-k over k,
- * penalties that may raise a logit or come without a top-k), and rows the candidates do
- * not settle, take the whole row to the host. On the CPU, whose logits are in host memory
- * already, the engine reads whole rows. */
+ * the most top_logprobs (20) fit: greedy and a top-k of at most k sample from them; top-p
+ * without top-k does where its cut falls among them, else the backend draws from the
+ * whole row after the step. Every other chain (a temperature alone, OpenAI's defaults; a
+ * top-k over k; penalties) is sampled by the backend from the whole row with the step
+ * (st_sampler_draws_row), so that only its token comes back; only penalties over a history
+ * longer than ST_DRAW_MAX_PENALIZED take the whole row to the host. On the CPU, whose
+ * logits are in host memory already, the engine reads whole rows. */
 #define ST_ENGINE_CANDIDATES 64
 
 /* How many candidates a runner keeps of each logits row of a model of n_vocab tokens:

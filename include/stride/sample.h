@@ -79,8 +79,12 @@ void st_sample_repetition_penalty(st_candidates *c, const int32_t *last, int64_t
 void st_sample_penalties(st_candidates *c, const int32_t *last, int64_t n_last, float repeat, float frequency,
                          float presence);
 
-/* The same on a whole row's unsorted candidates (c->data[id].id == id) from the history's
- * distinct tokens and their counts: counted[2 i] seen counted[2 i + 1] times, i < n. */
+/* The distinct tokens of ids[0 .. n) with their counts into counted ([n][2] at most:
+ * counted[2 i] seen counted[2 i + 1] times, ascending ids); sorts ids. Returns how many. */
+int64_t st_sample_count_tokens(int32_t *ids, int64_t n, int32_t *counted);
+
+/* st_sample_penalties on a whole row's unsorted candidates (c->data[id].id == id) from the
+ * history's distinct tokens and their counts (st_sample_count_tokens), i < n. */
 void st_sample_penalties_counted(st_candidates *c, const int32_t *counted, int64_t n, float repeat, float frequency,
                                  float presence);
 

@@ -304,6 +304,24 @@ __device__ __forceinline__ float cuda_warp_sum(float v) {
     return v;
 }
 
+/* The order-preserving key of a float: larger float, larger unsigned key (NaN above +inf;
+ * -0 below +0). */
+__device__ __forceinline__ uint32_t cuda_float_key(float x) {
+    const uint32_t u = __float_as_uint(x);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* The inclusive sum over lanes 0 .. this one of a warp (a shuffle scan). */
+template <class T> __device__ __forceinline__ T cuda_warp_inclusive_sum(T v) {
+    const int lane = threadIdx.x % ST_GPU_WARP_SIZE;
+#pragma unroll
+    for (int off = 1; off < ST_GPU_WARP_SIZE; off <<= 1) {
+        const T o = st_gpu_shfl(v, lane >= off ? lane - off : lane);
+        if (lane >= off) v += o;
+    }
+    return v;
+}
+
 /* The maximum over a warp, in every lane. */
 __device__ __forceinline__ float cuda_warp_max(float v) {
 #pragma unroll

@@ -106,11 +106,7 @@ __device__ __forceinline__ long long draw_block_index(long long i, bool is_min, 
 __device__ __forceinline__ unsigned long long draw_block_scan(unsigned long long v, unsigned long long *total,
                                                               draw_shared *sh) {
     const int lane = threadIdx.x % ST_GPU_WARP_SIZE, warp = threadIdx.x / ST_GPU_WARP_SIZE;
-#pragma unroll
-    for (int off = 1; off < ST_GPU_WARP_SIZE; off <<= 1) {
-        const unsigned long long o = st_gpu_shfl(v, lane >= off ? lane - off : lane);
-        if (lane >= off) v += o;
-    }
+    v = cuda_warp_inclusive_sum(v);
     if (lane == ST_GPU_WARP_SIZE - 1) sh->warp_total[warp] = v;
     __syncthreads();
     if (threadIdx.x == 0)
@@ -124,10 +120,7 @@ __device__ __forceinline__ unsigned long long draw_block_scan(unsigned long long
 
 // A logit's place in the host's sorted order as an unsigned key: ascending keys are
 // descending logits; -0 and +0 (equal logits) share a key; -inf comes last.
-__device__ __forceinline__ uint32_t draw_order_key(float v) {
-    const uint32_t b = __float_as_uint(v + 0.0f);
-    return (b & 0x80000000u) ? b : (~b & 0x7fffffffu);
-}
+__device__ __forceinline__ uint32_t draw_order_key(float v) { return ~cuda_float_key(v + 0.0f); }
 
 __device__ __forceinline__ unsigned long long fixed_weight(double w) {
     return (unsigned long long)(w * FIXED_ONE + 0.5);
@@ -141,28 +134,28 @@ struct kept_before {
 };
 #define KEPT_ALL (kept_before{0xffffffffu, INT64_MAX})
 
-// Top-k's weight: a count of one a token.
+// The weights select_passing sums, of token i of logit v and order key k.
+// Top-k's: a count of one a token.
 struct count_weight {
-    __device__ unsigned long long operator()(int64_t, float) const { return 1; }
+    __device__ unsigned long long operator()(int64_t, float, uint32_t) const { return 1; }
 };
 
-// Top-p's weight: the probability among the tokens top-k kept, unnormalized (exp(x - max)).
+// Top-p's: the probability among the tokens top-k kept, unnormalized (exp(x - max)).
 struct cut_weight {
     double max;
     kept_before top_k;
-    __device__ unsigned long long operator()(int64_t i, float v) const {
-        return top_k.holds(draw_order_key(v), i) ? fixed_weight(exp((double)v - max)) : 0;
+    __device__ unsigned long long operator()(int64_t i, float v, uint32_t k) const {
+        return top_k.holds(k, i) ? fixed_weight(exp((double)v - max)) : 0;
     }
 };
 
-// The draw's weight: exp(x / temp - max / temp) for the tokens top-k and top-p kept that
-// pass min-p, 0 for the rest.
+// The draw's: exp(x / temp - max / temp) for the tokens top-k and top-p kept that pass
+// min-p, 0 for the rest.
 struct draw_weight {
     float temp;
     double max_t, threshold;
     kept_before top_k, top_p;
-    __device__ unsigned long long operator()(int64_t i, float v) const {
-        const uint32_t k = draw_order_key(v);
+    __device__ unsigned long long operator()(int64_t i, float v, uint32_t k) const {
         if (!top_k.holds(k, i) || !top_p.holds(k, i) || (double)v < threshold) return 0;
         return fixed_weight(exp((double)(v / temp) - max_t));
     }
@@ -208,7 +201,7 @@ __device__ long long select_passing(const float *x, int64_t V, const Weight &wf,
             const float v = x[i];
             const uint32_t k = draw_order_key(v);
             if ((k & mask) != prefix) continue;
-            const unsigned long long w = wf(i, v);
+            const unsigned long long w = wf(i, v, k);
             if (w == 0) continue;
             const uint32_t bin = (k >> shift) & (DRAW_BINS - 1);
             if (bin != run_bin && run > 0) hist_add(&hlo[run_bin], &hhi[run_bin], run), run = 0;
@@ -226,12 +219,7 @@ __device__ long long select_passing(const float *x, int64_t V, const Weight &wf,
         if (warp == 0) { // lane l scans bins [l B, l B + B)
             unsigned long long mine = 0;
             for (int b = 0; b < BINS_PER_LANE; b++) mine += sh->hist[lane * BINS_PER_LANE + b];
-            unsigned long long incl = mine;
-#pragma unroll
-            for (int off = 1; off < ST_GPU_WARP_SIZE; off <<= 1) {
-                const unsigned long long o = st_gpu_shfl(incl, lane >= off ? lane - off : lane);
-                if (lane >= off) incl += o;
-            }
+            const unsigned long long incl = cuda_warp_inclusive_sum(mine);
             unsigned long long target, below = 0;
             if (shift == 24) { // the first pass sees every weight: the target, in every lane
                 const unsigned long long total = st_gpu_shfl(incl, ST_GPU_WARP_SIZE - 1);
@@ -271,7 +259,7 @@ __device__ long long select_passing(const float *x, int64_t V, const Weight &wf,
     for (int64_t i = lo; i < hi; i++) {
         const float v = x[i];
         if (draw_order_key(v) != prefix) continue;
-        const unsigned long long w = wf(i, v);
+        const unsigned long long w = wf(i, v, prefix);
         if (w > 0) tied++, sh->tied_weight = w; // (every writer writes the same)
     }
     unsigned long long n_tied;
@@ -281,7 +269,7 @@ __device__ long long select_passing(const float *x, int64_t V, const Weight &wf,
         unsigned long long seen = end - tied;
         for (int64_t i = lo; i < hi; i++) {
             const float v = x[i];
-            if (draw_order_key(v) != prefix || wf(i, v) == 0) continue;
+            if (draw_order_key(v) != prefix || wf(i, v, prefix) == 0) continue;
             if (seen++ == nth) {
                 sh->pick = i;
                 break;
@@ -310,12 +298,7 @@ __device__ long long draw_in_id_order(const float *x, int64_t V, float temp, dou
     }
     // inclusive scan: within the warp, then the warps' ends one after another
     const int lane = threadIdx.x % ST_GPU_WARP_SIZE, warp = threadIdx.x / ST_GPU_WARP_SIZE;
-    double in_warp = sum;
-#pragma unroll
-    for (int off = 1; off < ST_GPU_WARP_SIZE; off <<= 1) {
-        const double o = st_gpu_shfl(in_warp, lane >= off ? lane - off : lane);
-        if (lane >= off) in_warp += o;
-    }
+    const double in_warp = cuda_warp_inclusive_sum(sum);
     const double prev_lane = st_gpu_shfl(in_warp, lane > 0 ? lane - 1 : 0);
     if (lane == ST_GPU_WARP_SIZE - 1) sh->warp_end[warp] = in_warp;
     __syncthreads();

@@ -30,11 +30,6 @@
 #define TOPK_MAX_K 256 // ST_RUNNER_MAX_CANDIDATES; a level shrinks its input TOPK_TILE / k >= 16 times
 #define TOPK_MAX_LEVELS 8
 
-// The order-preserving key of a float: larger float, larger unsigned key (NaN above +inf).
-__device__ __forceinline__ uint32_t topk_key(float x) {
-    const uint32_t u = __float_as_uint(x);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
 
 // a before b: descending key, ascending id among equal keys.
 __device__ __forceinline__ bool topk_before(uint32_t ka, int32_t ia, uint32_t kb, int32_t ib) {
@@ -191,7 +186,7 @@ __global__ void __launch_bounds__(TOPK_THREADS)
 #pragma unroll
         for (int i = 0; i < TOPK_PER_THREAD; i++) {
             if (id[i] >= 0) sum += (double)expf(v[i] - mx);
-            key[i] = topk_key(v[i]);
+            key[i] = cuda_float_key(v[i]);
         }
         sum = topk_block_reduce<double>(sum, sh.red_d, false);
         if (LAST) lse = (float)((double)mx + log(sum));

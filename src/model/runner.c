@@ -442,8 +442,8 @@ st_status st_runner_prepare(st_runner *r, const st_batch *b, st_graph **out, st_
 
 /* The draws draw[0 .. n_out) ask for (temp 0: none), a graph after the step's (logits rows
  * already in logits_dev): the rows' params, words and penalized tokens uploaded, the
- * drawn ids and logits written to host memory. The graph is kept while the steps have as many logits rows. *any: whether a row
- * is drawn. */
+ * drawn ids and logits written to host memory. The graph is kept while the steps have as
+ * many logits rows. *any: whether a row is drawn. */
 static st_status queue_draws(st_runner *r, const st_row_draw *draw, int64_t n_out, bool *any, st_error *err) {
     *any = false;
     for (int64_t j = 0; draw && j < n_out; j++) *any |= draw[j].temp > 0.0f;

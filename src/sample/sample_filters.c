@@ -116,7 +116,7 @@ void st_sample_penalties(st_candidates *c, const int32_t *last, int64_t n_last, 
                          float presence) {
     if ((repeat == 1.0f && frequency == 0.0f && presence == 0.0f) || n_last <= 0) return;
     ST_ASSERT(!c->sorted);
-    int32_t *ids = malloc((size_t)n_last * sizeof(int32_t));
+    int32_t *ids = malloc(3 * (size_t)n_last * sizeof(int32_t)); /* [n_last] ids, then [n_last][2] counted */
     if (!ids) { /* defensive: count each distinct id by a quadratic scan */
         for (int64_t i = 0; i < n_last; i++) {
             bool seen = false;
@@ -128,16 +128,20 @@ void st_sample_penalties(st_candidates *c, const int32_t *last, int64_t n_last, 
         }
         return;
     }
+    int32_t *counted = ids + n_last;
     memcpy(ids, last, (size_t)n_last * sizeof(int32_t));
-    qsort(ids, (size_t)n_last, sizeof(int32_t), cmp_i32);
-    for (int64_t i = 0, j; i < n_last; i = j) {
-        for (j = i + 1; j < n_last && ids[j] == ids[i];) j++; /* ids[i .. j): one token, j - i times */
-        if (ids[i] < 0 || ids[i] >= c->size) continue;
-        st_token_prob *t = &c->data[ids[i]];
-        ST_ASSERT(t->id == ids[i]);
-        penalize(t, j - i, repeat, frequency, presence);
-    }
+    st_sample_penalties_counted(c, counted, st_sample_count_tokens(ids, n_last, counted), repeat, frequency, presence);
     free(ids);
+}
+
+int64_t st_sample_count_tokens(int32_t *ids, int64_t n, int32_t *counted) {
+    qsort(ids, (size_t)n, sizeof(int32_t), cmp_i32);
+    int64_t m = 0;
+    for (int64_t i = 0, j; i < n; i = j, m++) {
+        for (j = i + 1; j < n && ids[j] == ids[i];) j++; /* ids[i .. j): one token, j - i times */
+        counted[2 * m] = ids[i], counted[2 * m + 1] = (int32_t)(j - i);
+    }
+    return m;
 }
 
 void st_sample_penalties_counted(st_candidates *c, const int32_t *counted, int64_t n, float repeat, float frequency,

@@ -110,6 +110,14 @@ static int64_t unroll_history(st_sampler *s) {
     return n;
 }
 
+static bool no_penalty(const st_sampler *s) {
+    const bool neutral = s->p.repeat_penalty == 1.0f && s->p.frequency_penalty == 0.0f && s->p.presence_penalty == 0.0f;
+    return neutral || s->p.repeat_last_n == 0;
+}
+
+/* The history's distinct tokens and their counts into s->counted; returns how many. */
+static int64_t count_history(st_sampler *s) { return st_sample_count_tokens(s->last, unroll_history(s), s->counted); }
+
 /* The chain after its penalties, on c, with a draw: top-k, top-p, min-p, temperature. */
 static int32_t draw_after_penalties(st_sampler *s, st_candidates *c) {
     st_sample_top_k(c, s->p.top_k);
@@ -139,8 +147,9 @@ st_status st_sampler_sample(st_sampler *s, const float *logits, int32_t *out, st
     if (!any_finite) return st_error_set(err, ST_ERROR_INVALID, "the logits hold no finite value");
     st_candidates c = {.data = s->cand};
     st_candidates_from_logits(&c, logits, V);
-    st_sample_penalties(&c, s->last, unroll_history(s), s->p.repeat_penalty, s->p.frequency_penalty,
-                        s->p.presence_penalty);
+    if (!no_penalty(s))
+        st_sample_penalties_counted(&c, s->counted, count_history(s), s->p.repeat_penalty, s->p.frequency_penalty,
+                                    s->p.presence_penalty);
     if (s->p.temp == 0.0f) {
         int64_t best = 0; /* the first (lowest id) of equal maxima */
         for (int64_t i = 1; i < V; i++)
@@ -150,11 +159,6 @@ st_status st_sampler_sample(st_sampler *s, const float *logits, int32_t *out, st
     }
     *out = draw_after_penalties(s, &c);
     return ST_OK;
-}
-
-static bool no_penalty(const st_sampler *s) {
-    const bool neutral = s->p.repeat_penalty == 1.0f && s->p.frequency_penalty == 0.0f && s->p.presence_penalty == 0.0f;
-    return neutral || s->p.repeat_last_n == 0;
 }
 
 /* A temperature with no penalty and no top-k before top-p: what reads the whole row's
@@ -228,18 +232,6 @@ int32_t st_sampler_sample_top_p_kept(st_sampler *s, const int32_t *ids, const fl
     return st_sample_draw(&c, &s->rng);
 }
 
-static int cmp_i32(const void *a, const void *b) {
-    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* The history into s->last, sorted (for counting, where its order does not matter). */
-static int64_t sorted_history(st_sampler *s) {
-    const int64_t n = unroll_history(s);
-    qsort(s->last, (size_t)n, sizeof(int32_t), cmp_i32);
-    return n;
-}
-
 bool st_sampler_draws_row(const st_sampler *s) {
     return no_penalty(s) || s->p.repeat_last_n <= ST_DRAW_MAX_PENALIZED;
 }
@@ -254,15 +246,10 @@ void st_sampler_next_draw(st_sampler *s, st_row_draw *d) {
                        .repeat_penalty = s->p.repeat_penalty,
                        .frequency_penalty = s->p.frequency_penalty,
                        .presence_penalty = s->p.presence_penalty};
-    if (!no_penalty(s)) { /* the sorted history's runs of one token */
-        const int64_t n = sorted_history(s);
-        int32_t m = 0;
-        for (int64_t i = 0, j; i < n; i = j, m++) {
-            for (j = i + 1; j < n && s->last[j] == s->last[i];) j++;
-            s->counted[2 * m] = s->last[i], s->counted[2 * m + 1] = (int32_t)(j - i);
-        }
+    if (!no_penalty(s)) {
+        const int64_t m = count_history(s);
         ST_ASSERT(m <= ST_DRAW_MAX_PENALIZED);
-        d->n_penalized = m, d->penalized = s->counted;
+        d->n_penalized = (int32_t)m, d->penalized = s->counted;
     }
     if (!greedy) st_rng_uniform_words(&s->rng, d->u); /* greedy takes no uniform */
 }

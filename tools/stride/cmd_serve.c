@@ -48,10 +48,9 @@ static void usage(FILE *out) {
             "  --temp T                 temperature >= 0; 0 = greedy (default 1)\n"
             "  --top-k N                keep the N most likely tokens; 0 = off (default 0). On a GPU a\n"
             "                           top-k of at most 64 samples from the candidates the device\n"
-            "                           picks, and a temperature alone draws on the device; top-p\n"
-            "                           without top-k where its cut lies beyond 64 tokens, a larger\n"
-            "                           top-k, or penalties without a top-k bring each token's whole\n"
-            "                           logits row to the host, many times slower with many streams\n"
+            "                           picks, and every other chain is sampled on the device; only\n"
+            "                           penalties over a --repeat-last-n above 128 bring each token's\n"
+            "                           whole logits row to the host, many times slower with many streams\n"
             "  --top-p P                keep the smallest set with mass >= P, in (0,1]; 1 = off (default 1)\n"
             "  --min-p P                keep tokens with p >= P * p_max, in [0,1); 0 = off (default 0)\n"
             CLI_PENALTY_FLAGS_HELP,
