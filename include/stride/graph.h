@@ -98,8 +98,10 @@ typedef struct st_graph {
     st_graph_input uploads[ST_GRAPH_MAX_UPLOADS];
     int n_uploads;
     int64_t n_tokens;         /* tokens the step evaluates (the model's micro-batch M) */
-    bool decode;              /* every token is the only one of its sequence in the step
-                                 (decode steps: a backend may record and replay them) */
+    bool replay;              /* computed again and again with new data in the memory it
+                                 uploads (a decode step; a step padded to a bucket whose
+                                 runs are in runs_dev, ops.h): a backend may record it once
+                                 and replay the recording */
     int64_t n_kv;             /* set before each compute: the attention nodes read cache
                                  entries 0 .. n_kv-1 (each query up to its own position) */
     bool failed;              /* a node could not be added (out of memory): compute refuses */

@@ -64,7 +64,9 @@ typedef struct st_attn_run {
 
 /* Where a batch's keys live in a paged cache, for attention over it. The tensors are in
  * the backend's memory; the grouping is on the host, for backends that launch per group
- * (every query of a batch belongs to exactly one of the singles or the runs). */
+ * (every query of a batch belongs to exactly one of the singles or the runs). A graph
+ * replayed with new runs (graph.h) rewrites the runs in place before each compute, on the
+ * host and in runs_dev: its runs are slots, n = 0 an unused one. */
 typedef struct st_kv_pages {
     const st_tensor *seq;      /* I32 [M]: the block table row of each query's sequence */
     const st_tensor *table;    /* I32 [max_blocks, n_seq]: row s = sequence s's blocks */
@@ -72,6 +74,9 @@ typedef struct st_kv_pages {
                                   query in the batch (decode tokens) */
     int32_t n_runs;            /* then these runs (prompt chunks), in order */
     const st_attn_run *runs;   /* [n_runs] */
+    const st_tensor *runs_dev; /* NULL, or I32 [3, n_runs]: the runs again in backend
+                                  memory, (m0, n, seq) each, for backends that read them
+                                  when the step runs rather than when it is queued */
 } st_kv_pages;
 
 typedef struct st_attn_params {

@@ -28,7 +28,7 @@ void st_graph_clear(st_graph *g) {
     g->n_nodes = 0;
     g->n_uploads = 0;
     g->n_tokens = 0;
-    g->decode = false;
+    g->replay = false;
     g->n_kv = 0;
     g->failed = false;
     for (st_graph_chunk *c = g->tensors; c; c = c->next) c->used = 0;
@@ -152,6 +152,7 @@ void st_graph_attention(st_graph *g, const st_tensor *dst, const st_tensor *q, c
         n->pages = *pages;
         n->pages.seq = keep(g, pages->seq); /* (a failure marks the graph failed) */
         n->pages.table = keep(g, pages->table);
+        if (pages->runs_dev) n->pages.runs_dev = keep(g, pages->runs_dev);
     }
 }
 

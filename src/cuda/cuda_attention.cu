@@ -310,14 +310,20 @@ extern "C" st_status st_cuda_attention_path(st_backend *b, st_tensor *dst, const
     pg.seq = NULL;
     for (int32_t i = 0; i < pages->n_runs; i++) {
         const st_attn_run *r = &pages->runs[i];
-        ST_ASSERT(r->m0 >= pages->n_single && r->n >= 1 && r->m0 + r->n <= M);
+        ST_ASSERT(r->n == 0 || (r->m0 >= pages->n_single && r->n >= 1 && r->m0 + r->n <= M));
     }
-    // prompt chunks: on the tensor-core prefill, many runs a launch; else a launch each
+    // prompt chunks: on the tensor-core prefill, many runs a launch (read from the device
+    // where the runs are there too); else a launch each
     if (pages->n_runs > 0 && (path == ST_CUDA_ATTN_PATH_AUTO || path == ST_CUDA_ATTN_PATH_FLASH) &&
-        st_cuda_attn_flash_supported(b, q, k_cache, v_cache))
+        st_cuda_attn_flash_supported(b, q, k_cache, v_cache)) {
+        if (pages->runs_dev)
+            return st_cuda_attn_flash_runs_dev(b, dst, q, k_cache, v_cache, positions, &pg, pages->runs_dev,
+                                               pages->n_single, p, err);
         return st_cuda_attn_flash_runs(b, dst, q, k_cache, v_cache, positions, &pg, pages->runs, pages->n_runs, p, err);
+    }
     for (int32_t i = 0; i < pages->n_runs; i++) {
         const st_attn_run *r = &pages->runs[i];
+        if (r->n == 0) continue;
         pg.row = r->seq;
         st_tensor qs = attn_queries(q, r->m0, r->n), ds = attn_queries(dst, r->m0, r->n);
         st_tensor ps = attn_indices(positions, r->m0, r->n);
@@ -325,6 +331,11 @@ extern "C" st_status st_cuda_attention_path(st_backend *b, st_tensor *dst, const
         if (s != ST_OK) return s;
     }
     return ST_OK;
+}
+
+bool st_cuda_attention_replays(st_backend *b, const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache,
+                               const st_kv_pages *pages) {
+    return !pages || pages->n_runs == 0 || (pages->runs_dev && st_cuda_attn_flash_supported(b, q, k_cache, v_cache));
 }
 
 st_status st_cuda_rope_attention(st_backend *b, const st_fused_rope_attention *op, st_error *err) {

@@ -50,12 +50,17 @@ typedef struct attn_pages {
 // Several runs of one launch (the tensor-core prefill over a step's prompt chunks, one
 // grid): run i holds queries m0[i] .. m0[i] + n[i] - 1 of the launch's q, its keys at block
 // table row row[i], and the grid's row tiles first_tile[i] .. first_tile[i + 1] - 1. A
-// kernel parameter (by value): ATTN_MAX_RUNS runs a launch.
+// kernel parameter (by value): ATTN_MAX_RUNS runs a launch. Or, with dev set, the runs in
+// device memory (a recorded step replays them as the step uploads them): I32 [3, n_runs]
+// (m0, n, row) each, n = 0 an unused slot; the grid then has dev_tiles row tiles, at
+// least every run's, and a block past them does nothing.
 #define ATTN_MAX_RUNS 32
 typedef struct attn_runs {
     int n_runs; // 0: one run, the launch's whole q (at pg's row, or contiguous)
     int first_tile[ATTN_MAX_RUNS + 1];
     int m0[ATTN_MAX_RUNS], n[ATTN_MAX_RUNS], row[ATTN_MAX_RUNS];
+    const int32_t *dev;
+    int dev_tiles;
 } attn_runs;
 
 // The block table row of query m.
@@ -96,10 +101,18 @@ st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, 
                              const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
                              const st_attn_params *p, st_error *err);
 // The runs of a paged step (queries of q and dst [head_dim, n_head, M] by their index m,
-// positions [M]; pg's table) in launches of up to ATTN_MAX_RUNS runs each.
+// positions [M]; pg's table) in launches of up to ATTN_MAX_RUNS runs each; runs with n = 0
+// are skipped.
 st_status st_cuda_attn_flash_runs(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                                   const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
                                   const st_attn_run *runs, int32_t n_runs, const st_attn_params *p, st_error *err);
+// The same runs read from device memory when the kernel runs (runs_dev I32 [3, n_runs]:
+// m0, n, row; the queries m0 .. m0 + n - 1 all at or after n_single), in one launch sized
+// for any runs of queries n_single .. M - 1.
+st_status st_cuda_attn_flash_runs_dev(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                                      const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
+                                      const st_tensor *runs_dev, int64_t n_single, const st_attn_params *p,
+                                      st_error *err);
 
 // ---- cuda_attention_decode.cu -------------------------------------------------------------
 

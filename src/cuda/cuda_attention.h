@@ -47,6 +47,11 @@ st_status st_cuda_attention_path(st_backend *b, st_tensor *dst, const st_tensor 
                                  const st_tensor *v_cache, const st_tensor *positions, const st_kv_pages *pages,
                                  const st_attn_params *p, st_cuda_attn_path path, st_error *err);
 
+/* Whether an attention over these operands may be recorded and replayed with new runs
+ * (st_kv_pages): it has none, or reads them from runs_dev (the tensor-core prefill). */
+bool st_cuda_attention_replays(st_backend *b, const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache,
+                               const st_kv_pages *pages);
+
 #ifdef __cplusplus
 }
 #endif

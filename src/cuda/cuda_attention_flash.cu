@@ -117,7 +117,17 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     int64_t m0 = 0;
     int R = (int)q.ne2 * group;
     attn_pages pr = pg;
-    if (runs.n_runs > 0) {
+    if (runs.dev) { // the run whose tiles hold this one; none: a block past every run
+        int i = 0, rows = 0;
+        for (; i < runs.n_runs; i++) {
+            rows = runs.dev[3 * i + 1] * group;
+            const int tiles = (rows + BM - 1) / BM;
+            if (tile < tiles) break;
+            tile -= tiles;
+        }
+        if (i == runs.n_runs) return;
+        m0 = runs.dev[3 * i], R = rows, pr.row = runs.dev[3 * i + 2];
+    } else if (runs.n_runs > 0) {
         int i = 0;
         while (i + 1 < runs.n_runs && tile >= runs.first_tile[i + 1]) i++;
         tile -= runs.first_tile[i];
@@ -315,7 +325,9 @@ static st_status flash_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q
         c->flash_smem_opted |= opted;
     }
     const int64_t rows = q->ne[2] * (q->ne[1] / k_cache->ne[1]); // M * group per kv head
-    const int64_t tiles = runs.n_runs > 0 ? runs.first_tile[runs.n_runs] : (rows + FLASH_BM - 1) / FLASH_BM;
+    const int64_t tiles = runs.dev          ? runs.dev_tiles
+                          : runs.n_runs > 0 ? runs.first_tile[runs.n_runs]
+                                            : (rows + FLASH_BM - 1) / FLASH_BM;
     if (tiles == 0) return ST_OK;
     const dim3 grid((unsigned int)tiles, (unsigned int)k_cache->ne[1]);
     attn_flash_f16_kernel<D, PAGED><<<grid, FLASH_THREADS, smem, c->stream>>>(
@@ -358,6 +370,7 @@ st_status st_cuda_attn_flash(st_backend *b, st_tensor *dst, const st_tensor *q, 
     ST_ASSERT(!pg || !pg->seq); // a run of one sequence
     attn_runs one;
     one.n_runs = 0;
+    one.dev = NULL;
     return flash_dispatch(cuda_ctx(b), dst, q, k_cache, v_cache, (const int32_t *)positions->data, pg, one, p, err);
 }
 
@@ -383,6 +396,23 @@ st_status st_cuda_attn_flash_runs(st_backend *b, st_tensor *dst, const st_tensor
     return ST_OK;
 }
 
+st_status st_cuda_attn_flash_runs_dev(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                                      const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
+                                      const st_tensor *runs_dev, int64_t n_single, const st_attn_params *p,
+                                      st_error *err) {
+    ST_ASSERT(pg && !pg->seq && runs_dev->ne[0] == 3 && runs_dev->ne[1] <= INT_MAX);
+    ST_ASSERT(n_single >= 0 && n_single < q->ne[2]);
+    const int64_t group = q->ne[1] / k_cache->ne[1], rows = (q->ne[2] - n_single) * group;
+    ST_ASSERT(rows < INT_MAX);
+    attn_runs ar;
+    memset(&ar, 0, sizeof(ar));
+    ar.n_runs = (int)runs_dev->ne[1];
+    ar.dev = (const int32_t *)runs_dev->data;
+    // runs of these rows fill their tiles but for at most one partial tile each
+    ar.dev_tiles = (int)((rows + FLASH_BM - 1) / FLASH_BM + ar.n_runs);
+    return flash_dispatch(cuda_ctx(b), dst, q, k_cache, v_cache, (const int32_t *)positions->data, pg, ar, p, err);
+}
+
 #else // !ST_ATTN_HAVE_MMA: the portable build
 
 bool st_cuda_attn_flash_supported(st_backend *b, const st_tensor *q, const st_tensor *k_cache,
@@ -403,6 +433,15 @@ st_status st_cuda_attn_flash_runs(st_backend *b, st_tensor *dst, const st_tensor
                                   const st_attn_run *runs, int32_t n_runs, const st_attn_params *p, st_error *err) {
     (void)b, (void)dst, (void)q, (void)k_cache, (void)v_cache, (void)positions, (void)pg, (void)runs, (void)n_runs,
         (void)p;
+    return st_error_set(err, ST_ERROR_UNSUPPORTED, "flash attention is not in this build (STRIDE_ATTN_PORTABLE)");
+}
+
+st_status st_cuda_attn_flash_runs_dev(st_backend *b, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
+                                      const st_tensor *v_cache, const st_tensor *positions, const attn_pages *pg,
+                                      const st_tensor *runs_dev, int64_t n_single, const st_attn_params *p,
+                                      st_error *err) {
+    (void)b, (void)dst, (void)q, (void)k_cache, (void)v_cache, (void)positions, (void)pg, (void)runs_dev,
+        (void)n_single, (void)p;
     return st_error_set(err, ST_ERROR_UNSUPPORTED, "flash attention is not in this build (STRIDE_ATTN_PORTABLE)");
 }
 

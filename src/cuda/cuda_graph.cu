@@ -11,12 +11,13 @@
 //     every rope-attention of that rope instead of forming cos/sin per layer;
 //   a prepared norm: a residual add followed by a normed product of its output forms the
 //     product's x * norm_w on the way where st_cuda_prepared_norm_pays says it pays.
-// Every decode step (g->decode: each token its sequence's only one in the step) is
-// recorded: the first compute runs plainly over the whole context (every lazy buffer grows
-// to its largest), then each depth bucket (a bound on the keys: 64, 128, ..., 2,048, then
-// the context) is recorded on its first step and replayed after. A recording's attention
-// is sized for its bucket's bound; each query still sees only keys up to its own position,
-// so the results do not depend on the bound.
+// Every step computed again and again (g->replay: decode steps, and steps padded to a
+// bucket whose prompt runs the attention reads from runs_dev) is recorded: the first
+// compute runs plainly over the whole context (every lazy buffer grows to its largest),
+// then each depth bucket (a bound on the keys: 64, 128, ..., 2,048, then the context) is
+// recorded on its first step and replayed after. A recording's attention is sized for its
+// bucket's bound; each query still sees only keys up to its own position, so the results
+// do not depend on the bound.
 //
 // While a profile is set on the backend (stride/profile.h), a step runs plainly, never
 // from a recording: a hold kernel first keeps the device busy while the host queues the
@@ -29,6 +30,7 @@
 #include "cuda/cuda_backend.h"
 #include "backend/fuse.h"
 #include "backend/op_cost.h"
+#include "cuda/cuda_attention.h"
 #include "cuda/cuda_common.cuh"
 #include "stride/log.h"
 
@@ -133,12 +135,14 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
         i += used;
     }
     // the most keys an attention of the step can read: the cache, or the table's blocks
-    bool grouped_moe = false;
+    bool grouped_moe = false, runs_replay = true;
     for (int i = 0; i < g->n_nodes; i++) {
         const st_node *n = &g->nodes[i];
         if (n->op == ST_OP_ATTENTION) {
             const int64_t keys = n->pages.table ? n->pages.table->ne[0] * ST_KV_BLOCK_TOKENS : n->src[1]->ne[2];
             if (keys > p->n_ctx) p->n_ctx = keys;
+            if (n->pages.table && !st_cuda_attention_replays(b, n->src[0], n->src[1], n->src[2], &n->pages))
+                runs_replay = false;
         }
         if (n->op == ST_OP_MUL_MAT_ID && g->n_tokens >= ST_CUDA_MOE_GROUPED_MIN_M) grouped_moe = true;
     }
@@ -187,8 +191,9 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
         }
     }
     for (int k = 0; k < p->n_items; k++) st_fuse_group_point(&p->items[k].grp); // (the items have moved)
-    // decode steps are recorded; not one whose experts are grouped on the host (it waits)
-    p->record = g->decode && !grouped_moe && c->tune.graphs;
+    // replayed steps are recorded; not one whose experts are grouped on the host (it
+    // waits), nor one whose prompt runs are launched from the host's copy
+    p->record = g->replay && runs_replay && !grouped_moe && c->tune.graphs;
     return ST_OK;
 }
 

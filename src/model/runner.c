@@ -1,17 +1,26 @@
 /* The runner: a batch's indices to the backend, its graph (kept per shape of batch), and
  * the logits back (runner.h).
  *
- * Decode batches (every token alone in its sequence, every logit wanted) run padded to a
- * bucket of sizes, so that the graph of a bucket, built once, serves every step whose
- * batch rounds up to it (a backend records it once and replays it); the padding tokens
- * sit at position 0 of a sequence whose blocks are all the pool's padding block. Other
- * batches (prompt chunks with or without decode tokens) keep their graph while the next
- * batch has the same shape.
+ * Steps run padded to a bucket of shapes, so that the graph of a bucket, built once, serves
+ * every step that rounds up to it (a backend records it once and replays it):
+ *   decode batches (every token alone in its sequence, every logit wanted): to a bucket of
+ *     sizes (DECODE_BUCKETS);
+ *   mixed batches of a paged cache (decode tokens beside prompt chunks): the singles to
+ *     their decode bucket S, the run tokens to a multiple of a step that grows with them
+ *     (run_tokens_bucket), the runs to a power-of-two count of slots, of which the padding
+ *     tokens after the runs are one more, the logits rows to S + the slots. The runs are
+ *     data uploaded with the indices (st_kv_pages.runs_dev), unused slots empty; the graphs
+ *     of the N_PADDED shapes used last are kept.
+ * Padding tokens sit at position 0 of the padding row of the block table (every block the
+ * pool's padding block); padded logits rows repeat token 0's. Other batches (one sequence's
+ * prompt, shapes past the runner's room) keep their graph while the next batch has the
+ * same shape.
  *
  * Indices in backend memory, copied from one page-locked host array by the graph's own
  * uploads: for a graph of M tokens, [ids M][positions M][slots M][seq M][out n_out] from
- * offset 0, and the block table [(max_seqs + 1) * max_blocks] (the last row the padding
- * row) from offset 5 * U. */
+ * offset 0, the runs I32 [3, slots] (m0, n, seq) from offset 5 * G (G the most tokens a
+ * graph holds), and the block table [(max_seqs + 1) * max_blocks] (the last row the
+ * padding row) after them, at 5 * G + 3 * RS (RS the most run slots). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,21 +28,33 @@
 
 static const int64_t DECODE_BUCKETS[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024};
 #define N_DECODE_BUCKETS ((int)(sizeof(DECODE_BUCKETS) / sizeof(DECODE_BUCKETS[0])))
+#define N_PADDED 32 /* mixed shapes whose graphs are kept */
 
-/* A graph kept for a shape of batch: what makes two batches the same shape. */
+/* What makes two batches the same shape of graph. */
+typedef struct runner_shape {
+    int64_t M, n_single, n_out;
+    int32_t n_runs;      /* runs; of a replayed graph, run slots */
+    bool gather, paged;
+    bool replay;         /* the graph is replayed: its runs are data (every other field is its shape) */
+} runner_shape;
+
+/* A graph kept for a shape of batch. */
 typedef struct runner_graph {
     st_graph g;
     bool built;
-    int64_t M, n_single, n_out;
-    bool gather, paged;
+    runner_shape sh;
     st_kv_pages pages;
-    st_attn_run *runs; /* [max_seqs] the runs the graph's pages name */
+    st_attn_run *runs;   /* [run slots] the runs the graph's pages name (rewritten before each
+                            compute of a replayed graph) */
+    uint64_t used;       /* the step that used it last (which padded graph goes first) */
 } runner_graph;
 
 struct st_runner {
     st_model *model;
     st_kv_pool *pool;
     st_runner_options opt;
+    int64_t room;           /* G: the most tokens a graph holds (max_tokens and padding) */
+    int32_t run_slots;      /* RS: the most run slots of a graph (> max_seqs) */
     void *scratch;          /* the forward pass's activations */
     st_forward_bufs f;
     int32_t *host_idx;      /* page-locked: the indices of the next step (layout above) */
@@ -59,8 +80,10 @@ struct st_runner {
     runner_graph draw;
     int64_t last_n_out;     /* logits rows of the last st_runner_eval_out (st_runner_draw_rows) */
     runner_graph decode[N_DECODE_BUCKETS];
-    runner_graph mixed;
-    st_attn_run *runs;      /* [max_seqs] this step's runs */
+    runner_graph padded[N_PADDED];
+    runner_graph exact;
+    uint64_t steps;         /* prepared so far */
+    st_attn_run *runs;      /* [run_slots] this step's runs (in graph order) */
     uint8_t *seen;          /* [max_seqs] a sequence row's place in this step (validation) */
 };
 
@@ -152,7 +175,8 @@ static st_status ensure_logits(st_runner *r, int64_t n, st_error *err) {
     if (n <= r->logits_cap) return ST_OK;
     st_backend *b = r->model->backend;
     for (int i = 0; i < N_DECODE_BUCKETS; i++) graph_drop(&r->decode[i]);
-    graph_drop(&r->mixed);
+    for (int i = 0; i < N_PADDED; i++) graph_drop(&r->padded[i]);
+    graph_drop(&r->exact);
     graph_drop(&r->draw);
     free_logits(r);
     const int64_t V = r->model->hp.n_vocab;
@@ -200,24 +224,33 @@ st_status st_runner_init(st_model *m, st_kv_pool *pool, const st_runner_options 
     r->opt = *o;
     st_backend *b = m->backend;
     st_status s = ST_ERROR_NOMEM;
+    /* room for the padding of a mixed batch of up to U tokens with up to 128 decode tokens
+     * (their bucket adds at most 31) and its run tokens' (at most an eighth of them, or
+     * 15); a batch that needs more runs unpadded */
+    const int64_t U = o->max_tokens;
+    r->room = U + U / 8 + 48;
+    r->run_slots = 1;
+    while (r->run_slots <= o->max_seqs) r->run_slots *= 2;
     for (int i = 0; i < N_DECODE_BUCKETS; i++) st_graph_init(&r->decode[i].g);
-    st_graph_init(&r->mixed.g);
+    for (int i = 0; i < N_PADDED; i++) st_graph_init(&r->padded[i].g);
+    st_graph_init(&r->exact.g);
     st_graph_init(&r->draw.g);
-    r->runs = calloc((size_t)o->max_seqs, sizeof(st_attn_run));
+    r->runs = calloc((size_t)r->run_slots, sizeof(st_attn_run));
     r->seen = calloc((size_t)o->max_seqs, 1);
-    r->mixed.runs = calloc((size_t)o->max_seqs, sizeof(st_attn_run));
-    if (!r->runs || !r->seen || !r->mixed.runs) {
+    bool ok = r->runs && r->seen;
+    for (int i = 0; i < N_PADDED; i++) ok = ok && (r->padded[i].runs = calloc((size_t)r->run_slots, sizeof(st_attn_run)));
+    if (!ok || !(r->exact.runs = calloc((size_t)r->run_slots, sizeof(st_attn_run)))) {
         st_error_set(err, ST_ERROR_NOMEM, "out of host memory");
         goto fail;
     }
-    const int64_t U = o->max_tokens;
-    const size_t scratch_bytes = layout_scratch(m, U, &r->f, NULL);
+    const size_t scratch_bytes = layout_scratch(m, r->room, &r->f, NULL);
     if ((s = b->iface->alloc(b, scratch_bytes, &r->scratch, err)) != ST_OK) {
         st_error_wrap(err, "allocating activations for %lld-token batches", (long long)U);
         goto fail;
     }
-    layout_scratch(m, U, &r->f, r->scratch);
-    r->idx_ints = (size_t)(5 * U) + (size_t)(o->max_seqs + 1) * (size_t)o->max_blocks;
+    layout_scratch(m, r->room, &r->f, r->scratch);
+    const size_t table_at = (size_t)(5 * r->room) + 3 * (size_t)r->run_slots;
+    r->idx_ints = table_at + (size_t)(o->max_seqs + 1) * (size_t)o->max_blocks;
     if ((s = b->iface->alloc(b, r->idx_ints * sizeof(int32_t), &r->dev_idx, err)) != ST_OK ||
         (s = host_alloc(b, r->idx_ints * sizeof(int32_t), (void **)&r->host_idx, err)) != ST_OK) {
         st_error_wrap(err, "allocating the indices of %lld-token batches", (long long)U);
@@ -225,9 +258,18 @@ st_status st_runner_init(st_model *m, st_kv_pool *pool, const st_runner_options 
     }
     memset(r->host_idx, 0, r->idx_ints * sizeof(int32_t));
     /* the padding row: every block the padding block */
-    int32_t *pad_row = r->host_idx + 5 * U + (size_t)o->max_seqs * (size_t)o->max_blocks;
+    int32_t *pad_row = r->host_idx + table_at + (size_t)o->max_seqs * (size_t)o->max_blocks;
     for (int32_t i = 0; i < o->max_blocks; i++) pad_row[i] = (int32_t)pool->n_blocks;
-    if ((s = ensure_logits(r, o->max_seqs < U ? o->max_seqs : U, err)) != ST_OK) goto fail;
+    /* logits rows for a decode step of every sequence (its bucket) and a mixed step of up
+     * to seven prompt runs beside it (eight run slots), so that the usual steps never grow
+     * them (growing drops every graph) */
+    int64_t rows = o->max_seqs < U ? o->max_seqs : U;
+    for (int k = 0; k < N_DECODE_BUCKETS; k++)
+        if (DECODE_BUCKETS[k] >= rows) {
+            rows = DECODE_BUCKETS[k] <= U ? DECODE_BUCKETS[k] : rows;
+            break;
+        }
+    if ((s = ensure_logits(r, rows + 8 < r->room ? rows + 8 : r->room, err)) != ST_OK) goto fail;
     *out = r;
     return ST_OK;
 fail:
@@ -239,7 +281,8 @@ void st_runner_free(st_runner *r) {
     if (!r) return;
     st_backend *b = r->model->backend;
     for (int i = 0; i < N_DECODE_BUCKETS; i++) st_graph_free(&r->decode[i].g);
-    st_graph_free(&r->mixed.g); /* (before the memory their backend state addresses) */
+    for (int i = 0; i < N_PADDED; i++) st_graph_free(&r->padded[i].g);
+    st_graph_free(&r->exact.g); /* (before the memory their backend state addresses) */
     st_graph_free(&r->draw.g);
     if (r->scratch) b->iface->dealloc(b, r->scratch);
     if (r->dev_idx) b->iface->dealloc(b, r->dev_idx);
@@ -247,7 +290,8 @@ void st_runner_free(st_runner *r) {
     free_logits(r);
     free(r->runs);
     free(r->seen);
-    free(r->mixed.runs);
+    for (int i = 0; i < N_PADDED; i++) free(r->padded[i].runs);
+    free(r->exact.runs);
     free(r);
 }
 
@@ -328,20 +372,25 @@ static st_status check_batch(st_runner *r, const st_batch *b, int32_t *n_runs, s
     return ST_OK;
 }
 
-/* The graph for a batch of M tokens (padded), n_single singles, n_out logits rows
- * (gathered by index, or the last n_out), the runs r->runs[0 .. n_runs): a kept one of that
- * shape, or a new one. */
-static st_status graph_for(st_runner *r, runner_graph *rg, int64_t M, int64_t n_single, int32_t n_runs, int64_t n_out,
-                           bool gather, bool paged, st_graph **out, st_error *err) {
-    if (rg->built && rg->M == M && rg->n_single == n_single && rg->n_out == n_out && rg->gather == gather &&
-        rg->paged == paged && rg->pages.n_runs == n_runs && runs_equal(rg->runs, r->runs, n_runs)) {
+static bool shape_equal(const runner_shape *a, const runner_shape *b) {
+    return a->M == b->M && a->n_single == b->n_single && a->n_out == b->n_out && a->n_runs == b->n_runs &&
+           a->gather == b->gather && a->paged == b->paged && a->replay == b->replay;
+}
+
+/* The graph of shape sh in rg, the runs r->runs[0 .. sh->n_runs): kept if rg holds that
+ * shape (and, unless it is replayed, those runs), else built. */
+static st_status graph_for(st_runner *r, runner_graph *rg, const runner_shape *sh, st_graph **out, st_error *err) {
+    const size_t runs_bytes = (size_t)sh->n_runs * sizeof(st_attn_run);
+    rg->used = r->steps;
+    if (rg->built && shape_equal(&rg->sh, sh) && (sh->replay || runs_equal(rg->runs, r->runs, sh->n_runs))) {
+        if (sh->replay && sh->n_runs > 0) memcpy(rg->runs, r->runs, runs_bytes); /* what host launches read */
         *out = &rg->g;
         return ST_OK;
     }
-    st_status s = ensure_logits(r, n_out, err); /* (may drop every graph) */
+    st_status s = ensure_logits(r, sh->n_out, err); /* (may drop every graph) */
     if (s != ST_OK) return s;
     graph_drop(rg);
-    const int64_t U = r->opt.max_tokens;
+    const int64_t M = sh->M, n_out = sh->n_out, G = r->room;
     int32_t *dev = r->dev_idx;
     st_tensor idx = place(NULL, &(size_t){0}, ST_TYPE_I32, M, 1, 1);
     st_forward_io io = {.n_out = n_out, .logits = &r->logits};
@@ -351,17 +400,21 @@ static st_status graph_for(st_runner *r, runner_graph *rg, int64_t M, int64_t n_
     st_tensor seq = idx, out_rows = place(NULL, &(size_t){0}, ST_TYPE_I32, n_out > 0 ? n_out : 1, 1, 1);
     seq.data = dev + 3 * M;
     out_rows.data = dev + 4 * M;
-    if (gather) io.out_rows = &out_rows;
+    if (sh->gather) io.out_rows = &out_rows;
+    st_tensor runs = place(NULL, &(size_t){0}, ST_TYPE_I32, 3, sh->n_runs > 0 ? sh->n_runs : 1, 1);
+    runs.data = dev + 5 * G;
     st_tensor table = place(NULL, &(size_t){0}, ST_TYPE_I32, r->opt.max_blocks, r->opt.max_seqs + 1, 1);
-    table.data = dev + 5 * U;
-    if (n_runs > 0) memcpy(rg->runs, r->runs, (size_t)n_runs * sizeof(st_attn_run)); /* (decode graphs have no runs array) */
-    rg->pages = (st_kv_pages){.seq = &seq, .table = &table, .n_single = n_single, .n_runs = n_runs, .runs = rg->runs};
-    if (paged) io.pages = &rg->pages;
+    table.data = dev + 5 * G + 3 * r->run_slots;
+    if (sh->n_runs > 0) memcpy(rg->runs, r->runs, runs_bytes); /* (decode graphs have no runs) */
+    rg->pages = (st_kv_pages){.seq = &seq, .table = &table, .n_single = sh->n_single, .n_runs = sh->n_runs,
+                              .runs = rg->runs, .runs_dev = sh->replay && sh->n_runs > 0 ? &runs : NULL};
+    if (sh->paged) io.pages = &rg->pages;
     st_graph *g = &rg->g;
-    g->decode = n_single == M;
-    st_graph_upload(g, dev, r->host_idx, (size_t)(4 * M + (gather ? n_out : 0)) * sizeof(int32_t));
-    if (paged)
-        st_graph_upload(g, table.data, r->host_idx + 5 * U,
+    g->replay = sh->replay;
+    st_graph_upload(g, dev, r->host_idx, (size_t)(4 * M + (sh->gather ? n_out : 0)) * sizeof(int32_t));
+    if (rg->pages.runs_dev) st_graph_upload(g, runs.data, r->host_idx + 5 * G, (size_t)(3 * sh->n_runs) * sizeof(int32_t));
+    if (sh->paged)
+        st_graph_upload(g, table.data, r->host_idx + 5 * G + 3 * r->run_slots,
                         (size_t)(r->opt.max_seqs + 1) * (size_t)r->opt.max_blocks * sizeof(int32_t));
     st_forward_build(r->model, r->pool, &r->f, g, &io);
     if (r->opt.n_candidates > 0 && n_out > 0) { /* each row's candidates straight to the host */
@@ -369,12 +422,50 @@ static st_status graph_for(st_runner *r, runner_graph *rg, int64_t M, int64_t n_
         lg.ne[1] = ci.ne[1] = cv.ne[1] = n_out;
         st_graph_top_k(g, &ci, &cv, &lg, r->opt.n_candidates);
     }
-    rg->pages.seq = rg->pages.table = NULL; /* (the graph keeps its own copies) */
-    rg->M = M, rg->n_single = n_single, rg->n_out = n_out, rg->gather = gather, rg->paged = paged;
-    rg->pages.n_runs = n_runs;
+    rg->pages.seq = rg->pages.table = rg->pages.runs_dev = NULL; /* (the graph keeps its own copies) */
+    rg->sh = *sh;
     rg->built = true;
     *out = g;
     return ST_OK;
+}
+
+/* The tokens of a padded bucket of n run tokens: a multiple of a step of an eighth of
+ * them (a power of two, at least 16), so that at most an eighth is padding. */
+static int64_t run_tokens_bucket(int64_t n) {
+    int64_t step = 16;
+    while (step * 16 <= n) step *= 2;
+    return (n + step - 1) / step * step;
+}
+
+/* The padded shape of a mixed batch of a paged cache: n tokens, n_single singles, n_runs
+ * runs, n_out logits rows; false when it does not fit the runner's room or asks for more
+ * rows than one a single and a run. */
+static bool padded_shape(const st_runner *r, int64_t n, int64_t n_single, int32_t n_runs, int64_t n_out,
+                         runner_shape *sh) {
+    int64_t S = 0;
+    for (int k = 0; n_single > 0 && k < N_DECODE_BUCKETS && S == 0; k++)
+        if (DECODE_BUCKETS[k] >= n_single) S = DECODE_BUCKETS[k];
+    if (n_single > 0 && S == 0) return false;
+    int32_t slots = 1;
+    while (slots < n_runs + 1) slots *= 2; /* the runs and the padding's */
+    const int64_t M = S + run_tokens_bucket(n - n_single);
+    /* logits rows: none, or room for a row of each single and each run's last token */
+    if (M > r->room || slots > r->run_slots || n_out > n_single + n_runs) return false;
+    const int64_t rows = n_out == 0 ? 0 : S + slots < M ? S + slots : M;
+    *sh = (runner_shape){.M = M, .n_single = S, .n_out = rows, .n_runs = slots, .gather = true, .paged = true,
+                         .replay = true};
+    return true;
+}
+
+/* The padded graph of shape sh: the one kept for it, else the least recently used slot's. */
+static runner_graph *padded_graph(st_runner *r, const runner_shape *sh) {
+    runner_graph *oldest = &r->padded[0];
+    for (int i = 0; i < N_PADDED; i++) {
+        runner_graph *rg = &r->padded[i];
+        if (rg->built && shape_equal(&rg->sh, sh)) return rg;
+        if (!rg->built || (oldest->built && rg->used < oldest->used)) oldest = rg;
+    }
+    return oldest;
 }
 
 st_status st_runner_prepare(st_runner *r, const st_batch *b, st_graph **out, st_error *err) {
@@ -382,32 +473,45 @@ st_status st_runner_prepare(st_runner *r, const st_batch *b, st_graph **out, st_
     int32_t n_runs = 0;
     st_status s = check_batch(r, b, &n_runs, err);
     if (s != ST_OK) return s;
-    const int64_t n = b->n_tokens, U = r->opt.max_tokens;
+    r->steps++;
+    const int64_t n = b->n_tokens, U = r->opt.max_tokens, G = r->room;
     const bool paged = b->block_table != NULL;
     const int64_t n_out = b->out ? b->n_out : n;
     bool all_out = n_out == n;
     for (int64_t i = 0; b->out && all_out && i < n; i++) all_out = b->out[i] == i;
-    /* decode batches run padded to their bucket; a contiguous cache holds one sequence */
-    const bool decode = all_out && (paged ? b->n_single == n : n == 1);
-    int64_t M = n;
-    runner_graph *rg = &r->mixed;
-    for (int k = 0; decode && k < N_DECODE_BUCKETS; k++)
-        if (DECODE_BUCKETS[k] >= n) {
-            if (DECODE_BUCKETS[k] <= U) M = DECODE_BUCKETS[k], rg = &r->decode[k];
-            break;
-        }
     /* logits: every token's, the last n_out as a view, or gathered rows */
     bool suffix = true;
     for (int64_t i = 0; b->out && i < n_out; i++) suffix = suffix && b->out[i] == n - n_out + i;
     const bool gather = !all_out && !suffix;
+    /* the shape: decode batches padded to their bucket (a contiguous cache holds one
+     * sequence), mixed ones of a paged cache padded (padded_shape), the rest exact */
+    runner_shape sh = {.M = n, .n_single = b->n_single, .n_out = n_out, .n_runs = n_runs, .gather = gather,
+                       .paged = paged};
+    runner_graph *rg = &r->exact;
+    const bool decode = all_out && (paged ? b->n_single == n : n == 1);
+    for (int k = 0; decode && k < N_DECODE_BUCKETS; k++)
+        if (DECODE_BUCKETS[k] >= n) {
+            if (DECODE_BUCKETS[k] <= U) {
+                const int64_t M = DECODE_BUCKETS[k];
+                sh = (runner_shape){.M = M, .n_single = M, .n_out = M, .paged = paged, .replay = true};
+                rg = &r->decode[k];
+            }
+            break;
+        }
+    const bool mixed = !decode && paged && padded_shape(r, n, b->n_single, n_runs, n_out, &sh);
+    if (mixed) rg = padded_graph(r, &sh);
+    const int64_t M = sh.M;
+    /* batch token i is graph token i, or after the padded singles i + shift */
+    const int64_t n_single = b->n_single, shift = mixed ? sh.n_single - n_single : 0;
 
     /* the indices, in the layout of a graph of M tokens */
     int32_t *h = r->host_idx;
     const int64_t pad_slot = r->pool->n_blocks * ST_KV_BLOCK_TOKENS;
-    for (int64_t i = 0; i < M; i++) {
-        const bool real = i < n;
-        h[i] = real ? b->tokens[i] : 0;
-        h[M + i] = real ? b->pos[i] : 0;
+    for (int64_t j = 0; j < M; j++) {
+        const int64_t i = j < n_single ? j : j - shift; /* its batch token, if in [n_single, n) */
+        const bool real = j < n_single || (j >= n_single + shift && i < n);
+        h[j] = real ? b->tokens[i] : 0;
+        h[M + j] = real ? b->pos[i] : 0;
         int64_t slot = pad_slot;
         if (real && paged) {
             const int32_t *row = b->block_table + (size_t)b->seq[i] * (size_t)b->max_blocks;
@@ -415,14 +519,27 @@ st_status st_runner_prepare(st_runner *r, const st_batch *b, st_graph **out, st_
         } else if (real) {
             slot = b->pos[i];
         }
-        h[2 * M + i] = (int32_t)slot;
-        h[3 * M + i] = real ? b->seq[i] : r->opt.max_seqs; /* the padding row */
+        h[2 * M + j] = (int32_t)slot;
+        h[3 * M + j] = real ? b->seq[i] : r->opt.max_seqs; /* the padding row */
     }
-    for (int64_t i = 0; gather && i < n_out; i++) h[4 * M + i] = b->out[i];
+    for (int64_t k = 0; sh.gather && k < sh.n_out; k++) { /* padded rows: token 0's */
+        const int64_t t = k >= n_out ? 0 : b->out ? b->out[k] : k;
+        h[4 * M + k] = (int32_t)(t < n_single ? t : t + shift);
+    }
+    if (mixed) { /* the runs moved past the padded singles, the padding's, empty slots */
+        for (int32_t k = 0; k < n_runs; k++) r->runs[k].m0 += shift;
+        const int64_t end = n + shift;
+        for (int32_t k = n_runs; k < sh.n_runs; k++)
+            r->runs[k] = (st_attn_run){.m0 = k == n_runs && end < M ? end : 0, .n = k == n_runs ? M - end : 0,
+                                       .seq = r->opt.max_seqs};
+        int32_t *hr = h + 5 * G;
+        for (int32_t k = 0; k < sh.n_runs; k++)
+            hr[3 * k] = (int32_t)r->runs[k].m0, hr[3 * k + 1] = (int32_t)r->runs[k].n, hr[3 * k + 2] = r->runs[k].seq;
+    }
     if (paged) {
         const int32_t cols = b->max_blocks < r->opt.max_blocks ? b->max_blocks : r->opt.max_blocks;
         for (int32_t sq = 0; sq < b->n_seq; sq++) {
-            int32_t *dst = h + 5 * U + (size_t)sq * (size_t)r->opt.max_blocks;
+            int32_t *dst = h + 5 * G + 3 * r->run_slots + (size_t)sq * (size_t)r->opt.max_blocks;
             const int32_t *src = b->block_table + (size_t)sq * (size_t)b->max_blocks;
             for (int32_t c = 0; c < r->opt.max_blocks; c++) dst[c] = c < cols ? src[c] : (int32_t)r->pool->n_blocks;
         }
@@ -432,9 +549,7 @@ st_status st_runner_prepare(st_runner *r, const st_batch *b, st_graph **out, st_
         if (b->pos[i] > max_pos) max_pos = b->pos[i];
 
     st_graph *g = NULL;
-    if ((s = graph_for(r, rg, M, decode ? M : b->n_single, decode ? 0 : n_runs, decode ? M : n_out, gather, paged, &g,
-                       err)) != ST_OK)
-        return s;
+    if ((s = graph_for(r, rg, &sh, &g, err)) != ST_OK) return s;
     g->n_kv = max_pos + 1;
     *out = g;
     return ST_OK;
@@ -464,7 +579,7 @@ static st_status queue_draws(st_runner *r, const st_row_draw *draw, int64_t n_ou
         if (w[3] > 0) memcpy(r->draw_penalized + P * j, d->penalized, 2 * (size_t)w[3] * sizeof(int32_t));
     }
     runner_graph *rg = &r->draw;
-    if (!rg->built || rg->n_out != n_out) {
+    if (!rg->built || rg->sh.n_out != n_out) {
         graph_drop(rg);
         const size_t one = (size_t)n_out * sizeof(int32_t);
         st_tensor lg = r->logits, params = place(NULL, &(size_t){0}, ST_TYPE_F32, 6, n_out, 1);
@@ -482,7 +597,7 @@ static st_status queue_draws(st_runner *r, const st_row_draw *draw, int64_t n_ou
         st_graph_upload(&rg->g, words.data, r->draw_words, 4 * one);
         st_graph_upload(&rg->g, pen.data, r->draw_penalized, (size_t)P * one);
         st_graph_draw(&rg->g, &ids, &drawn, &lg, &params, &words, &pen);
-        rg->n_out = n_out;
+        rg->sh.n_out = n_out;
         rg->built = true;
     }
     return st_backend_compute(r->model->backend, &rg->g, err);
@@ -548,8 +663,9 @@ st_status st_runner_warmup(st_runner *r, int32_t n, st_error *err) {
         int32_t *h = r->host_idx;
         for (int64_t i = 0; i < M; i++)
             h[i] = 0, h[M + i] = 0, h[2 * M + i] = (int32_t)pad_slot, h[3 * M + i] = r->opt.max_seqs;
+        const runner_shape sh = {.M = M, .n_single = M, .n_out = M, .paged = true, .replay = true};
         st_graph *g = NULL;
-        st_status s = graph_for(r, &r->decode[k], M, M, 0, M, false, true, &g, err);
+        st_status s = graph_for(r, &r->decode[k], &sh, &g, err);
         for (int64_t n_kv = 1; s == ST_OK; n_kv = n_kv < 64 ? 64 : 2 * n_kv) {
             g->n_kv = n_kv < max_kv ? n_kv : max_kv;
             s = st_backend_compute(be, g, err);

@@ -23,6 +23,7 @@
 
 #include "cuda/cuda_attention.h"
 #include "cuda/cuda_backend.h"
+#include "model/runner_internal.h"
 #include "stride/engine.h"
 #include "stride/runner.h"
 #include "stride/sample.h"
@@ -36,6 +37,9 @@
 /* Whole models with F32 weights: cuBLAS SGEMM (no TF32) and the own kernels in f32, the
  * same tolerance as the GPU test script's f32 model rows. */
 #define TOL_MODEL_F32 1e-4
+/* The same over an F16 cache: the tensor-core prefill rounds q and P to f16 (TOL_FLASH for
+ * the attention itself), grown through the layers as in the GPU test script's f16 rows. */
+#define TOL_MODEL_F16_KV 3e-3
 #define TOL_EXACT 0.0
 
 st_backend *g_cpu, *g_gpu;
@@ -136,10 +140,25 @@ static void test_attention_paged(st_type ct, int64_t hd, int64_t H, int64_t Hkv,
     char desc[128];
     snprintf(desc, sizeof(desc), "%s hd=%lld H=%lld/%lld seqs=%d singles=%d M=%lld win=%d n_kv=%lld", tname(ct),
              (long long)hd, (long long)H, (long long)Hkv, n_seq, n_single, (long long)M, window, (long long)p.n_kv);
-    for (int pi = 0; pi < 2; pi++) {
-        const st_cuda_attn_path path = pi ? ST_CUDA_ATTN_PATH_EXACT : ST_CUDA_ATTN_PATH_AUTO;
+    /* pass 2: the runs as a replayed step gives them, in device memory (runs_dev) after the
+     * padding's slot and empty ones, a power-of-two count of slots; the host's copy too */
+    int32_t run_slots = 1, runs_dev[3 * 64] = {0};
+    while (run_slots < pb.n_runs + 1) run_slots *= 2;
+    st_attn_run runs_slots[64] = {{0}};
+    memcpy(runs_slots, pb.runs, (size_t)pb.n_runs * sizeof(st_attn_run));
+    for (int32_t i = 0; i < pb.n_runs; i++)
+        runs_dev[3 * i] = (int32_t)pb.runs[i].m0, runs_dev[3 * i + 1] = (int32_t)pb.runs[i].n,
+                  runs_dev[3 * i + 2] = pb.runs[i].seq;
+    dual dr = ids_new(runs_dev, 3 * run_slots);
+    view vr = mkpacked(ST_TYPE_I32, 3, run_slots, 1);
+    st_tensor rg = on(&vr, dr.gpu);
+    for (int pi = 0; pi < 3; pi++) {
+        if (pi == 2 && !(flash_runs && pb.n_runs > 0)) break;
+        const st_cuda_attn_path path = pi == 1 ? ST_CUDA_ATTN_PATH_EXACT : ST_CUDA_ATTN_PATH_AUTO;
+        st_kv_pages pages = pages_g;
+        if (pi == 2) pages.runs = runs_slots, pages.n_runs = run_slots, pages.runs_dev = &rg;
         poison_gpu(&dy); /* (the CPU buffer keeps the reference) */
-        if (st_cuda_attention_path(g_gpu, &yg, &qg, &kg, &vg, &pgp, &pages_g, &p, path, &err) != ST_OK)
+        if (st_cuda_attention_path(g_gpu, &yg, &qg, &kg, &vg, &pgp, &pages, &p, path, &err) != ST_OK)
             test_die("cuda paged attention", &err);
         char *got = dual_fetch(&dy);
         /* the decode tokens (f32 paths) and the runs (the tensor-core prefill under AUTO) apart:
@@ -148,18 +167,19 @@ static void test_attention_paged(st_type ct, int64_t hd, int64_t H, int64_t Hkv,
         view v_single = vy, v_runs = vy;
         v_single.t.ne[2] = n_single;
         v_runs.t.ne[2] = M - n_single;
+        const char *name = pi == 1 ? "paged attention exact" : pi == 2 ? "paged attention runs_dev" : "paged attention";
         if (n_single > 0) {
             cmp_result r = compare_f32(&v_single, dy.cpu, got, split);
-            record(pi ? "paged attention exact" : "paged attention", desc, &r, TOL_ATTENTION);
+            record(name, desc, &r, TOL_ATTENTION);
         }
         if (M > n_single) {
             cmp_result r = compare_f32(&v_runs, dy.cpu + split, got + split, dy.bytes - split);
-            record(pi ? "paged attention exact" : "paged attention", desc, &r,
-                   pi || !flash_runs ? TOL_ATTENTION : TOL_FLASH);
+            record(name, desc, &r, pi == 1 || !flash_runs ? TOL_ATTENTION : TOL_FLASH);
         }
         free(got);
     }
     dual_free(&dk), dual_free(&dv), dual_free(&dq), dual_free(&dy), dual_free(&dp), dual_free(&ds), dual_free(&dt);
+    dual_free(&dr);
 }
 
 /* Decode tokens of n_seq paged sequences through the fused rope-attention (the rope, the
@@ -498,19 +518,20 @@ typedef struct runner_pair {
 
 #define RUNNER_CANDIDATES 16
 
-static void runner_pair_init(runner_pair *rp, const char *path, int32_t n_blocks, int32_t max_seqs, int32_t max_blocks) {
+static void runner_pair_init(runner_pair *rp, const char *path, st_type kv, int32_t n_blocks, int32_t max_seqs,
+                             int32_t max_blocks) {
     st_error err = {0};
     st_backend *be[2] = {g_cpu, g_gpu};
     for (int b = 0; b < 2; b++) {
         st_model_load_options lo = {.policy = {.mode = ST_PAD_MODE_ON, .alias = 128, .pad = 64}};
         if (st_model_load(path, be[b], &lo, &rp->m[b], &err) != ST_OK) test_die("model load", &err);
-        if (st_kv_pool_init(rp->m[b], n_blocks, ST_TYPE_F32, &rp->pool[b], &err) != ST_OK) test_die("kv pool", &err);
+        if (st_kv_pool_init(rp->m[b], n_blocks, kv, &rp->pool[b], &err) != ST_OK) test_die("kv pool", &err);
         const st_runner_options ro = {.max_tokens = 64, .max_seqs = max_seqs, .max_blocks = max_blocks};
         if (st_runner_init(rp->m[b], rp->pool[b], &ro, &rp->r[b], &err) != ST_OK) test_die("runner", &err);
     }
     const st_runner_options rc = {.max_tokens = 64, .max_seqs = max_seqs, .max_blocks = max_blocks,
                                   .n_candidates = RUNNER_CANDIDATES};
-    if (st_kv_pool_init(rp->m[1], n_blocks, ST_TYPE_F32, &rp->pool_c, &err) != ST_OK) test_die("kv pool", &err);
+    if (st_kv_pool_init(rp->m[1], n_blocks, kv, &rp->pool_c, &err) != ST_OK) test_die("kv pool", &err);
     if (st_runner_init(rp->m[1], rp->pool_c, &rc, &rp->r_c, &err) != ST_OK) test_die("runner (candidates)", &err);
 }
 
@@ -524,8 +545,9 @@ static void runner_pair_free(runner_pair *rp) {
     }
 }
 
-/* One batch through both runners: the logits of its n_out rows compared, and their argmax. */
-static void runner_step(runner_pair *rp, const st_batch *b, const char *name, const char *what) {
+/* One batch through both runners: the logits of its n_out rows compared (to tol), and
+ * their argmax. */
+static void runner_step(runner_pair *rp, const st_batch *b, const char *name, const char *what, double tol) {
     st_error err = {0};
     const float *lc = NULL, *lg = NULL;
     if (st_runner_eval(rp->r[0], b, &lc, &err) != ST_OK) test_die("cpu runner", &err);
@@ -545,7 +567,7 @@ static void runner_step(runner_pair *rp, const st_batch *b, const char *name, co
     char desc[128];
     snprintf(desc, sizeof(desc), "%s %s: %lld tokens, %lld singles, %lld logits rows, argmax differs in %lld", name,
              what, (long long)b->n_tokens, (long long)b->n_single, (long long)n_out, (long long)argmax_diff);
-    record("runner logits", desc, &r, TOL_MODEL_F32);
+    record("runner logits", desc, &r, tol);
     /* the runner of candidates (its whole rows asked for the first logits row): each row's
      * first candidate is its argmax on the CPU, every candidate's value is the CPU logit of
      * its id to the model tolerance, and the whole row asked for matches */
@@ -566,10 +588,10 @@ static void runner_step(runner_pair *rp, const st_batch *b, const char *name, co
             worst = fmax(worst, fabs((double)o.vals[i * (o.k + 1) + j] - lc[i * V + o.ids[i * o.k + j]]));
     }
     rc.nerr = rc.maxerr = scale > 0 ? worst / scale : worst;
-    record("runner candidates", desc, &rc, TOL_MODEL_F32);
+    record("runner candidates", desc, &rc, tol);
     view v1 = mkpacked(ST_TYPE_F32, V, 1, 1);
     cmp_result rf = compare_f32(&v1, (const char *)lc, (const char *)o.logits, (size_t)V * 4);
-    if (n_out > 0) record("runner candidates full row", desc, &rf, TOL_MODEL_F32);
+    if (n_out > 0) record("runner candidates full row", desc, &rf, tol);
 
     /* the same batch again with every row drawn on the device (temperature 0.9, every other
      * row with min-p 0.05, every third with top-p 0.8) and every whole row asked for: each token the one a sampler of the
@@ -602,9 +624,13 @@ static void runner_step(runner_pair *rp, const st_batch *b, const char *name, co
     record("runner draws", desc, &rd, TOL_EXACT);
 }
 
-/* Six sequences of a tiny model: prompts in chunks (some rows wanting logits, some not, and
- * decode tokens beside them), then decode steps of all six (padded to 8) and of five. */
-static void test_runner(const char *preset) {
+/* Six sequences of a tiny model over a cache of type kv: prompts in chunks (some rows
+ * wanting logits, some not, and decode tokens beside them), then four mixed steps of one
+ * padded shape (four decode tokens beside runs of two sequences, 10 tokens in all, split
+ * differently each step: the graph kept, and on CUDA recorded and replayed with new runs
+ * where the tensor-core prefill reads them from the device), then decode steps of all six
+ * (padded to 8) and of five. */
+static void test_runner(const char *preset, st_type kv) {
     char path[256];
     snprintf(path, sizeof(path), "/tmp/stride-batch-%d-%s.gguf", (int)getpid(), preset);
     st_error err = {0};
@@ -612,7 +638,10 @@ static void test_runner(const char *preset) {
     if (st_synth_write(st_synth_find_preset(preset), &so, path, &err) != ST_OK) test_die("synth", &err);
     enum { N_SEQ = 6, MAX_BLOCKS = 3 };
     runner_pair rp;
-    runner_pair_init(&rp, path, 24, N_SEQ, MAX_BLOCKS);
+    runner_pair_init(&rp, path, kv, 24, N_SEQ, MAX_BLOCKS);
+    const double tol = kv == ST_TYPE_F16 ? TOL_MODEL_F16_KV : TOL_MODEL_F32;
+    char name[64];
+    snprintf(name, sizeof(name), "%s %s cache", preset, tname(kv));
     const int64_t V = rp.m[0]->hp.n_vocab;
     int32_t table[N_SEQ * MAX_BLOCKS], len[N_SEQ] = {0};
     for (int i = 0; i < N_SEQ * MAX_BLOCKS; i++) table[i] = 23 - i; /* every sequence its own blocks, descending */
@@ -641,8 +670,33 @@ static void test_runner(const char *preset) {
                       .block_table = table, .n_seq = N_SEQ, .max_blocks = MAX_BLOCKS, .out = out, .n_out = n_out};
         char what[32];
         snprintf(what, sizeof(what), "step %d", step + 1);
-        runner_step(&rp, &b, preset, what);
+        runner_step(&rp, &b, name, what, tol);
     }
+    /* mixed steps of one padded shape: sequences 0-3 decode, 4 and 5 take runs of a and
+     * 10 - a tokens */
+    const int32_t split[4] = {3, 6, 2, 5};
+    st_graph *first = NULL;
+    cmp_result kept = {0};
+    for (int step = 0; step < 4; step++) {
+        int64_t n = 0, n_out = 0;
+        for (int s = 0; s < 4; s++)
+            tok[n] = rng_int((int32_t)V), pos[n] = len[s]++, seq[n] = s, out[n_out++] = (int32_t)n, n++;
+        for (int s = 4; s < 6; s++) {
+            const int32_t take = s == 4 ? split[step] : 10 - split[step];
+            for (int32_t i = 0; i < take; i++) tok[n] = rng_int((int32_t)V), pos[n] = len[s]++, seq[n] = s, n++;
+            out[n_out++] = (int32_t)(n - 1);
+        }
+        st_batch b = {.n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .n_single = 4,
+                      .block_table = table, .n_seq = N_SEQ, .max_blocks = MAX_BLOCKS, .out = out, .n_out = n_out};
+        st_graph *g = NULL; /* the CUDA runner's graph for it: one, replayed */
+        if (st_runner_prepare(rp.r[1], &b, &g, &err) != ST_OK) test_die("cuda runner (prepare)", &err);
+        if (step == 0) first = g;
+        kept.bad += g != first || !g->replay;
+        char what[32];
+        snprintf(what, sizeof(what), "mixed %d", step + 1);
+        runner_step(&rp, &b, name, what, tol);
+    }
+    record("runner mixed steps one graph", name, &kept, TOL_EXACT);
     /* decode steps only: six sequences (a bucket of 8: two padding tokens), then five */
     for (int step = 0; step < 4; step++) {
         const int n_seq = step < 2 ? N_SEQ : N_SEQ - 1;
@@ -652,7 +706,7 @@ static void test_runner(const char *preset) {
                       .block_table = table, .n_seq = N_SEQ, .max_blocks = MAX_BLOCKS};
         char what[32];
         snprintf(what, sizeof(what), "decode %d", step + 1);
-        runner_step(&rp, &b, preset, what);
+        runner_step(&rp, &b, name, what, tol);
     }
     runner_pair_free(&rp);
     unlink(path);
@@ -808,7 +862,10 @@ static void run_all(void) {
     test_draw(128256, 8, 30.0f, false, 3);  /* a peaked row: most weights underflow */
     test_draw(262144 + 7, 9, 2.0f, false, 2);
     const char *const presets[] = {"tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-phi3", "tiny-olmoe"};
-    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) test_runner(presets[i]);
+    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) test_runner(presets[i], ST_TYPE_F32);
+    /* F16 caches at head_dim 64 and 128: the runs through the tensor-core prefill */
+    test_runner("tiny-llama-hd64", ST_TYPE_F16);
+    test_runner("tiny-qwen3-hd128", ST_TYPE_F16);
     test_engine_draws("tiny-llama");
     test_engine_draws("tiny-olmoe");
 }

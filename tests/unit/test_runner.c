@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "model/runner_internal.h"
 #include "stride/cpu_ops.h"
 #include "stride/runner.h"
 #include "test_engine_common.h"
@@ -170,6 +171,69 @@ static void test_decode_padding_is_invisible(void **state) {
         assert_int_equal(st_runner_eval(a.runner, &all, &logits, &err), ST_OK);
         assert_memory_equal(logits, want, (size_t)n * V * sizeof(float));
     }
+    free(want);
+    fx_close(&a);
+    fx_close(&b);
+}
+
+/* Mixed batches padded (runner.c): decode tokens of sequences 0-2 (padded to 4) beside a
+ * run of sequence 3 of 2, 4 and 1 tokens over three steps: one graph, kept and replayed
+ * with new runs, and every logits row bit for bit the row each sequence gets alone (a
+ * decode token alone, a run alone with all its rows); then a step asking for every row. */
+static void test_mixed_padding_is_invisible(void **state) {
+    (void)state;
+    fx a, b;
+    fx_open(&a);
+    fx_open(&b);
+    const int64_t V = a.tm.model->hp.n_vocab;
+    const int32_t prompts[4][6] = {{1, 5, 9, 13, 17, 21}, {2, 4, 8}, {3, 33, 333, 30, 3}, {7, 70, 170, 270}};
+    int32_t len[4] = {6, 3, 5, 4}, pos[U], seq[U];
+    st_error err = {0};
+    const float *logits = NULL;
+    for (int s = 0; s < 4; s++) {
+        st_batch pb = run_batch(&a, s, prompts[s], pos, seq, len[s], 0);
+        assert_int_equal(st_runner_eval(a.runner, &pb, &logits, &err), ST_OK);
+        pb.block_table = b.table;
+        assert_int_equal(st_runner_eval(b.runner, &pb, &logits, &err), ST_OK);
+    }
+    const int32_t run[3] = {2, 4, 1};
+    float *want = malloc((size_t)4 * V * sizeof(float));
+    st_graph *first = NULL;
+    for (int step = 0; step < 3; step++) {
+        int32_t tok[U], p[U], sq[U], out[4], n = 0, n_out = 0;
+        for (int s = 0; s < 4; s++) {
+            const int32_t take = s < 3 ? 1 : run[step];
+            for (int32_t i = 0; i < take; i++) tok[n] = 11 * step + 3 * s + i + 1, p[n] = len[s] + i, sq[n++] = s;
+            out[n_out++] = n - 1;
+            /* alone, on b: its tokens, the last row's logits */
+            int32_t p1[U], s1[U];
+            st_batch one = run_batch(&b, s, tok + n - take, p1, s1, take, len[s]);
+            assert_int_equal(st_runner_eval(b.runner, &one, &logits, &err), ST_OK);
+            memcpy(want + (size_t)s * V, logits + (size_t)(take - 1) * V, (size_t)V * sizeof(float));
+            len[s] += take;
+        }
+        st_batch mixed = {.n_tokens = n, .tokens = tok, .pos = p, .seq = sq, .n_single = 3, .block_table = a.table,
+                          .n_seq = S, .max_blocks = MB, .out = out, .n_out = n_out};
+        st_graph *g = NULL;
+        assert_int_equal(st_runner_prepare(a.runner, &mixed, &g, &err), ST_OK);
+        assert_true(g->replay);
+        if (step == 0) first = g;
+        assert_ptr_equal(g, first);
+        assert_int_equal(st_runner_eval(a.runner, &mixed, &logits, &err), ST_OK);
+        assert_memory_equal(logits, want, (size_t)4 * V * sizeof(float));
+    }
+    /* every row asked for (out NULL): a decode token of sequence 0 and a one-token run of 1 */
+    int32_t tok[2] = {9, 19}, p[2] = {len[0], len[1]}, sq[2] = {0, 1};
+    for (int s = 0; s < 2; s++) {
+        st_batch one = {.n_tokens = 1, .tokens = &tok[s], .pos = &p[s], .seq = &sq[s], .n_single = 1,
+                        .block_table = b.table, .n_seq = S, .max_blocks = MB};
+        assert_int_equal(st_runner_eval(b.runner, &one, &logits, &err), ST_OK);
+        memcpy(want + (size_t)s * V, logits, (size_t)V * sizeof(float));
+    }
+    st_batch both = {.n_tokens = 2, .tokens = tok, .pos = p, .seq = sq, .n_single = 1, .block_table = a.table,
+                     .n_seq = S, .max_blocks = MB};
+    assert_int_equal(st_runner_eval(a.runner, &both, &logits, &err), ST_OK);
+    assert_memory_equal(logits, want, (size_t)2 * V * sizeof(float));
     free(want);
     fx_close(&a);
     fx_close(&b);
@@ -365,6 +429,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rejects_bad_batches),
         cmocka_unit_test(test_decode_padding_is_invisible),
+        cmocka_unit_test(test_mixed_padding_is_invisible),
         cmocka_unit_test(test_logits_rows_and_split_runs),
         cmocka_unit_test(test_copy_block),
     };
