@@ -51,6 +51,19 @@ static st_batch run_batch(const fx *f, int32_t s, const int32_t *tokens, int32_t
                       .block_table = f->table, .n_seq = S, .max_blocks = MB};
 }
 
+/* The prompts of sequences 0 .. n-1 into a and b, each as one run. */
+static void prefill_both(fx *a, fx *b, const int32_t (*prompts)[6], const int32_t *lens, int n) {
+    int32_t pos[U], seq[U];
+    st_error err = {0};
+    const float *logits = NULL;
+    for (int s = 0; s < n; s++) {
+        st_batch pb = run_batch(a, s, prompts[s], pos, seq, lens[s], 0);
+        assert_int_equal(st_runner_eval(a->runner, &pb, &logits, &err), ST_OK);
+        pb.block_table = b->table;
+        assert_int_equal(st_runner_eval(b->runner, &pb, &logits, &err), ST_OK);
+    }
+}
+
 static void expect_invalid(fx *f, const st_batch *b, const char *needle) {
     const float *logits = (const float *)1;
     st_error err = {0};
@@ -145,15 +158,9 @@ static void test_decode_padding_is_invisible(void **state) {
     const int64_t V = a.tm.model->hp.n_vocab;
     const int32_t prompts[3][6] = {{1, 5, 9, 13, 17, 21}, {2, 4, 8, 16, 32, 64}, {3, 33, 333, 30, 3, 300}};
     const int32_t lens[3] = {6, 3, 5};
-    int32_t pos[U], seq[U];
     st_error err = {0};
     const float *logits = NULL;
-    for (int s = 0; s < 3; s++) {
-        st_batch pb = run_batch(&a, s, prompts[s], pos, seq, lens[s], 0);
-        assert_int_equal(st_runner_eval(a.runner, &pb, &logits, &err), ST_OK);
-        pb.block_table = b.table;
-        assert_int_equal(st_runner_eval(b.runner, &pb, &logits, &err), ST_OK);
-    }
+    prefill_both(&a, &b, prompts, lens, 3);
     assert_int_equal(st_runner_warmup(a.runner, 3, &err), ST_OK);
     float *want = malloc((size_t)3 * V * sizeof(float));
     for (int step = 0; step < 4; step++) {
@@ -187,15 +194,10 @@ static void test_mixed_padding_is_invisible(void **state) {
     fx_open(&b);
     const int64_t V = a.tm.model->hp.n_vocab;
     const int32_t prompts[4][6] = {{1, 5, 9, 13, 17, 21}, {2, 4, 8}, {3, 33, 333, 30, 3}, {7, 70, 170, 270}};
-    int32_t len[4] = {6, 3, 5, 4}, pos[U], seq[U];
+    int32_t len[4] = {6, 3, 5, 4};
     st_error err = {0};
     const float *logits = NULL;
-    for (int s = 0; s < 4; s++) {
-        st_batch pb = run_batch(&a, s, prompts[s], pos, seq, len[s], 0);
-        assert_int_equal(st_runner_eval(a.runner, &pb, &logits, &err), ST_OK);
-        pb.block_table = b.table;
-        assert_int_equal(st_runner_eval(b.runner, &pb, &logits, &err), ST_OK);
-    }
+    prefill_both(&a, &b, prompts, len, 4);
     const int32_t run[3] = {2, 4, 1};
     float *want = malloc((size_t)4 * V * sizeof(float));
     st_graph *first = NULL;
