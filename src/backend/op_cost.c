@@ -45,7 +45,9 @@ static void attention_cost(st_op_cost *c, const char *name, const st_tensor *q, 
                            const st_kv_pages *pages, const st_attn_params *p, int64_t n_kv) {
     const int64_t hd = q->ne[0], H = q->ne[1], M = q->ne[2], Hkv = k_cache->ne[1];
     const bool paged = pages && pages->table;
-    const int64_t seqs = paged ? pages->n_single + pages->n_runs : 1;
+    /* the singles and the runs that hold queries (a replayed step's empty slots do not) */
+    int64_t seqs = paged ? pages->n_single : 1;
+    for (int32_t i = 0; paged && i < pages->n_runs; i++) seqs += pages->runs[i].n > 0;
     double per_query = 0.0, read = 0.0;
     attention_keys(n_kv, M, p->window, paged, seqs, &per_query, &read);
     const double bytes = 2.0 * read * elems_bytes(k_cache->type, hd * Hkv) + 2.0 * f32_bytes(q);

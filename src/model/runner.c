@@ -30,6 +30,13 @@ static const int64_t DECODE_BUCKETS[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128
 #define N_DECODE_BUCKETS ((int)(sizeof(DECODE_BUCKETS) / sizeof(DECODE_BUCKETS[0])))
 #define N_PADDED 32 /* mixed shapes whose graphs are kept */
 
+/* The index of the smallest decode bucket of at least n tokens, or -1 past the last. */
+static int decode_bucket(int64_t n) {
+    for (int k = 0; k < N_DECODE_BUCKETS; k++)
+        if (DECODE_BUCKETS[k] >= n) return k;
+    return -1;
+}
+
 /* What makes two batches the same shape of graph. */
 typedef struct runner_shape {
     int64_t M, n_single, n_out;
@@ -264,11 +271,8 @@ st_status st_runner_init(st_model *m, st_kv_pool *pool, const st_runner_options 
      * to seven prompt runs beside it (eight run slots), so that the usual steps never grow
      * them (growing drops every graph) */
     int64_t rows = o->max_seqs < U ? o->max_seqs : U;
-    for (int k = 0; k < N_DECODE_BUCKETS; k++)
-        if (DECODE_BUCKETS[k] >= rows) {
-            rows = DECODE_BUCKETS[k] <= U ? DECODE_BUCKETS[k] : rows;
-            break;
-        }
+    const int kb = decode_bucket(rows);
+    if (kb >= 0 && DECODE_BUCKETS[kb] <= U) rows = DECODE_BUCKETS[kb];
     if ((s = ensure_logits(r, rows + 8 < r->room ? rows + 8 : r->room, err)) != ST_OK) goto fail;
     *out = r;
     return ST_OK;
@@ -442,10 +446,9 @@ static int64_t run_tokens_bucket(int64_t n) {
  * rows than one a single and a run. */
 static bool padded_shape(const st_runner *r, int64_t n, int64_t n_single, int32_t n_runs, int64_t n_out,
                          runner_shape *sh) {
-    int64_t S = 0;
-    for (int k = 0; n_single > 0 && k < N_DECODE_BUCKETS && S == 0; k++)
-        if (DECODE_BUCKETS[k] >= n_single) S = DECODE_BUCKETS[k];
-    if (n_single > 0 && S == 0) return false;
+    const int kb = n_single > 0 ? decode_bucket(n_single) : -1;
+    if (n_single > 0 && kb < 0) return false;
+    const int64_t S = kb >= 0 ? DECODE_BUCKETS[kb] : 0;
     int32_t slots = 1;
     while (slots < n_runs + 1) slots *= 2; /* the runs and the padding's */
     const int64_t M = S + run_tokens_bucket(n - n_single);
@@ -489,15 +492,12 @@ st_status st_runner_prepare(st_runner *r, const st_batch *b, st_graph **out, st_
                        .paged = paged};
     runner_graph *rg = &r->exact;
     const bool decode = all_out && (paged ? b->n_single == n : n == 1);
-    for (int k = 0; decode && k < N_DECODE_BUCKETS; k++)
-        if (DECODE_BUCKETS[k] >= n) {
-            if (DECODE_BUCKETS[k] <= U) {
-                const int64_t M = DECODE_BUCKETS[k];
-                sh = (runner_shape){.M = M, .n_single = M, .n_out = M, .paged = paged, .replay = true};
-                rg = &r->decode[k];
-            }
-            break;
-        }
+    const int kb = decode ? decode_bucket(n) : -1;
+    if (kb >= 0 && DECODE_BUCKETS[kb] <= U) {
+        const int64_t M = DECODE_BUCKETS[kb];
+        sh = (runner_shape){.M = M, .n_single = M, .n_out = M, .paged = paged, .replay = true};
+        rg = &r->decode[kb];
+    }
     const bool mixed = !decode && paged && padded_shape(r, n, b->n_single, n_runs, n_out, &sh);
     if (mixed) rg = padded_graph(r, &sh);
     const int64_t M = sh.M;
