@@ -9,13 +9,18 @@
 // of exp(x - max) (in double) and keeps the tile's k best in the CPU's order (descending
 // value, ascending id among equal values). A row's k best are among its tiles' k best, so
 // the next level does the same over the tiles' candidates ((key, id) pairs, k a tile) until
-// one tile holds them all; that last level sorts its k best and writes ids, values (copies
-// of the logits) and the log-sum-exp (the tiles' maxima and sums combined in double).
+// one tile holds them all; that last level writes the k best in order, their values
+// (copies of the logits) and the log-sum-exp (the tiles' maxima and sums combined in double).
 // V = 128256, k = 64: 32 tiles, then one of 2048 candidates; V <= TOPK_TILE: one level.
 //
-// A tile's k-th largest key is found bit by bit from the top, each bit one block count of
-// the keys at or above a threshold (no atomics, no histogram, the same work whatever the
-// values); ties of it are cut at the id found the same way, so that exactly k are kept.
+// A tile's k best, by ranking: each thread's best key, and in each warp the q-th largest of
+// them (q = ceil(k / warps)); the least of those is at or below the tile's k-th best key,
+// since each warp holds q distinct entries at or above it. The entries at or above that
+// bound (for logits, not many more than k) are gathered and each one's rank among
+// them is its place in the order. Where more than TOPK_CANDIDATES reach the bound (long
+// runs of equal keys), the k-th largest key is found bit by bit from the top instead, each
+// bit one block count of the keys at or above a threshold, ties of it cut at the id found
+// the same way, and the last level sorts what that keeps.
 //
 // Bytes: the logits read once; 8 B a candidate written and read once a level. Scratch
 // (st_cuda_scratch): the tiles' statistics and candidates of the first two levels.
@@ -29,6 +34,7 @@
 #define TOPK_WARPS (TOPK_THREADS / ST_GPU_WARP_SIZE)
 #define TOPK_MAX_K 256 // ST_RUNNER_MAX_CANDIDATES; a level shrinks its input TOPK_TILE / k >= 16 times
 #define TOPK_MAX_LEVELS 8
+#define TOPK_CANDIDATES (2 * TOPK_THREADS) // the most entries at or above its bound a ranking takes
 
 
 // a before b: descending key, ascending id among equal keys.
@@ -69,8 +75,10 @@ template <typename T> __device__ __forceinline__ T topk_block_reduce(T v, T *sha
 }
 
 struct topk_shared {
-    uint32_t key[TOPK_MAX_K]; // the tile's best, then (last level) sorted
+    uint32_t key[TOPK_MAX_K]; // the tile's best (in order when ranked, else sorted by the last level)
     int32_t id[TOPK_MAX_K];
+    uint64_t cand[TOPK_CANDIDATES]; // the entries at or above the bound, as topk_order
+    uint32_t warp_bound[TOPK_WARPS];
     int red[2 * TOPK_WARPS];
     double red_d[TOPK_WARPS];
     float red_f[TOPK_WARPS];
@@ -129,6 +137,71 @@ __device__ __forceinline__ void topk_tile_select(const uint32_t (&key)[TOPK_PER_
     __syncthreads();
 }
 
+// An entry as one number that is larger exactly when the entry comes first in the order
+// (descending key, ascending id; id >= 0).
+__device__ __forceinline__ uint64_t topk_order(uint32_t key, int32_t id) {
+    return ((uint64_t)key << 32) | (uint32_t)(INT_MAX - id);
+}
+
+// The tile's k best slots into sh->key/id [k] in order, then empty ones (key 0, id -1) when
+// the tile holds fewer than k entries, the order rotated by `rotate` places (place (rank +
+// rotate) mod k); by ranking the entries at or above a bound of the k-th best (see the
+// top). Returns false, having written nothing topk_tile_select reads,
+// when more than TOPK_CANDIDATES entries reach the bound. The same value in every thread.
+__device__ __forceinline__ bool topk_tile_rank(const uint32_t (&key)[TOPK_PER_THREAD], const int32_t (&id)[TOPK_PER_THREAD], int k,
+                                               int rotate, topk_shared *sh) {
+    const int lane = threadIdx.x % ST_GPU_WARP_SIZE, warp = threadIdx.x / ST_GPU_WARP_SIZE;
+    uint32_t best = 0; // 0 (no entry) is at or below every key
+#pragma unroll
+    for (int i = 0; i < TOPK_PER_THREAD; i++)
+        if (id[i] >= 0 && key[i] > best) best = key[i];
+    // the warp's q-th largest best: the lane whose best has fewer than q above it and at
+    // least q at or above it (every lane holding that value writes it)
+    const int q = (k + TOPK_WARPS - 1) / TOPK_WARPS;
+    int above = 0, at_or_above = 0;
+    for (int j = 0; j < ST_GPU_WARP_SIZE; j++) {
+        const uint32_t o = st_gpu_shfl(best, j);
+        above += o > best;
+        at_or_above += o >= best;
+    }
+    if (above < q && q <= at_or_above) sh->warp_bound[warp] = best;
+    if (threadIdx.x == 0) sh->n = 0;
+    __syncthreads();
+    uint32_t bound = sh->warp_bound[0];
+#pragma unroll
+    for (int w = 1; w < TOPK_WARPS; w++) bound = min(bound, sh->warp_bound[w]);
+    // gather: a warp's places by a scan of its lanes' counts, one atomic a warp
+    int c = 0;
+#pragma unroll
+    for (int i = 0; i < TOPK_PER_THREAD; i++) c += id[i] >= 0 && key[i] >= bound;
+    const int incl = cuda_warp_inclusive_sum(c);
+    int base = 0;
+    if (lane == ST_GPU_WARP_SIZE - 1) base = atomicAdd(&sh->n, incl);
+    int pos = st_gpu_shfl(base, ST_GPU_WARP_SIZE - 1) + incl - c;
+#pragma unroll
+    for (int i = 0; i < TOPK_PER_THREAD; i++)
+        if (id[i] >= 0 && key[i] >= bound) {
+            if (pos < TOPK_CANDIDATES) sh->cand[pos] = topk_order(key[i], id[i]);
+            pos++;
+        }
+    __syncthreads();
+    const int n = sh->n;
+    if (n > TOPK_CANDIDATES) return false;
+    // an entry's rank among the gathered is its place: they are distinct (ids are)
+    for (int e = threadIdx.x; e < n; e += TOPK_THREADS) {
+        const uint64_t o = sh->cand[e];
+        int rank = 0;
+        for (int j = 0; j < n; j++) rank += sh->cand[j] > o;
+        if (rank < k) {
+            const int j = (rank + rotate) % k;
+            sh->key[j] = (uint32_t)(o >> 32), sh->id[j] = INT_MAX - (int32_t)(uint32_t)o;
+        }
+    }
+    for (int j = n + (int)threadIdx.x; j < k; j += TOPK_THREADS) sh->key[(j + rotate) % k] = 0, sh->id[(j + rotate) % k] = -1;
+    __syncthreads();
+    return true;
+}
+
 // sh->key/id [k] sorted in place (bitonic over the next power of two; k <= TOPK_MAX_K).
 __device__ void topk_sort(int k, topk_shared *sh) {
     int P = 1;
@@ -162,7 +235,7 @@ __device__ void topk_sort(int k, topk_shared *sh) {
 // row) sorts the k best and writes ids [k, n] and vals [k + 1, n]; otherwise the k best go
 // to out [k * n_tiles, n].
 template <bool FROM_LOGITS, bool LAST>
-__global__ void __launch_bounds__(TOPK_THREADS)
+__global__ void __launch_bounds__(TOPK_THREADS, 4)
     top_k_level_kernel(st_cuda_view logits, const uint2 *__restrict__ in, int64_t n_in, int k, double2 *stats,
                        int n_stats, uint2 *__restrict__ out, int32_t *__restrict__ ids, st_cuda_view vals) {
     __shared__ topk_shared sh;
@@ -209,13 +282,18 @@ __global__ void __launch_bounds__(TOPK_THREADS)
             lse = (float)(mx + log(sum));
         }
     }
-    topk_tile_select(key, id, k, &sh);
+    // a level before the last rotates its tile's k best by a hash of the tile: the next level's
+    // thread takes every TOPK_THREADS-th candidate, which in tiles all in order would be one
+    // place of every tile (its best far below the row's k-th, the ranking's bound with it)
+    const int rotate = LAST ? 0 : (int)(((uint32_t)tile * 2654435761u) % (uint32_t)k);
+    const bool in_order = topk_tile_rank(key, id, k, rotate, &sh);
+    if (!in_order) topk_tile_select(key, id, k, &sh);
     if (!LAST) {
         uint2 *o = out + (row * n_tiles + tile) * k;
         for (int j = threadIdx.x; j < k; j += TOPK_THREADS) o[j] = make_uint2(sh.key[j], (uint32_t)sh.id[j]);
         return;
     }
-    topk_sort(k, &sh);
+    if (!in_order) topk_sort(k, &sh);
     float *v = (float *)(vals.data + row * vals.nb1);
     for (int j = threadIdx.x; j < k; j += TOPK_THREADS) {
         ids[row * k + j] = sh.id[j];

@@ -255,14 +255,15 @@ static void test_rope_attention_paged(st_type ct, int64_t hd, int64_t Hq, int64_
 /* The k largest logits of n rows of V and their log-sum-exp, CUDA against the CPU: the same
  * ids in the same order and the same values (they are copies); the log-sum-exp to the
  * rounding of a double sum taken in another order. The values go to page-locked host
- * memory, as the runner has them. ties: rows of four distinct values only (long runs of
- * equal logits, more than the kernel gathers when k is large). */
-static void test_top_k(int64_t V, int64_t n, int32_t k, bool ties) {
+ * memory, as the runner has them. levels: 0 for random logits, else rows of that many
+ * distinct values: with 4, long runs of equal logits (more than the kernel's ranking
+ * gathers: its bit-by-bit path); with thousands, ties among the entries it ranks. */
+static void test_top_k(int64_t V, int64_t n, int32_t k, int levels) {
     view vl = mkpacked(ST_TYPE_F32, V, n, 1), vi = mkpacked(ST_TYPE_I32, k, n, 1), vv = mkpacked(ST_TYPE_F32, k + 1, n, 1);
     dual dl = dual_new(view_bytes(&vl)), di = dual_new(view_bytes(&vi)), dv = dual_new(view_bytes(&vv));
-    if (ties) {
+    if (levels > 0) {
         for (int64_t i = 0; i < V * n; i++) {
-            const float f = (float)(rng_int(4));
+            const float f = (float)(rng_int(levels)) / (float)levels;
             memcpy(dl.host + 4 * i, &f, 4);
         }
         dual_upload(&dl);
@@ -278,7 +279,8 @@ static void test_top_k(int64_t V, int64_t n, int32_t k, bool ties) {
     g_gpu->iface->top_k(g_gpu, &ig, &vg, &lg, k);
     char *ids = dual_fetch(&di); /* (synchronizes: host_vals is written) */
     char desc[96];
-    snprintf(desc, sizeof(desc), "V=%lld n=%lld k=%d%s", (long long)V, (long long)n, k, ties ? " ties" : "");
+    if (levels > 0) snprintf(desc, sizeof(desc), "V=%lld n=%lld k=%d, %d values", (long long)V, (long long)n, k, levels);
+    else snprintf(desc, sizeof(desc), "V=%lld n=%lld k=%d", (long long)V, (long long)n, k);
     cmp_result ri = compare_bytes(di.cpu, ids, di.bytes);
     record("top_k ids", desc, &ri, TOL_EXACT);
     cmp_result rv = {0}, rl = {0};
@@ -843,16 +845,17 @@ static void run_all(void) {
             test_rope_attention_paged(ct, 256, 8, 4, norms, 3);
         }
     }
-    test_top_k(1000, 3, 1, false);
-    test_top_k(1000, 3, 64, false);
-    test_top_k(128256, 5, 40, false);
-    test_top_k(262144, 2, 256, false);
-    test_top_k(5003, 4, 64, true);
-    test_top_k(5003, 2, 1, true);
-    test_top_k(20000, 2, 32, true);      /* thousands of ties of the k-th value in every tile */
-    test_top_k(4096 + 10, 3, 64, false); /* a last tile of fewer entries than k */
-    test_top_k(128256, 130, 64, false);  /* the engine's decode step at B = 130 */
-    test_top_k(262144 + 7, 1, 256, true); /* three levels of tiles, ties */
+    test_top_k(1000, 3, 1, 0);
+    test_top_k(1000, 3, 64, 0);
+    test_top_k(128256, 5, 40, 0);
+    test_top_k(262144, 2, 256, 0);
+    test_top_k(5003, 4, 64, 4);
+    test_top_k(5003, 2, 1, 4);
+    test_top_k(20000, 2, 32, 4);      /* thousands of ties of the k-th value in every tile */
+    test_top_k(128256, 3, 64, 5000);  /* ties among the ranked entries of every level */
+    test_top_k(4096 + 10, 3, 64, 0);  /* a last tile of fewer entries than k */
+    test_top_k(128256, 130, 64, 0);   /* the engine's decode step at B = 130 */
+    test_top_k(262144 + 7, 1, 256, 4); /* three levels of tiles, ties */
     test_draw(1, 1, 1.0f, false, 4);
     test_draw(1000, 64, 1.0f, false, 8);
     test_draw(1000, 64, 12.0f, false, 8);
