@@ -30,6 +30,13 @@ static const int64_t DECODE_BUCKETS[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128
 #define N_DECODE_BUCKETS ((int)(sizeof(DECODE_BUCKETS) / sizeof(DECODE_BUCKETS[0])))
 #define N_PADDED 32 /* mixed shapes whose graphs are kept */
 
+/* The smallest power of two above n (n >= 0). */
+static int32_t pow2_above(int32_t n) {
+    int32_t p = 1;
+    while (p <= n) p *= 2;
+    return p;
+}
+
 /* The index of the smallest decode bucket of at least n tokens, or -1 past the last. */
 static int decode_bucket(int64_t n) {
     for (int k = 0; k < N_DECODE_BUCKETS; k++)
@@ -236,8 +243,7 @@ st_status st_runner_init(st_model *m, st_kv_pool *pool, const st_runner_options 
      * 15); a batch that needs more runs unpadded */
     const int64_t U = o->max_tokens;
     r->room = U + U / 8 + 48;
-    r->run_slots = 1;
-    while (r->run_slots <= o->max_seqs) r->run_slots *= 2;
+    r->run_slots = pow2_above(o->max_seqs);
     for (int i = 0; i < N_DECODE_BUCKETS; i++) st_graph_init(&r->decode[i].g);
     for (int i = 0; i < N_PADDED; i++) st_graph_init(&r->padded[i].g);
     st_graph_init(&r->exact.g);
@@ -384,10 +390,11 @@ static bool shape_equal(const runner_shape *a, const runner_shape *b) {
 /* The graph of shape sh in rg, the runs r->runs[0 .. sh->n_runs): kept if rg holds that
  * shape (and, unless it is replayed, those runs), else built. */
 static st_status graph_for(st_runner *r, runner_graph *rg, const runner_shape *sh, st_graph **out, st_error *err) {
-    const size_t runs_bytes = (size_t)sh->n_runs * sizeof(st_attn_run);
     rg->used = r->steps;
-    if (rg->built && shape_equal(&rg->sh, sh) && (sh->replay || runs_equal(rg->runs, r->runs, sh->n_runs))) {
-        if (sh->replay && sh->n_runs > 0) memcpy(rg->runs, r->runs, runs_bytes); /* what host launches read */
+    const bool kept = rg->built && shape_equal(&rg->sh, sh) && (sh->replay || runs_equal(rg->runs, r->runs, sh->n_runs));
+    /* the runs the graph's pages name: a replayed graph's are this step's (host launches read them) */
+    if (sh->n_runs > 0) memcpy(rg->runs, r->runs, (size_t)sh->n_runs * sizeof(st_attn_run));
+    if (kept) {
         *out = &rg->g;
         return ST_OK;
     }
@@ -409,7 +416,6 @@ static st_status graph_for(st_runner *r, runner_graph *rg, const runner_shape *s
     runs.data = dev + 5 * G;
     st_tensor table = place(NULL, &(size_t){0}, ST_TYPE_I32, r->opt.max_blocks, r->opt.max_seqs + 1, 1);
     table.data = dev + 5 * G + 3 * r->run_slots;
-    if (sh->n_runs > 0) memcpy(rg->runs, r->runs, runs_bytes); /* (decode graphs have no runs) */
     rg->pages = (st_kv_pages){.seq = &seq, .table = &table, .n_single = sh->n_single, .n_runs = sh->n_runs,
                               .runs = rg->runs, .runs_dev = sh->replay && sh->n_runs > 0 ? &runs : NULL};
     if (sh->paged) io.pages = &rg->pages;
@@ -449,8 +455,7 @@ static bool padded_shape(const st_runner *r, int64_t n, int64_t n_single, int32_
     const int kb = n_single > 0 ? decode_bucket(n_single) : -1;
     if (n_single > 0 && kb < 0) return false;
     const int64_t S = kb >= 0 ? DECODE_BUCKETS[kb] : 0;
-    int32_t slots = 1;
-    while (slots < n_runs + 1) slots *= 2; /* the runs and the padding's */
+    const int32_t slots = pow2_above(n_runs); /* the runs and the padding's */
     const int64_t M = S + run_tokens_bucket(n - n_single);
     /* logits rows: none, or room for a row of each single and each run's last token */
     if (M > r->room || slots > r->run_slots || n_out > n_single + n_runs) return false;
