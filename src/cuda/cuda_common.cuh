@@ -116,10 +116,24 @@ static inline st_cuda_view cuda_view(const st_tensor *t) {
 
 static inline int64_t cuda_nrows(const st_tensor *t) { return t->ne[1] * t->ne[2] * t->ne[3]; }
 
+/* Row r of rows [ne1, ne2, ...] as its indices: i1 = r % ne1, i2 = (r / ne1) % ne2,
+ * i3 = r / (ne1 ne2). A 64-bit division is a long software sequence, which in a kernel
+ * that takes a row for every few elements costs more than the elements: none for a row
+ * of the first plane (r < ne1: every row of a 2-D view), 32-bit ones where the numbers fit. */
+__device__ __forceinline__ void cuda_row_split(int64_t r, int64_t ne1, int64_t ne2, int64_t *i1, int64_t *i2, int64_t *i3) {
+    if (r < ne1) {
+        *i1 = r, *i2 = 0, *i3 = 0;
+    } else if ((uint64_t)r <= UINT32_MAX && (uint64_t)ne1 <= UINT32_MAX && (uint64_t)ne2 <= UINT32_MAX) {
+        const uint32_t q = (uint32_t)r / (uint32_t)ne1, q2 = q / (uint32_t)ne2;
+        *i1 = (uint32_t)r - q * (uint32_t)ne1, *i2 = q - q2 * (uint32_t)ne2, *i3 = q2;
+    } else {
+        *i1 = r % ne1, *i2 = (r / ne1) % ne2, *i3 = r / (ne1 * ne2);
+    }
+}
+
 __device__ __forceinline__ char *cuda_row(const st_cuda_view &v, int64_t r) {
-    const int64_t i1 = r % v.ne1;
-    const int64_t i2 = (r / v.ne1) % v.ne2;
-    const int64_t i3 = r / (v.ne1 * v.ne2);
+    int64_t i1, i2, i3;
+    cuda_row_split(r, v.ne1, v.ne2, &i1, &i2, &i3);
     return v.data + i1 * v.nb1 + i2 * v.nb2 + i3 * v.nb3;
 }
 
@@ -180,6 +194,24 @@ template <> __device__ __forceinline__ void cuda_store_as<ST_TYPE_F16>(char *out
 template <> __device__ __forceinline__ void cuda_store_as<ST_TYPE_BF16>(char *out, int64_t i, float v) {
     ((unsigned short *)out)[i] = st_gpu_float_to_bf16_bits(v);
 }
+
+/* Four consecutive elements i .. i + 3 in the weight's type, one store (i a multiple of 4,
+ * out 16-byte aligned): the rounding of cuda_store_as, element i at the lowest address. */
+template <st_type T> __device__ __forceinline__ void cuda_store4_as(char *out, int64_t i, float4 v);
+template <> __device__ __forceinline__ void cuda_store4_as<ST_TYPE_F32>(char *out, int64_t i, float4 v) {
+    ((float4 *)out)[i / 4] = v;
+}
+template <> __device__ __forceinline__ void cuda_store4_as<ST_TYPE_F16>(char *out, int64_t i, float4 v) {
+    ((uint2 *)out)[i / 4] = make_uint2((uint32_t)st_gpu_float_to_half_bits(v.x) | (uint32_t)st_gpu_float_to_half_bits(v.y) << 16,
+                                       (uint32_t)st_gpu_float_to_half_bits(v.z) | (uint32_t)st_gpu_float_to_half_bits(v.w) << 16);
+}
+template <> __device__ __forceinline__ void cuda_store4_as<ST_TYPE_BF16>(char *out, int64_t i, float4 v) {
+    ((uint2 *)out)[i / 4] = make_uint2((uint32_t)st_gpu_float_to_bf16_bits(v.x) | (uint32_t)st_gpu_float_to_bf16_bits(v.y) << 16,
+                                       (uint32_t)st_gpu_float_to_bf16_bits(v.z) | (uint32_t)st_gpu_float_to_bf16_bits(v.w) << 16);
+}
+
+/* Whether a row of n floats at p can be read as float4s. */
+__device__ __forceinline__ bool cuda_vec4_row(const void *p, int64_t n) { return n % 4 == 0 && (uintptr_t)p % 16 == 0; }
 
 #if ST_GPU_HAVE_BLAS
 /* The BLAS element type of a float weight type. */
@@ -336,9 +368,11 @@ st_status st_cuda_graph_compute(st_backend *b, st_graph *g, st_error *err);
 void st_cuda_graph_release(st_backend *b, st_graph *g);
 
 /* cuda_matmul.cu */
-/* A GEMM's operands, launched with cuda_rows_grid and ST_CUDA_ROWS_THREADS: x rows packed
- * as F16 (round to nearest even), out[m * K + k]; a result staged packed [N][M] back to a
- * strided y. */
+/* A GEMM's operands, launched with ST_CUDA_ROWS_THREADS: x rows packed as F16 (round to
+ * nearest even), out[m * K + k] (16-byte aligned; grid cuda_pack_rows_grid: four elements a
+ * thread where the rows allow); a result staged packed [N][M] back to a strided y (grid
+ * cuda_rows_grid). */
+static inline dim3 cuda_pack_rows_grid(int64_t K, int64_t M) { return cuda_rows_grid(K % 4 == 0 ? K / 4 : K, M); }
 __global__ void pack_rows_f16(char *out, st_cuda_view x);
 __global__ void unpack_rows_f32(st_cuda_view y, const float *__restrict__ packed);
 st_status st_cuda_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *ids,

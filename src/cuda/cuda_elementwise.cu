@@ -20,18 +20,31 @@ static dim3 ew_grid(int64_t ne0, int64_t rows) {
 
 // ---- gated units ----------------------------------------------------------------------------
 
+template <bool GELU> __device__ __forceinline__ float glu_one(float g, float u) {
+    return __fmul_rn(GELU ? cuda_gelu_tanh_f32(g) : cuda_silu_f32(g), u);
+}
+
 // y[i] = act(gate[i]) * up[i]; gate/up rows start gate_off/up_off bytes into their rows
-// (the fused form reads both halves of one gate_up row).
+// (the fused form reads both halves of one gate_up row). Rows whose three pointers are
+// 16-byte aligned and whose width is a multiple of 4 go four elements a thread (float4
+// loads and stores: a thread's element each row is too little to keep memory busy);
+// glu_launch sizes the grid for that.
 template <bool GELU>
 __device__ void glu_impl(st_cuda_view dst, st_cuda_view gate, int64_t gate_off, st_cuda_view up, int64_t up_off) {
     const int64_t n = dst.ne0, rows = dst.ne1 * dst.ne2 * dst.ne3;
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
         const float *g = (const float *)(cuda_row(gate, r) + gate_off);
         const float *u = (const float *)(cuda_row(up, r) + up_off);
         float *y = (float *)cuda_row(dst, r);
-        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-            const float a = GELU ? cuda_gelu_tanh_f32(g[i]) : cuda_silu_f32(g[i]);
-            y[i] = __fmul_rn(a, u[i]);
+        if (cuda_vec4_row(g, n) && cuda_vec4_row(u, n) && cuda_vec4_row(y, n)) {
+            for (int64_t i = first; i < n / 4; i += step) {
+                const float4 a = ((const float4 *)g)[i], b = ((const float4 *)u)[i];
+                ((float4 *)y)[i] = make_float4(glu_one<GELU>(a.x, b.x), glu_one<GELU>(a.y, b.y), glu_one<GELU>(a.z, b.z),
+                                               glu_one<GELU>(a.w, b.w));
+            }
+        } else {
+            for (int64_t i = first; i < n; i += step) y[i] = glu_one<GELU>(g[i], u[i]);
         }
     }
 }
@@ -47,7 +60,7 @@ static st_status glu_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *gat
                             const st_tensor *up, int64_t up_off, bool gelu, st_error *err) {
     const int64_t rows = cuda_nrows(dst);
     if (rows == 0 || dst->ne[0] == 0) return ST_OK;
-    const dim3 grid = ew_grid(dst->ne[0], rows);
+    const dim3 grid = ew_grid(dst->ne[0] % 4 == 0 ? dst->ne[0] / 4 : dst->ne[0], rows); // glu_impl's float4s
     if (gelu)
         geglu_f32<<<grid, EW_THREADS, 0, c->stream>>>(cuda_view(dst), cuda_view(gate), gate_off, cuda_view(up), up_off);
     else
@@ -80,9 +93,12 @@ template <bool MUL> __global__ void binary_f32(st_cuda_view dst, st_cuda_view a,
     const int64_t n = a.ne0, rows = a.ne1 * a.ne2 * a.ne3;
     const int64_t x_step = x.ne0 == 1 ? 0 : 1;
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-        const int64_t i1 = r % a.ne1, i2 = (r / a.ne1) % a.ne2, i3 = r / (a.ne1 * a.ne2);
-        const float *xr = (const float *)(x.data + (i1 % x.ne1) * x.nb1 + (i2 % x.ne2) * x.nb2 + (i3 % x.ne3) * x.nb3);
-        const float *ar = (const float *)cuda_row(a, r);
+        int64_t i1, i2, i3;
+        cuda_row_split(r, a.ne1, a.ne2, &i1, &i2, &i3);
+        // x's index in a broadcast dimension (its ne 1) is 0, else a's
+        const float *xr = (const float *)(x.data + (x.ne1 == 1 ? 0 : i1) * x.nb1 + (x.ne2 == 1 ? 0 : i2) * x.nb2 +
+                                          (x.ne3 == 1 ? 0 : i3) * x.nb3);
+        const float *ar = (const float *)(a.data + i1 * a.nb1 + i2 * a.nb2 + i3 * a.nb3);
         float *yr = (float *)cuda_row(dst, r);
         for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
             yr[i] = MUL ? __fmul_rn(ar[i], xr[i * x_step]) : __fadd_rn(ar[i], xr[i * x_step]);

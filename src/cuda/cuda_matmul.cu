@@ -76,13 +76,19 @@ st_status st_cuda_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, 
 
 // ---- GEMM operands ----------------------------------------------------------------------
 
-// out[m * K + k] = x row m, element k, in the weight's type (cuda_store_as).
+// out[m * K + k] = x row m, element k, in the weight's type (cuda_store_as); out 16-byte
+// aligned. A row that is 16-byte aligned, K a multiple of 4, goes four elements a thread
+// (a float4 load, one store; cuda_pack_rows_grid sizes the grid for that).
 template <st_type T> __device__ void pack_rows_impl(char *__restrict__ out, st_cuda_view x) {
     const int64_t K = x.ne0, M = x.ne1 * x.ne2 * x.ne3;
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
     for (int64_t m = blockIdx.y; m < M; m += gridDim.y) {
         const float *row = (const float *)cuda_row(x, m);
-        for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < K; k += (int64_t)gridDim.x * blockDim.x)
-            cuda_store_as<T>(out, m * K + k, row[k]);
+        if (cuda_vec4_row(row, K)) {
+            for (int64_t k = first; k < K / 4; k += step) cuda_store4_as<T>(out, m * K + 4 * k, ((const float4 *)row)[k]);
+        } else {
+            for (int64_t k = first; k < K; k += step) cuda_store_as<T>(out, m * K + k, row[k]);
+        }
     }
 }
 
@@ -111,7 +117,7 @@ static bool gemm_supported(const st_tensor *dst, const st_tensor *w, const st_te
 
 // B [M][K] = x's rows converted to type (a GEMM's B operand in the weight's type), packed.
 static st_status pack_b(st_cuda_ctx *c, char *B, st_type type, const st_tensor *x, st_error *err) {
-    const dim3 grid = cuda_rows_grid(x->ne[0], cuda_nrows(x));
+    const dim3 grid = cuda_pack_rows_grid(x->ne[0], cuda_nrows(x));
     const st_cuda_view xv = cuda_view(x);
     switch (type) {
     case ST_TYPE_F32: pack_rows_f32<<<grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(B, xv); break;

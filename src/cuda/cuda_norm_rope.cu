@@ -30,11 +30,17 @@ static int norm_threads(int64_t D) { return D <= 128 ? ST_GPU_WARP_SIZE : D <= 1
 // The scale of row xr [D]: the sum of squares in f32 (each thread its elements t, t +
 // blockDim.x, ..., then a block tree), formed as the CPU forms it (1 / sqrt(mean + eps) in
 // double, rounded to f32). Every thread of the block calls it; rms_norm_f32 and
-// rms_norm_pack share it, so their scales are the same bits.
+// rms_norm_pack share it, and the fused rope's q/k norms sum in the same order, so their
+// scales are the same bits.
 __device__ __forceinline__ float rms_row_scale(const float *xr, int64_t D, float eps, float *shared) {
     float ss = 0.0f;
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
     return cuda_rms_scale(block_sum_f32(ss, shared), D, eps);
+}
+
+// (x * s) * w of four elements, rounded as the scalar form rounds each.
+__device__ __forceinline__ float4 rms_scale4(float4 x, float s, float4 w) {
+    return make_float4((x.x * s) * w.x, (x.y * s) * w.y, (x.z * s) * w.z, (x.w * s) * w.w);
 }
 
 // Row r of dst = (x * s) * w, s = rms_row_scale (every thread of the block calls it).
@@ -44,7 +50,10 @@ __device__ __forceinline__ void rms_norm_row(st_cuda_view dst, st_cuda_view x, c
     const float *xr = (const float *)cuda_row(x, r);
     float *yr = (float *)cuda_row(dst, r);
     const float s = rms_row_scale(xr, D, eps, shared);
-    if (w) {
+    if (w && cuda_vec4_row(xr, D) && cuda_vec4_row(yr, D) && cuda_vec4_row(w, D)) {
+        for (int64_t i = threadIdx.x; i < D / 4; i += blockDim.x)
+            ((float4 *)yr)[i] = rms_scale4(((const float4 *)xr)[i], s, ((const float4 *)w)[i]);
+    } else if (w) {
         for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = (xr[i] * s) * w[i];
     } else {
         for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * s;
@@ -154,7 +163,12 @@ template <st_type T> __global__ void rms_norm_pack(char *__restrict__ out, st_cu
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = (const float *)cuda_row(x, r);
         const float s = rms_row_scale(xr, D, eps, shared);
-        for (int64_t i = threadIdx.x; i < D; i += blockDim.x) cuda_store_as<T>(out, r * D + i, (xr[i] * s) * w[i]);
+        if (cuda_vec4_row(xr, D) && cuda_vec4_row(w, D)) { // out + r * D 16-byte aligned: D a multiple of 4
+            for (int64_t i = threadIdx.x; i < D / 4; i += blockDim.x)
+                cuda_store4_as<T>(out, r * D + 4 * i, rms_scale4(((const float4 *)xr)[i], s, ((const float4 *)w)[i]));
+        } else {
+            for (int64_t i = threadIdx.x; i < D; i += blockDim.x) cuda_store_as<T>(out, r * D + i, (xr[i] * s) * w[i]);
+        }
     }
 }
 

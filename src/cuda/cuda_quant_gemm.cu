@@ -64,7 +64,7 @@ static st_status q_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor 
     float *C = y_direct ? (float *)dst->data : (float *)(scratch + x_bytes + w_bytes);
     const int ldc = y_direct ? (int)(dst->nb[1] / 4) : (int)N;
 
-    pack_rows_f16<<<cuda_rows_grid(K, M), ST_CUDA_ROWS_THREADS, 0, c->stream>>>((char *)xh, cuda_view(x));
+    pack_rows_f16<<<cuda_pack_rows_grid(K, M), ST_CUDA_ROWS_THREADS, 0, c->stream>>>((char *)xh, cuda_view(x));
     ST_GPU_CHECK_LAUNCH();
     const float alpha = 1.0f, beta = 0.0f;
     for (int64_t n0 = 0; n0 < N; n0 += slab) {
