@@ -258,55 +258,78 @@ st_status st_cuda_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const 
 
 // ---- rope_store: per-head norms, RoPE and the cache store in one launch ------------------------
 
-// Block (r, m): r < n_head: q head r; r < n_head + n_head_kv: k head; else v head; token
-// m's k and v go to cache slot slots[m] (its position in a contiguous cache). The
-// same arithmetic as st_cuda_rms_norm (launched with norm_threads(head_dim), so the same
-// partial sums and tree), st_cuda_rope and st_cuda_kv_store, in one kernel: the q/k row
-// is normalised in place, __syncthreads, then roped in place from a copy in shared memory.
+// Rows of token m: q heads 0 .. n_head-1, then k heads, then v heads. A row takes G threads
+// (norm_threads(head_dim): the partial sums and tree of st_cuda_rms_norm's block), a block
+// ROPE_STORE_THREADS / G rows of one token, whose rotations it forms once (rope_cos_sin, the
+// same bits as st_cuda_rope's) and which its rows read from shared memory.
+#define ROPE_STORE_THREADS 256
+#define ROPE_STORE_ROW_FLOATS 1024 // rows a block x head_dim: 8 x 128 (G 32) or 2 x 512 (G 128)
+
+// Block (g, m): rows g R .. g R + R - 1 of token m (R = blockDim.x / G); token m's k and v go
+// to cache slot slots[m] (its position in a contiguous cache). The same arithmetic as
+// st_cuda_rms_norm, st_cuda_rope and st_cuda_kv_store, in one kernel: a q/k row is
+// normalised into shared memory, then roped from there in place.
 template <st_type C>
-__global__ void rope_store_kernel(st_cuda_view q, st_cuda_view k, st_cuda_view v, const float *__restrict__ q_norm,
-                                  const float *__restrict__ k_norm, float eps, const int32_t *__restrict__ positions,
-                                  const int32_t *__restrict__ slots, int mode_neox, int n_rot, float freq_base,
-                                  float freq_scale, const float *__restrict__ freq_factors, float attn_factor,
-                                  st_cuda_view kc, st_cuda_view vc, st_cuda_op_error *op_err) {
-    __shared__ float shared[NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
-    __shared__ float row_s[ROPE_STORE_MAX_HEAD_DIM];
+__global__ void __launch_bounds__(ROPE_STORE_THREADS)
+    rope_store_kernel(st_cuda_view q, st_cuda_view k, st_cuda_view v, const float *__restrict__ q_norm,
+                      const float *__restrict__ k_norm, float eps, const int32_t *__restrict__ positions,
+                      const int32_t *__restrict__ slots, int mode_neox, int n_rot, float freq_base,
+                      float freq_scale, const float *__restrict__ freq_factors, float attn_factor, int G,
+                      st_cuda_view kc, st_cuda_view vc, st_cuda_op_error *op_err) {
+    __shared__ float2 cs[ROPE_STORE_MAX_HEAD_DIM / 2];
+    __shared__ float partial[ROPE_STORE_THREADS / ST_GPU_WARP_SIZE];
+    __shared__ float rows_s[ROPE_STORE_ROW_FLOATS];
     const int64_t hd = q.ne0, n_head = q.ne1, n_head_kv = k.ne1, n_ctx = kc.ne2;
-    const int64_t r = blockIdx.x, m = blockIdx.y;
+    const int64_t m = blockIdx.y, R = blockDim.x / G;
+    const int64_t r = blockIdx.x * R + threadIdx.x / G, lane = threadIdx.x % G;
     const int32_t p = positions[m], slot = slots[m];
     const bool store_ok = slot >= 0 && slot < n_ctx;
-    if (r == 0 && threadIdx.x == 0 && !store_ok)
+    if (blockIdx.x == 0 && threadIdx.x == 0 && !store_ok)
         cuda_report_op_error(op_err, ST_CUDA_OP_ERROR_KV_POSITION, slot, m, n_ctx);
-    if (r >= n_head + n_head_kv) { // v: the store only
-        const int64_t h = r - n_head - n_head_kv;
-        if (!store_ok) return;
+    const double pos = (double)p * (double)freq_scale;
+    for (int t = threadIdx.x; t < n_rot / 2; t += blockDim.x)
+        cs[t] = rope_cos_sin(t, n_rot, pos, freq_base, freq_factors, attn_factor);
+    // every thread reaches each barrier below: a row past the last, or a v row, works on none
+    const bool is_q = r < n_head, is_k = !is_q && r < n_head + n_head_kv, is_v = !is_q && !is_k && r < n_head + 2 * n_head_kv;
+    const int64_t h = is_q ? r : is_k ? r - n_head : r - n_head - n_head_kv;
+    float *xr = is_q ? (float *)(q.data + h * q.nb1 + m * q.nb2) : is_k ? (float *)(k.data + h * k.nb1 + m * k.nb2) : NULL;
+    float *row_s = rows_s + (threadIdx.x / G) * hd;
+    if (is_v && store_ok) {
         const float *vr = (const float *)(v.data + h * v.nb1 + m * v.nb2);
         char *out = vc.data + h * vc.nb1 + (int64_t)slot * vc.nb2;
-        for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) cuda_cache_store<C>(out, d, vr[d]);
-        return;
+        for (int64_t d = lane; d < hd; d += G) cuda_cache_store<C>(out, d, vr[d]);
     }
-    const bool is_q = r < n_head;
-    const int64_t h = is_q ? r : r - n_head;
-    float *xr = is_q ? (float *)(q.data + h * q.nb1 + m * q.nb2) : (float *)(k.data + h * k.nb1 + m * k.nb2);
     const float *w = is_q ? q_norm : k_norm;
-    if (w) {
+    if (w) { // (both norms or neither: the same in every thread)
         float ss = 0.0f;
-        for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-        ss = block_sum_f32(ss, shared);
+        if (xr)
+            for (int64_t i = lane; i < hd; i += G) ss = fmaf(xr[i], xr[i], ss);
+        // the row's sum as block_sum_f32 forms it over a block of G threads
+        ss = cuda_warp_sum(ss);
+        if (G > ST_GPU_WARP_SIZE) {
+            if (threadIdx.x % ST_GPU_WARP_SIZE == 0) partial[threadIdx.x / ST_GPU_WARP_SIZE] = ss;
+            __syncthreads();
+            const int first = (int)(threadIdx.x / G) * (G / ST_GPU_WARP_SIZE);
+            ss = 0.0f;
+            for (int i = 0; i < G / ST_GPU_WARP_SIZE; i++) ss += partial[first + i];
+        } else {
+            ss = 0.0f + ss;
+        }
         const float s = cuda_rms_scale(ss, hd, eps);
-        for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) row_s[i] = (xr[i] * s) * w[i];
-    } else {
-        for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) row_s[i] = xr[i];
+        if (xr)
+            for (int64_t i = lane; i < hd; i += G) row_s[i] = (xr[i] * s) * w[i];
+    } else if (xr) {
+        for (int64_t i = lane; i < hd; i += G) row_s[i] = xr[i];
     }
-    __syncthreads();
-    const double pos = (double)p * (double)freq_scale;
+    __syncthreads(); // the rotations and the rows in shared memory are complete
     const int64_t n_work = n_rot / 2 + (hd - n_rot);
-    for (int64_t t = threadIdx.x; t < n_work; t += blockDim.x)
-        rope_work(xr, row_s, t, mode_neox, n_rot, pos, freq_base, freq_factors, attn_factor);
-    if (is_q || !store_ok) return;
-    __syncthreads(); // the roped row is complete (written by other threads)
+    if (xr)
+        for (int64_t t = lane; t < n_work; t += G)
+            rope_rotate(xr, row_s, t, mode_neox, n_rot, t < n_rot / 2 ? cs[t] : make_float2(0.0f, 0.0f));
+    __syncthreads(); // the roped k rows are complete (written by other threads)
+    if (!is_k || !store_ok) return;
     char *out = kc.data + h * kc.nb1 + (int64_t)slot * kc.nb2;
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) cuda_cache_store<C>(out, d, xr[d]);
+    for (int64_t d = lane; d < hd; d += G) cuda_cache_store<C>(out, d, xr[d]);
 }
 
 st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_error *err) {
@@ -329,9 +352,11 @@ st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_er
     ST_ASSERT(cuda_is_float_weight(kc) && cuda_same_shape(kc, vc) && kc->ne[0] == hd && kc->ne[1] == k->ne[1]);
     const int64_t rows = q->ne[1] + 2 * k->ne[1];
     if (M == 0 || hd == 0 || rows == 0) return ST_OK;
-    // threads: the norm's (so its partial sums are st_cuda_rms_norm's), at least the rope's
-    const int threads = op->q_norm ? norm_threads(hd) : rope_threads(p->n_rot / 2 + (hd - p->n_rot));
-    const dim3 grid((unsigned int)rows, (unsigned int)M);
+    // a row's threads: the norm's, so that its partial sums are st_cuda_rms_norm's
+    const int G = norm_threads(hd), R = ROPE_STORE_THREADS / G;
+    ST_ASSERT(R * hd <= ROPE_STORE_ROW_FLOATS);
+    const int threads = (int)(rows < R ? rows : R) * G;
+    const dim3 grid((unsigned int)((rows + R - 1) / R), (unsigned int)M);
     const float *qn = op->q_norm ? (const float *)op->q_norm->data : NULL;
     const float *kn = op->k_norm ? (const float *)op->k_norm->data : NULL;
     const int neox = p->mode == ST_ROPE_MODE_NEOX ? 1 : 0;
@@ -339,11 +364,11 @@ st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_er
     if (kc->type == ST_TYPE_F16)
         rope_store_kernel<ST_TYPE_F16><<<grid, threads, 0, c->stream>>>(
             cuda_view(q), cuda_view(k), cuda_view(v), qn, kn, op->eps, pos, slots, neox, p->n_rot, p->freq_base,
-            p->freq_scale, p->freq_factors, p->attn_factor, cuda_view(kc), cuda_view(vc), c->d_op_error);
+            p->freq_scale, p->freq_factors, p->attn_factor, G, cuda_view(kc), cuda_view(vc), c->d_op_error);
     else
         rope_store_kernel<ST_TYPE_F32><<<grid, threads, 0, c->stream>>>(
             cuda_view(q), cuda_view(k), cuda_view(v), qn, kn, op->eps, pos, slots, neox, p->n_rot, p->freq_base,
-            p->freq_scale, p->freq_factors, p->attn_factor, cuda_view(kc), cuda_view(vc), c->d_op_error);
+            p->freq_scale, p->freq_factors, p->attn_factor, G, cuda_view(kc), cuda_view(vc), c->d_op_error);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }

@@ -1817,7 +1817,9 @@ static void run_all(void) {
     run_rope_attention(false);
     with_cuda_tuning("early_launch=0", run_one_token_attention_plain);
 
-    /* rope_store: per-head norms or none, NORM/NEOX, partial rotary, GQA, both caches */
+    /* rope_store: per-head norms or none, NORM/NEOX, partial rotary, GQA, both caches; a
+     * block holds 8 rows of head_dim <= 128 or 2 of 256: llama's 48 rows of a token in 6
+     * blocks, and a last block left partly idle (12 rows of 128, 5 rows of 256) */
     for (int ci = 0; ci < 2; ci++)
         for (int norms = 0; norms <= 1; norms++) {
             const st_type ct = ci ? ST_TYPE_F32 : ST_TYPE_F16;
@@ -1825,6 +1827,8 @@ static void run_all(void) {
             test_rope_store(ct, 128, 8, 2, 128, ST_ROPE_MODE_NEOX, norms, 3);
             test_rope_store(ct, 96, 3, 1, 32, ST_ROPE_MODE_NEOX, norms, 8); /* partial rotary */
             test_rope_store(ct, 256, 4, 1, 256, ST_ROPE_MODE_NEOX, norms, 2);
+            test_rope_store(ct, 256, 3, 1, 256, ST_ROPE_MODE_NEOX, norms, 3);
+            test_rope_store(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 5);
         }
 
     /* the one-column products under each decode kernel: the block-a-row kernel wherever it
