@@ -100,16 +100,6 @@ st_status st_cuda_scratch(st_cuda_ctx *c, size_t nbytes, void **out, st_error *e
     return s;
 }
 
-st_status st_cuda_done_counters(st_cuda_ctx *c, int64_t n, int **out, st_error *err) {
-    void *before = c->done_counters;
-    st_status s = st_cuda_grow(c, (void **)&c->done_counters, &c->done_counters_bytes, (size_t)n * sizeof(int),
-                               "blocks-done counts", err);
-    if (s != ST_OK) return s;
-    if (c->done_counters != before) ST_GPU_CHECK(st_gpu_memset_async(c->done_counters, 0, c->done_counters_bytes, c->stream));
-    *out = c->done_counters;
-    return ST_OK;
-}
-
 static st_status cuda_alloc(st_backend *b, size_t nbytes, void **out, st_error *err) {
     *out = NULL;
     size_t rounded = (nbytes + CUDA_ALLOC_ALIGNMENT - 1) / CUDA_ALLOC_ALIGNMENT * CUDA_ALLOC_ALIGNMENT;
@@ -402,7 +392,7 @@ static void cuda_ctx_destroy(st_cuda_ctx *c) {
 #endif
     if (c->blas_workspace) (void)st_gpu_free(c->blas_workspace);
     if (c->scratch) (void)st_gpu_free(c->scratch);
-    if (c->done_counters) (void)st_gpu_free(c->done_counters);
+    if (c->route_counters) (void)st_gpu_free(c->route_counters);
     if (c->attn_partials) (void)st_gpu_free(c->attn_partials);
     if (c->norm_ss) (void)st_gpu_free(c->norm_ss);
     for (int i = 0; i < c->n_retired; i++) (void)st_gpu_free(c->retired[i]);

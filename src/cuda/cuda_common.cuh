@@ -53,9 +53,8 @@ typedef struct st_cuda_ctx {
     void *blas_workspace;
     void *scratch;                       /* GEMM operands: converted x, staged y */
     size_t scratch_bytes;
-    int *done_counters;                  /* blocks done a row, for kernels whose last block of a row
-                                          * finishes it (zero between launches: st_cuda_done_counters) */
-    size_t done_counters_bytes;
+    int *route_counters;                 /* the fused routing's blocks done a token (zero between launches) */
+    size_t route_counters_bytes;
     st_cuda_op_error *d_op_error;        /* device: the claim on the first data error of an op */
     st_cuda_op_error *h_op_error;        /* page-locked: its record, written by the kernel */
     st_error sticky;                     /* first failure of a void op */
@@ -88,10 +87,6 @@ static inline st_cuda_ctx *cuda_ctx(st_backend *b) { return (st_cuda_ctx *)b->ct
 st_status st_cuda_grow(st_cuda_ctx *c, void **buf, size_t *cap, size_t nbytes, const char *what, st_error *err);
 /* Scratch of at least nbytes on the device (grows as st_cuda_grow). */
 st_status st_cuda_scratch(st_cuda_ctx *c, size_t nbytes, void **out, st_error *err);
-/* n counts of blocks done, all zero, for a kernel whose last block of a row finishes the
- * row and sets its count back to zero: the kernels of the stream share them, one after
- * another. They grow outside a recording (a step runs once before it is recorded). */
-st_status st_cuda_done_counters(st_cuda_ctx *c, int64_t n, int **out, st_error *err);
 
 /* Keeps the first failure of a void op for the next write/read/synchronize. */
 void st_cuda_keep_error(st_cuda_ctx *c, st_status s, const st_error *err);

@@ -526,9 +526,15 @@ st_status st_cuda_moe_route_fused(st_backend *b, const st_fused_moe_route *op, s
                        cuda_is_f32_rows(op->wts) && op->wts->ne[0] == op->k && op->wts->ne[1] == M &&
                        cuda_is_i32_index(op->ids) && op->ids->ne[0] == op->k && op->ids->ne[1] >= M;
     if (!takes) return st_fused_moe_route_composite(b, op, err);
-    int *counters = NULL; // a count a token
-    st_status s = st_cuda_done_counters(c, M, &counters, err);
-    if (s != ST_OK) return s;
+    // a count a token, zero between launches (it grows outside any recording, zeroed once)
+    const size_t bytes = (size_t)M * sizeof(int);
+    if (bytes > c->route_counters_bytes) {
+        void *before = c->route_counters;
+        st_status s = st_cuda_grow(c, (void **)&c->route_counters, &c->route_counters_bytes, bytes, "routing counts", err);
+        if (s != ST_OK) return s;
+        if (c->route_counters != before)
+            ST_GPU_CHECK(st_gpu_memset_async(c->route_counters, 0, c->route_counters_bytes, c->stream));
+    }
     const bool w_vec = cuda_aligned16(w->data) && w->nb[1] % 16 == 0;
     const bool x_vec = cuda_aligned16(x->data) && x->nb[1] % 16 == 0;
     const dim3 grid(cuda_blocks(E, CUDA_GEMV_WARPS), (unsigned int)M), block(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE);
@@ -538,7 +544,7 @@ st_status st_cuda_moe_route_fused(st_backend *b, const st_fused_moe_route *op, s
     char *id = (char *)op->ids->data;
 #define ROUTE_LAUNCH(T)                                                                                              \
     moe_route_kernel<T><<<grid, block, 0, c->stream>>>(wd, nb1, E, K, w_vec, xv, x_vec, lv, id, ids_nb1, wv, op->k, \
-                                                       op->softmax_first, op->normalize, counters)
+                                                       op->softmax_first, op->normalize, c->route_counters)
     switch (w->type) {
     case ST_TYPE_F32: ROUTE_LAUNCH(ST_TYPE_F32); break;
     case ST_TYPE_F16: ROUTE_LAUNCH(ST_TYPE_F16); break;

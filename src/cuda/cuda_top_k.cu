@@ -11,8 +11,7 @@
 // the next level does the same over the tiles' candidates ((key, id) pairs, k a tile) until
 // one tile holds them all; that last level writes the k best in order, their values
 // (copies of the logits) and the log-sum-exp (the tiles' maxima and sums combined in double).
-// V = 128256, k = 64: 32 tiles, then one of 2048 candidates (two levels: one launch, the
-// row's last block of the first taking the second); V <= TOPK_TILE: one level.
+// V = 128256, k = 64: 32 tiles, then one of 2048 candidates; V <= TOPK_TILE: one level.
 //
 // A tile's k best, by ranking: each thread's best key, and in each warp the q-th largest of
 // them (q = ceil(k / warps)); the least of those is at or below the tile's k-th best key,
@@ -230,17 +229,17 @@ __device__ void topk_sort(int k, topk_shared *sh) {
     }
 }
 
-// One level's work of the block of (row, tile), of the row's n_tiles: FROM_LOGITS reads the
-// tile from the logits and takes its statistics (to stats [n_tiles, n] (max, sum of
-// exp(x - max)), or straight to the log-sum-exp when the row is one tile); otherwise it
-// reads candidates in [n_in, n] (through L2: another block of the launch may have written
-// them). LAST (one tile a row) sorts the k best and writes ids [k, n] and vals [k + 1, n];
-// otherwise the k best go to out [k * n_tiles, n].
+// One level, a block a (row, tile): FROM_LOGITS reads the tile from the logits and takes its
+// statistics (to stats [n_tiles, n] (max, sum of exp(x - max)), or straight to the log-sum-exp
+// when the row is one tile); otherwise it reads candidates in [n_in, n]. LAST (one tile a
+// row) sorts the k best and writes ids [k, n] and vals [k + 1, n]; otherwise the k best go
+// to out [k * n_tiles, n].
 template <bool FROM_LOGITS, bool LAST>
-__device__ __forceinline__ void top_k_level(topk_shared &sh, int64_t row, int64_t tile, int64_t n_tiles,
-                                            st_cuda_view logits, const uint2 *in, int64_t n_in, int k, double2 *stats,
-                                            int n_stats, uint2 *__restrict__ out, int32_t *__restrict__ ids,
-                                            st_cuda_view vals) {
+__global__ void __launch_bounds__(TOPK_THREADS, 4)
+    top_k_level_kernel(st_cuda_view logits, const uint2 *__restrict__ in, int64_t n_in, int k, double2 *stats,
+                       int n_stats, uint2 *__restrict__ out, int32_t *__restrict__ ids, st_cuda_view vals) {
+    __shared__ topk_shared sh;
+    const int64_t row = blockIdx.x, tile = blockIdx.y, n_tiles = gridDim.y;
     const int64_t base = tile * TOPK_TILE + threadIdx.x;
     const float *x = (const float *)(logits.data + row * logits.nb1);
     uint32_t key[TOPK_PER_THREAD];
@@ -270,18 +269,15 @@ __device__ __forceinline__ void top_k_level(topk_shared &sh, int64_t row, int64_
 #pragma unroll
         for (int i = 0; i < TOPK_PER_THREAD; i++) {
             const int64_t t = base + i * TOPK_THREADS;
-            const uint2 e = t < n_in ? st_gpu_load_l2(p + t) : make_uint2(0u, 0xffffffffu);
+            const uint2 e = t < n_in ? p[t] : make_uint2(0u, 0xffffffffu);
             key[i] = e.x, id[i] = (int32_t)e.y;
         }
         if (LAST) { // the row's tiles' statistics combined
             const double2 *s = stats + row * n_stats;
             double mx = -INFINITY, sum = 0.0;
-            for (int i = threadIdx.x; i < n_stats; i += TOPK_THREADS) mx = fmax(mx, st_gpu_load_l2(s + i).x);
+            for (int i = threadIdx.x; i < n_stats; i += TOPK_THREADS) mx = fmax(mx, s[i].x);
             mx = topk_block_reduce<double>(mx, sh.red_d, true);
-            for (int i = threadIdx.x; i < n_stats; i += TOPK_THREADS) {
-                const double2 si = st_gpu_load_l2(s + i);
-                sum += si.y * exp(si.x - mx);
-            }
+            for (int i = threadIdx.x; i < n_stats; i += TOPK_THREADS) sum += s[i].y * exp(s[i].x - mx);
             sum = topk_block_reduce<double>(sum, sh.red_d, false);
             lse = (float)(mx + log(sum));
         }
@@ -304,36 +300,6 @@ __device__ __forceinline__ void top_k_level(topk_shared &sh, int64_t row, int64_
         v[j] = x[sh.id[j]];
     }
     if (threadIdx.x == 0) v[k] = lse;
-}
-
-template <bool FROM_LOGITS, bool LAST>
-__global__ void __launch_bounds__(TOPK_THREADS, 4)
-    top_k_level_kernel(st_cuda_view logits, const uint2 *__restrict__ in, int64_t n_in, int k, double2 *stats,
-                       int n_stats, uint2 *__restrict__ out, int32_t *__restrict__ ids, st_cuda_view vals) {
-    __shared__ topk_shared sh;
-    top_k_level<FROM_LOGITS, LAST>(sh, blockIdx.x, blockIdx.y, gridDim.y, logits, in, n_in, k, stats, n_stats, out,
-                                   ids, vals);
-}
-
-// Both levels of a row of two in one launch, a block a (row, tile) of the first: each block
-// counts itself done for its row (after a fence, so that its candidates and statistics are
-// visible); the row's last block takes the last level over the row's candidates, read past
-// the L1 cache, and sets the count back to zero for the next launch (a recorded graph
-// replays it). The same work and results as the two launches, one launch's gap less.
-__global__ void __launch_bounds__(TOPK_THREADS, 4)
-    top_k_two_levels_kernel(st_cuda_view logits, int64_t V, int k, double2 *stats, uint2 *cand,
-                            int32_t *__restrict__ ids, st_cuda_view vals, int *__restrict__ counters) {
-    __shared__ topk_shared sh;
-    __shared__ bool last;
-    const int64_t row = blockIdx.x, n_tiles = gridDim.y;
-    top_k_level<true, false>(sh, row, blockIdx.y, n_tiles, logits, NULL, V, k, stats, 0, cand, NULL, vals);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&counters[row], 1) == (int)n_tiles - 1;
-    __syncthreads();
-    if (!last) return;
-    if (threadIdx.x == 0) counters[row] = 0;
-    top_k_level<false, true>(sh, row, 0, 1, logits, cand, n_tiles * k, k, stats, (int)n_tiles, NULL, ids, vals);
 }
 
 st_status st_cuda_top_k(st_backend *b, st_tensor *ids, st_tensor *vals, const st_tensor *logits, int32_t k,
@@ -373,14 +339,6 @@ st_status st_cuda_top_k(st_backend *b, st_tensor *ids, st_tensor *vals, const st
     if (s != ST_OK) return s;
     double2 *stats = (double2 *)scratch;
     uint2 *buf[2] = {(uint2 *)(scratch + stats_bytes), (uint2 *)(scratch + stats_bytes + a_bytes)};
-    if (levels == 2) {
-        int *counters = NULL;
-        if ((s = st_cuda_done_counters(c, n, &counters, err)) != ST_OK) return s;
-        top_k_two_levels_kernel<<<dim3((unsigned int)n, (unsigned int)tiles[0]), TOPK_THREADS, 0, c->stream>>>(
-            lv, V, k, stats, buf[0], id_out, vv, counters);
-        ST_GPU_CHECK_LAUNCH();
-        return ST_OK;
-    }
     top_k_level_kernel<true, false><<<dim3((unsigned int)n, (unsigned int)tiles[0]), TOPK_THREADS, 0, c->stream>>>(
         lv, NULL, V, k, stats, 0, buf[0], NULL, vv);
     ST_GPU_CHECK_LAUNCH();
