@@ -126,10 +126,11 @@ static void *watchdog_main(void *arg) {
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, enum MHD_RequestTerminationCode toe) {
     srv_server *s = cls;
     http_req *r = *req_cls;
-    if (r) {
+    if (r) { /* its answer is sent, or its connection is gone */
         st_strbuf_free(&r->body);
         free(r);
         *req_cls = NULL;
+        atomic_fetch_sub(&s->http_in_flight, 1);
     }
     /* the next request on a kept-alive connection starts its clock now */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)(s->opt.request_timeout_s + 1));
@@ -237,6 +238,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r = calloc(1, sizeof(*r));
         if (!r) return MHD_NO;
         *req_cls = r;
+        atomic_fetch_add(&s->http_in_flight, 1);
         r->path = srv_path_index(url);
         set_phase(s, c, CONN_BODY);
         const bool post = strcmp(method, "POST") == 0, get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;

@@ -181,6 +181,8 @@ typedef struct srv_server {
     atomic_bool stopped;
     int64_t created;           /* unix time, for /v1/models and ids */
     atomic_llong next_id;
+    atomic_llong http_in_flight; /* requests whose head has come and whose answer is not yet
+                                    sent (http.c): a drain waits for them */
     /* connections, for the watchdog (http.c) */
     pthread_mutex_t conn_mu;
     struct srv_conn *conns;
