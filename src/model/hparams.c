@@ -59,6 +59,13 @@ static st_status get_float(const reader *r, const char *suffix, double def, doub
         return st_error_set(r->err, ST_ERROR_FORMAT, "metadata key '%s' is %g, expected a finite value in (%g, %g]",
                             key, v, lo, hi);
     *out = (float)v; /* in range: the conversion is defined */
+    /* the model computes with the f32 value: a float64 that rounds to the bound is out of
+     * range too (an epsilon of 1e-60 is 0 in f32, and a norm of a zero row then divides by 0) */
+    if (!((double)*out > lo))
+        return st_error_set(r->err, ST_ERROR_FORMAT,
+                            "metadata key '%s' is %g, which is %g as the float32 the model computes with; "
+                            "expected a value in (%g, %g]",
+                            key, v, (double)*out, lo, hi);
     return ST_OK;
 }
 

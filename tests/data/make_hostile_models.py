@@ -502,6 +502,8 @@ case("phi3_rms_eps_nan", "phi3", ["layer_norm_rms_epsilon", "nan"])(
     set_key("attention.layer_norm_rms_epsilon", F32, math.nan))
 case("olmoe_rms_eps_negative", "olmoe", ["layer_norm_rms_epsilon", "-1e-05"])(
     set_key("attention.layer_norm_rms_epsilon", F32, -1e-5))
+case("olmoe_rms_eps_zero_in_f32", "olmoe", ["layer_norm_rms_epsilon", "1e-60", "as the float32"])(
+    set_key("attention.layer_norm_rms_epsilon", F64, 1e-60))
 case("llama_context_length_zero", "llama", ["llama.context_length", "is 0"])(
     set_key("context_length", U32, 0))
 case("gemma3_context_length_2e40", "gemma3", ["gemma3.context_length", "1099511627776"])(
