@@ -48,6 +48,14 @@ static void set_phase(srv_server *s, struct MHD_Connection *c, conn_phase phase)
     pthread_mutex_unlock(&s->conn_mu);
 }
 
+int64_t srv_http_requests_open(srv_server *s) {
+    int64_t n = 0;
+    pthread_mutex_lock(&s->conn_mu);
+    for (const srv_conn *k = s->conns; k; k = k->next) n += k->phase != CONN_HEAD;
+    pthread_mutex_unlock(&s->conn_mu);
+    return n;
+}
+
 bool srv_conn_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return true;
@@ -126,11 +134,10 @@ static void *watchdog_main(void *arg) {
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, enum MHD_RequestTerminationCode toe) {
     srv_server *s = cls;
     http_req *r = *req_cls;
-    if (r) { /* its answer is sent, or its connection is gone */
+    if (r) {
         st_strbuf_free(&r->body);
         free(r);
         *req_cls = NULL;
-        atomic_fetch_sub(&s->http_in_flight, 1);
     }
     /* the next request on a kept-alive connection starts its clock now */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)(s->opt.request_timeout_s + 1));
@@ -238,7 +245,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r = calloc(1, sizeof(*r));
         if (!r) return MHD_NO;
         *req_cls = r;
-        atomic_fetch_add(&s->http_in_flight, 1);
         r->path = srv_path_index(url);
         set_phase(s, c, CONN_BODY);
         const bool post = strcmp(method, "POST") == 0, get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;

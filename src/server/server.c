@@ -52,7 +52,6 @@ st_status st_server_start(st_engine *e, const st_model *m, const st_tokenizer *t
     s->created = (int64_t)time(NULL);
     atomic_init(&s->next_id, (long long)s->created);
     atomic_init(&s->draining, false);
-    atomic_init(&s->http_in_flight, 0);
     atomic_init(&s->stopped, false);
     pthread_mutex_init(&s->conn_mu, NULL);
     pthread_mutex_init(&s->metrics_mu, NULL);
@@ -101,13 +100,15 @@ void st_server_shutdown(st_server *srv) {
     const double until = st_clock_seconds() + s->opt.drain_timeout_s;
     int64_t active = s->loop ? srv_loop_active(s->loop) : 0;
     if (active > 0) st_log(ST_LOG_INFO, "serve: finishing %lld request(s) in flight", (long long)active);
-    while ((active > 0 || atomic_load(&s->http_in_flight) > 0) && st_clock_seconds() < until) {
+    int64_t open = srv_http_requests_open(s);
+    while ((active > 0 || open > 0) && st_clock_seconds() < until) {
         nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
         active = s->loop ? srv_loop_active(s->loop) : 0;
+        open = srv_http_requests_open(s);
     }
-    if (active > 0 || atomic_load(&s->http_in_flight) > 0)
+    if (active > 0 || open > 0)
         st_log(ST_LOG_WARN, "serve: %lld request(s) still running after %g s: cancelled",
-               (long long)(active > 0 ? active : atomic_load(&s->http_in_flight)), s->opt.drain_timeout_s);
+               (long long)(active > open ? active : open), s->opt.drain_timeout_s);
     /* the loop cancels what still runs and ends; the connections then answer and close */
     if (s->loop) srv_loop_abort(s->loop);
     srv_http_stop(s);

@@ -181,8 +181,6 @@ typedef struct srv_server {
     atomic_bool stopped;
     int64_t created;           /* unix time, for /v1/models and ids */
     atomic_llong next_id;
-    atomic_llong http_in_flight; /* requests whose head has come and whose answer is not yet
-                                    sent (http.c): a drain waits for them */
     /* connections, for the watchdog (http.c) */
     pthread_mutex_t conn_mu;
     struct srv_conn *conns;
@@ -222,6 +220,9 @@ void srv_handle_models(srv_server *s, srv_reply *out);
 st_status srv_http_start(srv_server *s, st_error *err);
 void srv_http_quiesce(srv_server *s);
 void srv_http_stop(srv_server *s);
+/* Requests whose head has come and whose answer is not yet sent (a connection past its
+ * HEAD phase: libmicrohttpd's completion puts it back), for a drain to wait on (http.c). */
+int64_t srv_http_requests_open(srv_server *s);
 /* Whether the client of c has closed its end (http.c). */
 bool srv_conn_gone(struct MHD_Connection *c);
 /* Path index for the counters (metrics.c) and the counters. */
