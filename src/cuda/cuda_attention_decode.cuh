@@ -46,16 +46,7 @@ __device__ void dec_rope_row(float *y, const float *__restrict__ x, const float 
             const float xi = L2 ? st_gpu_load_l2(x + i) : x[i];
             ss = fmaf(xi, xi, ss);
         }
-        ss = cuda_warp_sum(ss);
-        float total;
-        if (n_thr == ST_GPU_WARP_SIZE) {
-            total = 0.0f + ss;
-        } else { // the block tree of block_sum_f32: warp sums added in warp order
-            if (t % ST_GPU_WARP_SIZE == 0) red[t / ST_GPU_WARP_SIZE] = ss;
-            __syncthreads();
-            total = 0.0f;
-            for (int i = 0; i < n_thr / ST_GPU_WARP_SIZE; i++) total += red[i];
-        }
+        const float total = cuda_group_sum_f32(ss, red, t, n_thr); // block_sum_f32's order
         const float sc = cuda_rms_scale(total, D, ra.eps);
         for (int i = t; i < D; i += n_thr) tmp[i] = ((L2 ? st_gpu_load_l2(x + i) : x[i]) * sc) * w[i];
         if (n_thr == ST_GPU_WARP_SIZE) st_gpu_syncwarp(); else __syncthreads();

@@ -336,6 +336,27 @@ __device__ __forceinline__ float cuda_warp_sum(float v) {
     return v;
 }
 
+/* The sum of v over a group of G threads, in every thread of it; t the thread's index in
+ * the group, G a multiple of the warp size or at most one warp. Each warp's xor tree, then
+ * the group's warp sums added in warp order from 0.0f: the one order of every norm's sum
+ * of squares, so that a norm fused into another kernel keeps the plain norm's bits.
+ * partial [G / warp size] is the group's own; a group of several warps passes one block
+ * barrier (every thread of the block must reach it), and the caller passes another before
+ * partial is written again. */
+__device__ __forceinline__ float cuda_group_sum_f32(float v, float *partial, int t, int G) {
+    v = cuda_warp_sum(v);
+    if (G <= ST_GPU_WARP_SIZE) return 0.0f + v;
+    if (t % ST_GPU_WARP_SIZE == 0) partial[t / ST_GPU_WARP_SIZE] = v;
+    __syncthreads();
+    float total = 0.0f;
+    for (int i = 0; i < G / ST_GPU_WARP_SIZE; i++) total += partial[i];
+    return total;
+}
+
+/* The threads an elementwise kernel over rows of n floats takes a row: four floats a
+ * thread (float4) where n allows, else one. */
+static inline int64_t cuda_vec4_threads(int64_t n) { return n % 4 == 0 ? n / 4 : n; }
+
 /* The order-preserving key of a float: larger float, larger unsigned key (NaN above +inf;
  * -0 below +0). */
 __device__ __forceinline__ uint32_t cuda_float_key(float x) {
@@ -372,7 +393,7 @@ void st_cuda_graph_release(st_backend *b, st_graph *g);
  * nearest even), out[m * K + k] (16-byte aligned; grid cuda_pack_rows_grid: four elements a
  * thread where the rows allow); a result staged packed [N][M] back to a strided y (grid
  * cuda_rows_grid). */
-static inline dim3 cuda_pack_rows_grid(int64_t K, int64_t M) { return cuda_rows_grid(K % 4 == 0 ? K / 4 : K, M); }
+static inline dim3 cuda_pack_rows_grid(int64_t K, int64_t M) { return cuda_rows_grid(cuda_vec4_threads(K), M); }
 __global__ void pack_rows_f16(char *out, st_cuda_view x);
 __global__ void unpack_rows_f32(st_cuda_view y, const float *__restrict__ packed);
 st_status st_cuda_get_rows(st_backend *b, st_tensor *dst, const st_tensor *src, const st_tensor *ids,

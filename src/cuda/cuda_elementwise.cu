@@ -60,7 +60,7 @@ static st_status glu_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *gat
                             const st_tensor *up, int64_t up_off, bool gelu, st_error *err) {
     const int64_t rows = cuda_nrows(dst);
     if (rows == 0 || dst->ne[0] == 0) return ST_OK;
-    const dim3 grid = ew_grid(dst->ne[0] % 4 == 0 ? dst->ne[0] / 4 : dst->ne[0], rows); // glu_impl's float4s
+    const dim3 grid = ew_grid(cuda_vec4_threads(dst->ne[0]), rows); // glu_impl's float4s
     if (gelu)
         geglu_f32<<<grid, EW_THREADS, 0, c->stream>>>(cuda_view(dst), cuda_view(gate), gate_off, cuda_view(up), up_off);
     else

@@ -11,17 +11,11 @@
 // rope_store keeps one head row in shared memory
 #define ROPE_STORE_MAX_HEAD_DIM 512
 
-// Sum over the block; every thread gets the total. `shared` holds one float per warp.
+// Sum over the block (whole warps); every thread gets the total. `shared` holds one float
+// per warp.
 __device__ __forceinline__ float block_sum_f32(float v, float *shared) {
-    v = cuda_warp_sum(v);
-    const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
-    const int n_warps = (blockDim.x + ST_GPU_WARP_SIZE - 1) / ST_GPU_WARP_SIZE;
     __syncthreads(); // shared may still be read by a previous call
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    float total = 0.0f;
-    for (int i = 0; i < n_warps; i++) total += shared[i]; // same order in every thread
-    return total;
+    return cuda_group_sum_f32(v, shared, threadIdx.x, blockDim.x);
 }
 
 // (one warp up to 128 elements: a block of whole warps, as block_sum_f32's shuffles need)
@@ -304,17 +298,8 @@ __global__ void __launch_bounds__(ROPE_STORE_THREADS)
         float ss = 0.0f;
         if (xr)
             for (int64_t i = lane; i < hd; i += G) ss = fmaf(xr[i], xr[i], ss);
-        // the row's sum as block_sum_f32 forms it over a block of G threads
-        ss = cuda_warp_sum(ss);
-        if (G > ST_GPU_WARP_SIZE) {
-            if (threadIdx.x % ST_GPU_WARP_SIZE == 0) partial[threadIdx.x / ST_GPU_WARP_SIZE] = ss;
-            __syncthreads();
-            const int first = (int)(threadIdx.x / G) * (G / ST_GPU_WARP_SIZE);
-            ss = 0.0f;
-            for (int i = 0; i < G / ST_GPU_WARP_SIZE; i++) ss += partial[first + i];
-        } else {
-            ss = 0.0f + ss;
-        }
+        // the row's sum as block_sum_f32 forms it, over its group of G threads
+        ss = cuda_group_sum_f32(ss, partial + (threadIdx.x / G) * (G / ST_GPU_WARP_SIZE), (int)lane, G);
         const float s = cuda_rms_scale(ss, hd, eps);
         if (xr)
             for (int64_t i = lane; i < hd; i += G) row_s[i] = (xr[i] * s) * w[i];
