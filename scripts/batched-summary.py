@@ -36,12 +36,20 @@ def by_b(d, name):
 def mean_of(d, pattern, key, b=None):
     vals = []
     for p in sorted(glob.glob(os.path.join(d, pattern))):
-        for r in json.load(open(p))["results"]:
-            if b is None or r.get("b") == b:
-                vals.append(r[key])
+        vals += [r[key] for r in results(d, os.path.basename(p)) if b is None or r.get("b") == b]
     if not vals:
         raise FileNotFoundError(f"no {pattern} in {d}")
     return statistics.mean(vals), len(vals)
+
+
+def np_table(rows):
+    """S_PP and S_TG by B, with the bench's roofline."""
+    print("| B | S_PP t/s | S_TG t/s | S_TG roofline | of roofline |")
+    print("|---:|---:|---:|---:|---:|")
+    for b in sorted(rows):
+        r = rows[b]
+        print(f"| {b} | {r['avg_s_pp']:,.0f} | {r['avg_s_tg']:,.0f} | {r['s_tg_roofline']:,.0f} | "
+              f"{r['avg_s_tg'] / r['s_tg_roofline']:.1%} |")
 
 
 def main():
@@ -54,13 +62,8 @@ def main():
     print(f"# Batched decode and the server: commit {head.get('commit', '?')}, {dev}, {head.get('date', '?')}\n")
 
     print("llama-3.2-1b, 128 prompt + 128 generated tokens a sequence, `--logits top`:\n")
-    print("| B | S_PP t/s | S_TG t/s | S_TG roofline | of roofline |")
-    print("|---:|---:|---:|---:|---:|")
     np_ = by_b(d, "np.json")
-    for b in sorted(np_):
-        r = np_[b]
-        print(f"| {b} | {r['avg_s_pp']:,.0f} | {r['avg_s_tg']:,.0f} | {r['s_tg_roofline']:,.0f} | "
-              f"{r['avg_s_tg'] / r['s_tg_roofline']:.1%} |")
+    np_table(np_)
 
     one, n_one = mean_of(d, "one-d128-*.json", "avg_ts")
     b1_all, n_all = mean_of(d, "b1-all-*.json", "avg_s_tg", 1)
@@ -75,14 +78,8 @@ def main():
     print(f"| B=1, `--logits all` | {b1_all:,.1f} | {n_all} | {(one - b1_all) / one:.2%} |")
     print(f"| B=1, `--logits top` | {b1_top:,.1f} | {n_top} | {(one - b1_top) / one:.2%} |")
 
-    q = by_b(d, "qwen3-8b-np.json")
     print("\nqwen3-8b:\n")
-    print("| B | S_PP t/s | S_TG t/s | S_TG roofline | of roofline |")
-    print("|---:|---:|---:|---:|---:|")
-    for b in sorted(q):
-        r = q[b]
-        print(f"| {b} | {r['avg_s_pp']:,.0f} | {r['avg_s_tg']:,.0f} | {r['s_tg_roofline']:,.0f} | "
-              f"{r['avg_s_tg'] / r['s_tg_roofline']:.1%} |")
+    np_table(by_b(d, "qwen3-8b-np.json"))
 
     bench = by_b(d, "np64-serve.json")[64]
     lo = load(d, "load.json")

@@ -61,6 +61,7 @@ MODELS=${MODELS:-llama-3.2-1b qwen3-1.7b qwen3-8b gemma-3-1b phi-4-mini olmoe-1b
 STRIDE=$BUILD/stride
 mkdir -p "$OUTDIR" || exit 1
 OUTDIR=$(cd "$OUTDIR" && pwd)
+: >"$OUTDIR/synth.log" # this run's syntheses (ensure_model)
 [ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
 
 ROWS=()
@@ -124,7 +125,7 @@ ensure_model() {
 }
 
 stage_bench() {
-    local t m f list="" n=0
+    local t m list="" n=0
     t=$(secs)
     if [ ! -x "$STRIDE" ]; then row bench FAIL "$STRIDE missing: run the build stage"; return; fi
     for m in $MODELS; do
