@@ -171,7 +171,7 @@ batched_serve() {
 }
 
 stage_batched() {
-    local t d=$OUTDIR/batched L Q r rc=0
+    local t m d=$OUTDIR/batched L Q r rc=0
     t=$(secs)
     if [ ! -x "$STRIDE" ]; then row batched FAIL "$STRIDE missing: run the build stage"; return; fi
     mkdir -p "$d" || { row batched FAIL "cannot create $d"; return; }
