@@ -27,25 +27,14 @@
 // The order of additions depends on K alone (thread t's pieces in order, the xor tree, the
 // warps in order): the same bits for every run and row stride, not those of the warp-a-row
 // kernel. Bytes: N K type_size of weights once; x, norm_w once a block (L2). FLOPs: 2 N K.
-#include "cuda/cuda_gemv.cuh"
+// The layout, the batches and the loop over a block's rows are cuda_gemv_rowblock.cuh's,
+// shared with the experts' products of one token (cuda_moe_rowblock.cu).
+#include "cuda/cuda_gemv_rowblock.cuh"
 
-#define ROWBLOCK_THREADS 256
-#define ROWBLOCK_WARPS (ROWBLOCK_THREADS / ST_GPU_WARP_SIZE)
-#define ROWBLOCK_K_A_ROUND (8 * ROWBLOCK_THREADS) // elements one 16-byte piece a thread covers (2-byte weights)
-#define ROWBLOCK_PIECES_A_THREAD_MAX 4 // K up to 8,192 (x, norm_w: 8 floats a piece in registers)
-// Blocks an SM (64 registers a thread: P x 8 x values and the batch's loads without spills).
-#define ROWBLOCK_MIN_BLOCKS 4
 // The products it takes: at most this many rows a block (so: the layers' products, not an
 // output head, which is 15+ waves long and at its read floor already, and whose y may be
 // host memory, where this kernel's 4-byte stores a row would each cross the bus).
 #define ROWBLOCK_MAX_ROWS_A_BLOCK 16
-
-// Rows a batch: the batch's loads in flight a thread (P x RB, twice for a gated pair), at
-// most 4 (on the H200, 4 rows of K = 2,048 are faster than 2 or 8; one row of K = 6,144 and
-// 8,192 faster than 2).
-__host__ __device__ constexpr int rowblock_rows(int P, bool glu) {
-    return P >= 3 ? 1 : (4 / P) / (glu ? 2 : 1); // P = 1: 4 (2 for a pair); P = 2: 2 (1)
-}
 
 // The weight row of global row g (the parts' rows in order); its part and row in *p, *n.
 __device__ __forceinline__ const char *rowblock_row(const cuda_gemv_decode_args &a, int g, int *p, int64_t *n) {
@@ -77,34 +66,6 @@ __device__ __forceinline__ void rowblock_issue(const cuda_gemv_decode_args &a, i
         }
         if (EPI == ST_FUSED_EPILOGUE_ADD && i == t) resid = a.out[n];
     }
-}
-
-// Floats i..i+3 of this thread's piece j of a [K] F32 vector (x, norm_w): VEC a piece,
-// through the read-only cache, or through L2 (L2: what a kernel launched early reads after
-// cuda_early_wait, cuda_common.cuh).
-template <int VEC, bool L2 = false>
-__device__ __forceinline__ float4 rowblock_f32x4(const float *v, int j, int i) {
-    const float4 *q = (const float4 *)(v + ((int)threadIdx.x + j * ROWBLOCK_THREADS) * VEC + i);
-    return L2 ? st_gpu_load_l2(q) : __ldg(q);
-}
-
-// This thread's pieces of x [K] (floats i..i+3 of piece j at h[j][i..]; through L2 when
-// EARLY) and, when NW, of norm_w into nw, loaded together.
-template <int VEC, int P, bool NW, bool EARLY = false>
-__device__ __forceinline__ void rowblock_load_x(const cuda_gemv_decode_args &a, float (&h)[P][VEC],
-                                                float (&nw)[NW ? P : 1][VEC]) {
-#pragma unroll
-    for (int j = 0; j < P; j++)
-#pragma unroll
-        for (int i = 0; i < VEC; i += 4) {
-            const float4 q = rowblock_f32x4<VEC, EARLY>(a.x, j, i);
-            h[j][i] = q.x, h[j][i + 1] = q.y, h[j][i + 2] = q.z, h[j][i + 3] = q.w;
-            if (NW) {
-                const float4 w = rowblock_f32x4<VEC>(a.norm_w, j, i);
-                const int jn = NW ? j : 0;
-                nw[jn][i] = w.x, nw[jn][i + 1] = w.y, nw[jn][i + 2] = w.z, nw[jn][i + 3] = w.w;
-            }
-        }
 }
 
 // The norm's scale 1 / rms(x): one block reduction of the pieces in h, which become
@@ -158,54 +119,26 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     gemv_rowblock_kernel(const cuda_gemv_decode_args a, int rows) {
     constexpr bool GLU = EPI == ST_FUSED_EPILOGUE_SWIGLU;  // (GeGLU too: the activation is a's)
     constexpr int VEC = 16 / cuda_elem_bytes<T>::value, RB = rowblock_rows(P, GLU), M = GLU ? 2 : 1;
-    __shared__ float warp_sums[2][ROWBLOCK_WARPS][M * RB]; // two: a batch's writes never meet the last one's reads
     __shared__ float ss_sums[ROWBLOCK_WARPS];
-    const int t = threadIdx.x, warp = t / ST_GPU_WARP_SIZE, lane = t % ST_GPU_WARP_SIZE, G = (int)gridDim.x;
+    const int t = threadIdx.x, warp = t / ST_GPU_WARP_SIZE, lane = t % ST_GPU_WARP_SIZE;
     cuda_early_release(); // a product launched early behind this one may take the SMs it leaves
     float h[P][VEC], no_nw[1][VEC];
-    rowblock_load_x<VEC, P, false>(a, h, no_nw);
+    rowblock_load_x<VEC, P, false>(a.x, a.norm_w, h, no_nw);
     uint4 wq[M][RB][P];
     float resid = 0.0f;
-    int r0 = blockIdx.x;
-    rowblock_issue<EPI, P, RB, M>(a, r0, rows, wq, resid);
+    rowblock_issue<EPI, P, RB, M>(a, (int)blockIdx.x, rows, wq, resid);
     float scale = 1.0f;
     if (NORM) scale = rowblock_norm<VEC, P, false>(a, h, no_nw, ss_sums, warp, lane); // the first batch in flight
-    for (int buf = 0; r0 < rows; r0 += RB * G, buf ^= 1) {
+    rowblock_batches<T, P, RB, M>(
+        rows, h, wq, resid, [&](int r0) { rowblock_issue<EPI, P, RB, M>(a, r0, rows, wq, resid); },
+        [&](int r, float (&s)[M], float resid_now) {
 #pragma unroll
-        for (int m = 0; m < M; m++)
-#pragma unroll
-            for (int i = 0; i < RB; i++) {
-                float acc = 0.0f;
-                if (r0 + i * G < rows) {
-#pragma unroll
-                    for (int j = 0; j < P; j++) {
-                        float wf[VEC];
-                        cuda_unpack16<T>(wq[m][i][j], wf);
-#pragma unroll
-                        for (int e = 0; e < VEC; e++) acc = fmaf(wf[e], h[j][e], acc);
-                    }
-                }
-                acc = cuda_warp_sum(acc);
-                if (lane == 0) warp_sums[buf][warp][m * RB + i] = acc;
-            }
-        __syncthreads();
-        // the next batch's loads first, then this batch's epilogue under them
-        const float resid_now = resid;
-        if (r0 + RB * G < rows) rowblock_issue<EPI, P, RB, M>(a, r0 + RB * G, rows, wq, resid);
-        if (t >= RB || r0 + t * G >= rows) continue;
-        float s[M];
-#pragma unroll
-        for (int m = 0; m < M; m++) {
-            s[m] = 0.0f;
-#pragma unroll
-            for (int w = 0; w < ROWBLOCK_WARPS; w++) s[m] += warp_sums[buf][w][m * RB + t];
-            s[m] *= scale; // (1 without a norm: exact)
-        }
-        int p;
-        int64_t n;
-        rowblock_row(a, r0 + t * G, &p, &n);
-        rowblock_epilogue<EPI, M>(a, p, n, s, resid_now);
-    }
+            for (int m = 0; m < M; m++) s[m] *= scale; // (1 without a norm: exact)
+            int p;
+            int64_t n;
+            rowblock_row(a, r, &p, &n);
+            rowblock_epilogue<EPI, M>(a, p, n, s, resid_now);
+        });
 }
 
 // ---- the same products with a block's rows staged in shared memory ------------------------
@@ -277,7 +210,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     // early, after the copies and the wait (by then the copies have had the kernel ahead's time).
     constexpr bool NW_EARLY = NORM && P == 1;
     float h[P][VEC], nw[NW_EARLY ? P : 1][VEC];
-    if (!EARLY) rowblock_load_x<VEC, P, NW_EARLY>(a, h, nw);
+    if (!EARLY) rowblock_load_x<VEC, P, NW_EARLY>(a.x, a.norm_w, h, nw);
     const uint64_t policy = rowblock_evict_first_policy();
     // row i of the block into slot i % S as one group (an empty group past the last row, so
     // that row i's group is always the (S-1)th most recent when it is waited for)
@@ -300,7 +233,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     for (int i = 0; i < S; i++) issue(i);
     if (EARLY) {
         cuda_early_wait();
-        rowblock_load_x<VEC, P, NW_EARLY, true>(a, h, nw);
+        rowblock_load_x<VEC, P, NW_EARLY, true>(a.x, a.norm_w, h, nw);
     }
     float resid = 0.0f;
     if (EPI == ST_FUSED_EPILOGUE_ADD && t < mine) {
@@ -362,12 +295,6 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
 static bool rowblock_early(const st_cuda_ctx *c, int kind, int P) {
     const int bit = kind == CUDA_ROWBLOCK_ADD && P > ROWBLOCK_EARLY_SHORT_P ? CUDA_EARLY_LONG_ADD : kind;
     return (c->tune.early_launch & bit) != 0;
-}
-
-// The grid: one wave at ROWBLOCK_MIN_BLOCKS an SM, or one block a row when there are fewer.
-static int64_t rowblock_grid(const st_cuda_ctx *c, int64_t rows) {
-    const int64_t wave = (int64_t)c->sm_count * ROWBLOCK_MIN_BLOCKS;
-    return rows < wave ? rows : wave;
 }
 
 static int64_t rowblock_rows_total(const cuda_gemv_decode_args *a) {

@@ -253,6 +253,10 @@ st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, 
 }
 
 // ---- decode: the experts' unit and down product fused (backend/fused.h st_fused_moe) -------
+//
+// One token's products are cuda_moe_rowblock.cu's where it takes them (a block a row, as
+// the dense decode products read); the kernels below take the others: a warp a (row,
+// slot), with the composite's bits.
 
 // out[n, j, m] = act(W_gate[e] x) * (W_up[e] x): a warp a (row n, slot), both rows read by
 // it; each product and the unit as mul_mat_id and the unit's kernel form them (the
@@ -359,6 +363,7 @@ st_status st_cuda_moe_fused(st_backend *b, const st_fused_moe *op, st_error *err
     const int64_t K = w->ne[0], N = w->ne[1], E = w->ne[2], n_used = op->y[0]->ne[1], M = op->y[0]->ne[2];
     if (N == 0 || n_used * M == 0) return ST_OK;
     const int x_mode = moe_check_operands(op->y[0], w, x, ids);
+    if (cuda_moe_rowblock_takes(c, op)) return cuda_moe_rowblock_run(c, op, err);
     const bool x_vec = cuda_aligned16(x->data) && x->nb[1] % 16 == 0 && x->nb[2] % 16 == 0;
     const int32_t *id = (const int32_t *)ids->data;
     const int64_t ids_nb1 = (int64_t)ids->nb[1];

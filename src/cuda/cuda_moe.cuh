@@ -34,6 +34,14 @@ static inline moe_x_mode moe_check_operands(const st_tensor *dst, const st_tenso
     return per_slot ? MOE_X_PER_SLOT : shared_2d ? MOE_X_SHARED_2D : MOE_X_SHARED_3D;
 }
 
+// cuda_moe_rowblock.cu: the experts' unit or down product of one token (st_fused_moe, M ==
+// 1) by block-a-row, where st_cuda_tuning's moe_rowblock asks for it and the shapes let it:
+// F16/BF16 experts with 16-byte aligned rows; the unit with x shared by the slots and K a
+// multiple of 2,048 up to 4,096; down with n_used F a multiple of 2,048 up to 8,192 and
+// n_used dividing the 8 warps of a block. op is one that cuda_moe.cu's fused kernels take.
+bool cuda_moe_rowblock_takes(const st_cuda_ctx *c, const st_fused_moe *op);
+st_status cuda_moe_rowblock_run(st_cuda_ctx *c, const st_fused_moe *op, st_error *err);
+
 // The x row of slot (j, m).
 __device__ __forceinline__ const float *moe_slot_x(const st_cuda_view &x, int x_mode, int64_t j, int64_t m) {
     if (x_mode == MOE_X_PER_SLOT) return (const float *)(x.data + j * x.nb1 + m * x.nb2);

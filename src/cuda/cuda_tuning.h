@@ -35,6 +35,13 @@ enum {
     CUDA_EARLY_ALL = CUDA_ROWBLOCK_ALL | CUDA_EARLY_ATTENTION | CUDA_EARLY_LONG_ADD
 };
 
+/* Kinds of one-token MoE expert product (the moe_rowblock mask). */
+enum {
+    CUDA_MOE_ROWBLOCK_GLU = 1,  /* the unit: gate and up of the chosen experts, SwiGLU or GeGLU */
+    CUDA_MOE_ROWBLOCK_DOWN = 2, /* down of the chosen experts, weighted and summed (+ residual) */
+    CUDA_MOE_ROWBLOCK_ALL = 3
+};
+
 typedef struct st_cuda_tuning {
     /* Which one-token F16/BF16 products read a block a weight row (cuda_gemv_rowblock.cu)
      * instead of a warp a row (cuda_gemv_decode.cu), by kind (CUDA_ROWBLOCK_* mask). */
@@ -53,6 +60,10 @@ typedef struct st_cuda_tuning {
     /* A one-token normed product whose grid takes at least this many waves of the SMs
      * (an output head) runs its norm as a kernel of its own first; 0 never. */
     int norm_apart_waves;
+    /* Which one-token MoE expert products (backend/fused.h st_fused_moe) read a block a
+     * weight row (cuda_moe_rowblock.cu) instead of a warp a (row, slot) (cuda_moe.cu), by
+     * kind (CUDA_MOE_ROWBLOCK_* mask), where the shapes let it. */
+    int moe_rowblock;
     /* Steps of few tokens are recorded as CUDA graphs (per depth bucket) and replayed. */
     bool graphs;
 } st_cuda_tuning;

@@ -132,6 +132,13 @@ static const st_synth_preset presets[] = {
      .n_head_kv = 4, .head_dim = 16, .n_ff = 32, .n_expert = 8, .n_expert_used = 2,
      .n_rot = 16, .n_ctx_train = 4096, .rope_freq_base = 10000.0, .rms_eps = 1e-5,
      .tied_output = false},
+    /* rows of 2,048 and an expert unit of 1,024: one token's expert products take the
+     * block-a-row kernels (cuda_moe_rowblock.cu), as olmoe-1b-7b's do */
+    {.name = "tiny-olmoe-wide", .description = "tiny olmoe for tests with rows of 2,048 (4 experts top-2)",
+     .arch = ST_ARCH_OLMOE, .n_vocab = 512, .n_embd = 2048, .n_layer = 2, .n_head = 16,
+     .n_head_kv = 16, .head_dim = 128, .n_ff = 1024, .n_expert = 4, .n_expert_used = 2,
+     .n_rot = 128, .n_ctx_train = 4096, .rope_freq_base = 10000.0, .rms_eps = 1e-5,
+     .tied_output = false},
 };
 /* clang-format on */
 

@@ -557,18 +557,54 @@ static void test_mul_mat_id(st_type t, int64_t K, int64_t N, int64_t E, int64_t 
 
 /* ---- the experts' fused unit and down product ----------------------------------------- */
 
-/* An MoE layer's experts for M tokens, n_used experts each (st_fused_moe): the unit (gate
- * and up products, SwiGLU or GeGLU) over h [K, M], then the down product of the unit's
- * output with the weighted combination into out [D, M] (residual: added to a residual
- * [D, M] instead, out then scratch). The CUDA fused ops against the
- * CPU composite (the meaning, by the GEMV tolerance), and against the CUDA composite of
- * plain ops bitwise below ST_CUDA_MOE_GROUPED_MIN_M tokens (the same products and
- * roundings in one kernel); from it the fused op is the composite, grouped GEMMs. */
-static void test_moe_fused(st_type t, int64_t K, int64_t F, int64_t D, int64_t E, int64_t n_used, int64_t M,
-                           size_t pad, bool gelu, bool residual) {
-    weight wg = weight_new(t, K, F, E, pad), wu = weight_new(t, K, F, E, pad), wd = weight_new(t, F, D, E, pad);
-    int32_t ids[512];
-    for (int64_t m = 0; m < M; m++) /* distinct experts a token, as the routing picks them */
+/* Whether the CUDA backend in force runs the block-a-row MoE kernels where they take the
+ * shapes (st_cuda_tuning's moe_rowblock; set with the tuning by run_moe_fused_*). */
+static bool g_moe_rowblock;
+
+/* Whether the block-a-row kernels (cuda_moe_rowblock.cu) take a case's unit or its down
+ * product: their rule, restated. F16/BF16 experts, one token, 16-byte aligned rows (the
+ * pad a multiple of 16: the cases' other operands are aligned); the unit at K a multiple
+ * of 2,048 up to 4,096 (two pieces a thread); down at n_used F a multiple of 2,048 up to
+ * 8,192, n_used dividing the 8 warps of a block (32-lane warps). */
+static bool moe_rowblock_unit(st_type t, int64_t K, int64_t M, size_t pad) {
+    return (t == ST_TYPE_F16 || t == ST_TYPE_BF16) && M == 1 && pad % 16 == 0 && K % 2048 == 0 && K <= 4096;
+}
+static bool moe_rowblock_down(st_type t, int64_t F, int64_t n_used, int64_t M, size_t pad) {
+    return (t == ST_TYPE_F16 || t == ST_TYPE_BF16) && M == 1 && pad % 16 == 0 && (n_used * F) % 2048 == 0 &&
+           n_used * F <= 8192 && 8 % n_used == 0;
+}
+
+/* A fused op's output against the CUDA composite's from the same input: bitwise where the
+ * warp-a-row kernels ran it (the composite's products and roundings in one kernel). The
+ * block-a-row kernels add in another order (cuda_moe_rowblock.cu), so there the bits
+ * differ, and the row says that they do: the block-a-row kernels ran (a rule that stopped
+ * taking the shape would show here, not pass unseen). */
+static void moe_fused_vs_composite(const char *op, bool rowblock, const char *desc, const char *comp,
+                                   const char *fused, size_t bytes) {
+    if (!rowblock) {
+        cmp_result r = compare_bytes(comp, fused, bytes);
+        record(op, desc, &r, TOL_EXACT);
+        return;
+    }
+    cmp_result r = {.bad = memcmp(comp, fused, bytes) == 0};
+    record("moe block-a-row ran", desc, &r, TOL_EXACT);
+}
+
+/* An MoE layer's experts: gate, up [K, F, E], down [F, D, E], all at one pad. */
+typedef struct moe_experts {
+    weight g, u, d;
+} moe_experts;
+
+static moe_experts moe_experts_new(st_type t, int64_t K, int64_t F, int64_t D, int64_t E, size_t pad) {
+    moe_experts ex = {weight_new(t, K, F, E, pad), weight_new(t, K, F, E, pad), weight_new(t, F, D, E, pad)};
+    return ex;
+}
+
+static void moe_experts_free(moe_experts *ex) { weight_free(&ex->g), weight_free(&ex->u), weight_free(&ex->d); }
+
+/* M tokens, n_used distinct experts each, as the routing picks them. */
+static void moe_random_ids(int32_t *ids, int64_t E, int64_t n_used, int64_t M) {
+    for (int64_t m = 0; m < M; m++)
         for (int64_t j = 0; j < n_used; j++) {
             int32_t e;
             bool again;
@@ -578,6 +614,20 @@ static void test_moe_fused(st_type t, int64_t K, int64_t F, int64_t D, int64_t E
             } while (again);
             ids[m * n_used + j] = e;
         }
+}
+
+/* An MoE layer's experts for M tokens, n_used experts each (st_fused_moe): the unit (gate
+ * and up products, SwiGLU or GeGLU) over h [K, M], then the down product of the unit's
+ * output with the weighted combination into out [D, M] (residual: added to a residual
+ * [D, M] instead, out then scratch). The CUDA fused ops against the CPU composite (the
+ * meaning, by the GEMV tolerance, on either kernel: f32 sums in another order), and below
+ * ST_CUDA_MOE_GROUPED_MIN_M tokens each against the CUDA composite of plain ops on the same
+ * input (down: over the fused unit's output), moe_fused_vs_composite; from it the fused op
+ * is the composite, grouped GEMMs. */
+static void moe_fused_case(const moe_experts *ex, st_type t, int64_t K, int64_t F, int64_t D, int64_t E,
+                           int64_t n_used, int64_t M, size_t pad, bool gelu, bool residual) {
+    int32_t ids[512];
+    moe_random_ids(ids, E, n_used, M);
     dual di = ids_new(ids, n_used * M);
     view vi = ids_view(n_used, M), vh = mkpacked(ST_TYPE_F32, K, M, 1);
     view vw = mkview(ST_TYPE_F32, n_used, M, 1, (size_t)(n_used + 1) * 4, (size_t)(n_used + 1) * 4 * (size_t)M, 0);
@@ -588,14 +638,14 @@ static void test_moe_fused(st_type t, int64_t K, int64_t F, int64_t D, int64_t E
     dual dh = dual_new(view_bytes(&vh)), dw = dual_new(view_bytes(&vw));
     dual_random_f32(&dh);
     dual_random_f32(&dw);
-    /* three runs: [0] CPU composite, [1] CUDA fused, [2] CUDA composite */
+    /* three runs: [0] CPU composite, [1] CUDA fused, [2] CUDA composite (its down over [1]'s unit) */
     dual dg[3], du[3], dy[3], dout[3], dres[3];
     st_fused_moe glu[3], down[3];
     st_tensor tg[3], tu[3], ty[3], tout[3], tres[3], th[2], tw[2], ti[2], twg[2], twu[2], twd[2];
     for (int b = 0; b < 2; b++) {
         th[b] = on(&vh, b ? dh.gpu : dh.cpu), tw[b] = on(&vw, b ? dw.gpu : dw.cpu), ti[b] = on(&vi, b ? di.gpu : di.cpu);
-        twg[b] = on(&wg.v, b ? wg.d.gpu : wg.d.cpu), twu[b] = on(&wu.v, b ? wu.d.gpu : wu.d.cpu);
-        twd[b] = on(&wd.v, b ? wd.d.gpu : wd.d.cpu);
+        twg[b] = on(&ex->g.v, b ? ex->g.d.gpu : ex->g.d.cpu), twu[b] = on(&ex->u.v, b ? ex->u.d.gpu : ex->u.d.cpu);
+        twd[b] = on(&ex->d.v, b ? ex->d.d.gpu : ex->d.d.cpu);
     }
     for (int r = 0; r < 3; r++) {
         const int b = r > 0;
@@ -610,7 +660,7 @@ static void test_moe_fused(st_type t, int64_t K, int64_t F, int64_t D, int64_t E
         ty[r] = on(&vd, b ? dy[r].gpu : dy[r].cpu), tout[r] = on(&vo, b ? dout[r].gpu : dout[r].cpu);
         glu[r] = (st_fused_moe){.kind = ST_FUSED_MOE_GLU, .gelu = gelu, .w = {&twg[b], &twu[b]},
                                 .y = {&tg[r], &tu[r]}, .x = &th[b], .ids = &ti[b], .out = &tu[r]};
-        down[r] = (st_fused_moe){.kind = ST_FUSED_MOE_DOWN, .w = {&twd[b]}, .y = {&ty[r]}, .x = &tu[r],
+        down[r] = (st_fused_moe){.kind = ST_FUSED_MOE_DOWN, .w = {&twd[b]}, .y = {&ty[r]}, .x = &tu[r == 2 ? 1 : r],
                                  .ids = &ti[b], .wts = &tw[b], .out = &tout[r], .residual = residual ? &tres[r] : NULL};
     }
     st_error err = {0};
@@ -623,26 +673,52 @@ static void test_moe_fused(st_type t, int64_t K, int64_t F, int64_t D, int64_t E
     char *unit[3], *out[3];
     dual *result = residual ? dres : dout; /* (out is scratch with a residual) */
     for (int r = 1; r < 3; r++) unit[r] = dual_fetch(&du[r]), out[r] = dual_fetch(&result[r]);
-    char desc[160];
-    snprintf(desc, sizeof(desc), "%s K=%lld F=%lld D=%lld E=%lld used=%lld M=%lld pad=%zu %s%s", tname(t),
+    const bool unit_rb = g_moe_rowblock && moe_rowblock_unit(t, K, M, pad);
+    const bool down_rb = g_moe_rowblock && moe_rowblock_down(t, F, n_used, M, pad);
+    char desc[192];
+    snprintf(desc, sizeof(desc), "%s K=%lld F=%lld D=%lld E=%lld used=%lld M=%lld pad=%zu %s%s%s%s", tname(t),
              (long long)K, (long long)F, (long long)D, (long long)E, (long long)n_used, (long long)M, pad,
-             gelu ? "geglu" : "swiglu", residual ? " +residual" : "");
+             gelu ? "geglu" : "swiglu", residual ? " +residual" : "", unit_rb ? " unit:block-a-row" : "",
+             down_rb ? " down:block-a-row" : "");
     const double tol = M < ST_CUDA_MOE_GROUPED_MIN_M ? TOL_F32_SUM : mm_tol(t, M);
     cmp_result r = compare_f32(&vf, du[0].cpu, unit[1], du[0].bytes);
     record("moe unit fused", desc, &r, tol);
     r = compare_f32(&vo, result[0].cpu, out[1], result[0].bytes);
     record("moe down+combine fused", desc, &r, tol);
     if (M < ST_CUDA_MOE_GROUPED_MIN_M) {
-        r = compare_bytes(unit[2], unit[1], du[1].bytes);
-        record("moe unit fused = composite", desc, &r, TOL_EXACT);
-        r = compare_bytes(out[2], out[1], result[1].bytes);
-        record("moe down+combine fused = composite", desc, &r, TOL_EXACT);
+        moe_fused_vs_composite("moe unit fused = composite", unit_rb, desc, unit[2], unit[1], du[1].bytes);
+        moe_fused_vs_composite("moe down+combine fused = composite", down_rb, desc, out[2], out[1], result[1].bytes);
     }
     for (int k = 1; k < 3; k++) free(unit[k]), free(out[k]);
     for (int k = 0; k < 3; k++)
         dual_free(&dg[k]), dual_free(&du[k]), dual_free(&dy[k]), dual_free(&dout[k]), dual_free(&dres[k]);
     dual_free(&dh), dual_free(&dw), dual_free(&di);
-    weight_free(&wg), weight_free(&wu), weight_free(&wd);
+}
+
+/* Whether a case runs under the tuning in force: the run without the block-a-row kernels
+ * repeats only the cases whose unit or down they take in the other run (the rest ran on
+ * the warp-a-row kernels there already). */
+static bool moe_case_runs(st_type t, int64_t K, int64_t F, int64_t n_used, int64_t M, size_t pad) {
+    return g_moe_rowblock || moe_rowblock_unit(t, K, M, pad) || moe_rowblock_down(t, F, n_used, M, pad);
+}
+
+static void test_moe_fused(st_type t, int64_t K, int64_t F, int64_t D, int64_t E, int64_t n_used, int64_t M,
+                           size_t pad, bool gelu, bool residual) {
+    if (!moe_case_runs(t, K, F, n_used, M, pad)) return;
+    moe_experts ex = moe_experts_new(t, K, F, D, E, pad);
+    moe_fused_case(&ex, t, K, F, D, E, n_used, M, pad, gelu, residual);
+    moe_experts_free(&ex);
+}
+
+/* SwiGLU and GeGLU, each with and without the residual, over one set of experts. */
+static void test_moe_fused_forms(st_type t, int64_t K, int64_t F, int64_t D, int64_t E, int64_t n_used, int64_t M,
+                                 size_t pad) {
+    if (!moe_case_runs(t, K, F, n_used, M, pad)) return;
+    moe_experts ex = moe_experts_new(t, K, F, D, E, pad);
+    for (int gelu = 0; gelu <= 1; gelu++)
+        for (int residual = 0; residual <= 1; residual++)
+            moe_fused_case(&ex, t, K, F, D, E, n_used, M, pad, gelu, residual);
+    moe_experts_free(&ex);
 }
 
 /* ---- rms_norm ------------------------------------------------------------------------ */
@@ -1655,6 +1731,84 @@ static void test_errors(void) {
     dual_free(&dp);
 }
 
+/* One token whose slots 2 and 5 hold the expert ids E and -1 (a shape the block-a-row
+ * kernels take; under either tuning): each fused op leaves the data error for the next
+ * synchronize and the bad slots out, reading nothing outside the experts. The unit: the
+ * bad slots' rows not written (still the poison), the others the CPU's with valid ids in
+ * the bad slots; down, over that unit (NaN in the bad slots' rows): the CPU's with the bad
+ * slots' weights 0 (the terms left out). */
+static void test_moe_fused_bad_ids(st_type t, bool residual) {
+    const int64_t K = 2048, F = 256, D = 512, E = 8, n_used = 8;
+    moe_experts ex = moe_experts_new(t, K, F, D, E, 0);
+    int32_t good[8], bad[8];
+    for (int j = 0; j < 8; j++) good[j] = bad[j] = (int32_t)((3 * j + 1) % 8); /* distinct */
+    bad[2] = (int32_t)E, bad[5] = -1;
+    dual di_good = ids_new(good, n_used), di_bad = ids_new(bad, n_used);
+    view vi = ids_view(n_used, 1), vh = mkpacked(ST_TYPE_F32, K, 1, 1), vw = mkpacked(ST_TYPE_F32, n_used, 1, 1);
+    const size_t fnb1 = (size_t)(F + 4) * 4;
+    view vf = mkview(ST_TYPE_F32, F, n_used, 1, fnb1, fnb1 * (size_t)n_used, 0);
+    view vd = mkpacked(ST_TYPE_F32, D, n_used, 1), vo = mkpacked(ST_TYPE_F32, D, 1, 1);
+    dual dh = dual_new(view_bytes(&vh)), dw = dual_new(view_bytes(&vw)), dw_left = dual_new(view_bytes(&vw));
+    dual_random_f32(&dh);
+    dual_random_f32(&dw);
+    memcpy(dw_left.host, dw.host, dw.bytes);
+    const float zero = 0.0f;
+    memcpy(dw_left.host + 2 * 4, &zero, 4), memcpy(dw_left.host + 5 * 4, &zero, 4);
+    dual_upload(&dw_left);
+    dual dg = dual_new(view_bytes(&vf)), du = dual_new(view_bytes(&vf)), dy = dual_new(view_bytes(&vd));
+    dual dout = dual_new(view_bytes(&vo)), dres = dual_new(view_bytes(&vo));
+    dual_poison(&du), dual_poison(&dout), dual_random_f32(&dres);
+    /* the CPU with valid ids and the bad slots' weights 0; the GPU with the bad ids */
+    st_tensor tg[2], tu[2], ty[2], tout[2], tres[2], th[2], tw[2], ti[2], twg[2], twu[2], twd[2];
+    st_fused_moe glu[2], down[2];
+    for (int b = 0; b < 2; b++) {
+        th[b] = on(&vh, b ? dh.gpu : dh.cpu), tw[b] = on(&vw, b ? dw.gpu : dw_left.cpu);
+        ti[b] = on(&vi, b ? di_bad.gpu : di_good.cpu);
+        twg[b] = on(&ex.g.v, b ? ex.g.d.gpu : ex.g.d.cpu), twu[b] = on(&ex.u.v, b ? ex.u.d.gpu : ex.u.d.cpu);
+        twd[b] = on(&ex.d.v, b ? ex.d.d.gpu : ex.d.d.cpu);
+        tg[b] = on(&vf, b ? dg.gpu : dg.cpu), tu[b] = on(&vf, b ? du.gpu : du.cpu), ty[b] = on(&vd, b ? dy.gpu : dy.cpu);
+        tout[b] = on(&vo, b ? dout.gpu : dout.cpu), tres[b] = on(&vo, b ? dres.gpu : dres.cpu);
+        glu[b] = (st_fused_moe){.kind = ST_FUSED_MOE_GLU, .w = {&twg[b], &twu[b]}, .y = {&tg[b], &tu[b]}, .x = &th[b],
+                                .ids = &ti[b], .out = &tu[b]};
+        down[b] = (st_fused_moe){.kind = ST_FUSED_MOE_DOWN, .w = {&twd[b]}, .y = {&ty[b]}, .x = &tu[b], .ids = &ti[b],
+                                 .wts = &tw[b], .out = &tout[b], .residual = residual ? &tres[b] : NULL};
+    }
+    st_error err = {0};
+    if (st_fused_moe_composite(g_cpu, &glu[0], &err) != ST_OK || st_fused_moe_composite(g_cpu, &down[0], &err) != ST_OK)
+        test_die("cpu moe composite", &err);
+    char desc[160];
+    snprintf(desc, sizeof(desc), "%s K=%lld F=%lld D=%lld E=%lld slots 2, 5: experts 8, -1%s%s", tname(t),
+             (long long)K, (long long)F, (long long)D, (long long)E, residual ? " +residual" : "",
+             g_moe_rowblock ? " block-a-row" : "");
+    if (st_cuda_moe_fused(g_gpu, &glu[1], &err) != ST_OK) test_die("cuda moe fused", &err);
+    char what[200];
+    snprintf(what, sizeof(what), "moe unit fused %s", desc);
+    expect_data_error(what);
+    if (st_cuda_moe_fused(g_gpu, &down[1], &err) != ST_OK) test_die("cuda moe fused", &err);
+    snprintf(what, sizeof(what), "moe down+combine fused %s", desc);
+    expect_data_error(what);
+    /* the unit: the bad slots' rows still the poison, then the CPU's values there */
+    char *unit = dual_fetch(&du);
+    int64_t untouched_bad = 0;
+    for (int64_t j = 2; j <= 5; j += 3)
+        for (int64_t n = 0; n < F; n++) {
+            const size_t o = (size_t)j * fnb1 + (size_t)n * 4;
+            untouched_bad += memcmp(unit + o, du.host + o, 4) != 0;
+            memcpy(unit + o, du.cpu + o, 4);
+        }
+    cmp_result r = compare_f32(&vf, du.cpu, unit, du.bytes);
+    r.bad += untouched_bad;
+    record("moe unit fused", desc, &r, TOL_F32_SUM);
+    dual *result = residual ? &dres : &dout;
+    char *got = dual_fetch(result);
+    r = compare_f32(&vo, result->cpu, got, result->bytes);
+    record("moe down+combine fused", desc, &r, TOL_F32_SUM);
+    free(unit), free(got);
+    dual_free(&dg), dual_free(&du), dual_free(&dy), dual_free(&dout), dual_free(&dres);
+    dual_free(&dh), dual_free(&dw), dual_free(&dw_left), dual_free(&di_good), dual_free(&di_bad);
+    moe_experts_free(&ex);
+}
+
 /* ---- the suite ---------------------------------------------------------------------- */
 
 /* A CUDA backend with the default tuning, then spec's fields (cuda_tuning.h: "key=value,..."). */
@@ -1734,6 +1888,41 @@ static void run_one_token_attention_plain(void) { run_rope_attention(true); }
 
 /* The weight types every op is tested in. */
 static const st_type types[] = {ST_TYPE_F32, ST_TYPE_F16, ST_TYPE_BF16};
+
+/* The experts fused, under the tuning in force (g_moe_rowblock): odd rows (unaligned, the
+ * element tail), a token's slots more than a block's warps and fewer, several tokens and
+ * the grouped path (none of them the block-a-row kernels'); olmoe-1b-7b's shape in every
+ * form; the other widths the block-a-row kernels take (qwen3-30b-a3b's: down of 3 pieces a
+ * thread; K = 4,096: the unit of 2 pieces, down of 4 slots, a slot over 2 warps); and at
+ * their boundaries: down taken where the unit is not (K = 256) and the reverse (6 slots,
+ * which do not divide the warps), the unit of 3 pieces a thread, rows not 16-byte aligned;
+ * packed and padded; bad expert ids. */
+static void run_moe_fused(void) {
+    for (int ti = 0; ti < 3; ti++)
+        for (size_t pad = 0; pad <= 128; pad += 128) {
+            test_moe_fused(types[ti], 37, 13, 29, 8, 3, 1, pad, false, false);
+            test_moe_fused(types[ti], 64, 24, 40, 16, 12, 2, pad, ti == 1, true);
+            test_moe_fused(types[ti], 256, 128, 192, 64, 8, 5, pad, false, false);
+            test_moe_fused(types[ti], 256, 128, 192, 64, 8, 9, pad, false, true);
+            test_moe_fused_forms(types[ti], 2048, 1024, 2048, 64, 8, 1, pad);
+            test_moe_fused_forms(types[ti], 2048, 768, 2048, 16, 8, 1, pad);
+            test_moe_fused(types[ti], 4096, 512, 4096, 8, 4, 1, pad, true, false);
+            test_moe_fused(types[ti], 256, 1024, 300, 8, 2, 1, pad, false, true);
+            test_moe_fused(types[ti], 2048, 1024, 256, 8, 6, 1, pad, true, true);
+            test_moe_fused(types[ti], 6144, 64, 96, 4, 2, 1, pad, false, false);
+        }
+    test_moe_fused(ST_TYPE_F16, 2048, 256, 512, 8, 8, 1, 8, false, true);
+    test_moe_fused_bad_ids(ST_TYPE_F16, true);
+    test_moe_fused_bad_ids(ST_TYPE_BF16, false);
+}
+static void run_moe_fused_rowblock(void) {
+    g_moe_rowblock = true;
+    run_moe_fused();
+}
+static void run_moe_fused_warps(void) {
+    g_moe_rowblock = false;
+    run_moe_fused();
+}
 
 /* The fused one-column products (and their composites for M > 1). */
 static void run_fused_products(void) {
@@ -1878,16 +2067,10 @@ static void run_all(void) {
                             test_mul_mat_id(types[ti], K, N, E, used, M, pad, (moe_x)xm);
                         }
 
-    /* the experts fused: odd rows (unaligned, the element tail), a token's slots more than
-     * a block's warps and fewer, olmoe's shape, several tokens, the grouped path */
-    for (int ti = 0; ti < 3; ti++)
-        for (size_t pad = 0; pad <= 128; pad += 128) {
-            test_moe_fused(types[ti], 37, 13, 29, 8, 3, 1, pad, false, false);
-            test_moe_fused(types[ti], 64, 24, 40, 16, 12, 2, pad, ti == 1, true);
-            test_moe_fused(types[ti], 2048, 1024, 2048, 64, 8, 1, pad, false, true);
-            test_moe_fused(types[ti], 256, 128, 192, 64, 8, 5, pad, false, false);
-            test_moe_fused(types[ti], 256, 128, 192, 64, 8, 9, pad, false, true);
-        }
+    /* the experts fused: one token's products by the block-a-row kernels where they take
+     * them, then by the warp-a-row kernels alone */
+    with_cuda_tuning("moe_rowblock=3", run_moe_fused_rowblock);
+    with_cuda_tuning("moe_rowblock=0", run_moe_fused_warps);
 
     for (int64_t M = 1; M <= 33; M += 32)
         for (int w = 0; w < 2; w++) {

@@ -19,6 +19,7 @@ static void test_defaults_by_architecture(void **state) {
     assert_int_equal(h.early_launch, CUDA_ROWBLOCK_ADD | CUDA_EARLY_ATTENTION);
     assert_int_equal(h.norm_prepared, 1);
     assert_int_equal(h.norm_apart_waves, 4);
+    assert_int_equal(h.moe_rowblock, CUDA_MOE_ROWBLOCK_ALL);
     assert_true(h.graphs);
     assert_int_equal(a.early_launch, 0);      /* programmatic dependent launch: sm_90 */
     assert_int_equal(a.rowblock_staged, -1);  /* cp.async: sm_80 */
@@ -31,7 +32,7 @@ static void test_parse_every_key(void **state) {
     st_error err = {0};
     assert_int_equal(st_cuda_tuning_parse(&t,
                                           "rowblock=7,rowblock_staged=0,early_launch=31,norm_prepared=2,"
-                                          "norm_apart_waves=0,graphs=0",
+                                          "norm_apart_waves=0,moe_rowblock=2,graphs=0",
                                           &err),
                      ST_OK);
     assert_int_equal(t.rowblock, 7);
@@ -39,6 +40,7 @@ static void test_parse_every_key(void **state) {
     assert_int_equal(t.early_launch, 31);
     assert_int_equal(t.norm_prepared, 2);
     assert_int_equal(t.norm_apart_waves, 0);
+    assert_int_equal(t.moe_rowblock, CUDA_MOE_ROWBLOCK_DOWN);
     assert_false(t.graphs);
     assert_int_equal(st_cuda_tuning_parse(&t, "", &err), ST_OK); /* nothing to change */
     assert_int_equal(st_cuda_tuning_parse(&t, "rowblock_staged=-1,graphs=1", &err), ST_OK);
@@ -60,6 +62,7 @@ static void test_parse_errors(void **state) {
     expect_invalid("rowblock_staged=-2", "rowblock_staged");
     expect_invalid("early_launch=32", "early_launch");
     expect_invalid("norm_prepared=3", "norm_prepared");
+    expect_invalid("moe_rowblock=4", "moe_rowblock");
     expect_invalid("graphs=2", "graphs");
     expect_invalid("graphs=yes", "graphs");                 /* not an integer */
     expect_invalid("graphs=", "graphs");
