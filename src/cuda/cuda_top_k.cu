@@ -15,7 +15,12 @@
 //
 // A tile's k best, by ranking: each thread's best key, and in each warp the q-th largest of
 // them (q = ceil(k / warps)); the least of those is at or below the tile's k-th best key,
-// since each warp holds q distinct entries at or above it. The entries at or above that
+// since each warp holds q distinct entries at or above it. A level over candidates also
+// takes the k-th largest of its lists' heads (each list's c best by place, c n_lists about
+// 2k): any k of a tile's entries bound its k-th best from below, and the heads of lists in
+// order hold nearly all of the tile's k best, so that bound sits close to it, where the
+// warps' sits far below (a tile of good candidates: most threads' bests are near the top).
+// The larger of the two bounds is taken. The entries at or above that
 // bound (for logits, not many more than k) are gathered and each one's rank among
 // them is its place in the order. Where more than TOPK_CANDIDATES reach the bound (long
 // runs of equal keys), the k-th largest key is found bit by bit from the top instead, each
@@ -77,8 +82,9 @@ template <typename T> __device__ __forceinline__ T topk_block_reduce(T v, T *sha
 struct topk_shared {
     uint32_t key[TOPK_MAX_K]; // the tile's best (in order when ranked, else sorted by the last level)
     int32_t id[TOPK_MAX_K];
-    uint64_t cand[TOPK_CANDIDATES]; // the entries at or above the bound, as topk_order
+    uint64_t cand[TOPK_CANDIDATES]; // the entries at or above the bound (or the lists' heads), as topk_order
     uint32_t warp_bound[TOPK_WARPS];
+    uint32_t head_bound;
     int red[2 * TOPK_WARPS];
     double red_d[TOPK_WARPS];
     float red_f[TOPK_WARPS];
@@ -143,13 +149,56 @@ __device__ __forceinline__ uint64_t topk_order(uint32_t key, int32_t id) {
     return ((uint64_t)key << 32) | (uint32_t)(INT_MAX - id);
 }
 
+// The places a level before the last rotates tile p's k best by (see the kernel).
+__device__ __forceinline__ int topk_rotate(uint32_t p, int k) { return (int)((p * 2654435761u) % (uint32_t)k); }
+
+// A bound at or below the tile's k-th best key from the candidate lists it holds (a level
+// after the first): the k-th largest of each list's heads, the entries whose place in their
+// list holds one of its c best (the level before wrote rank r of its tile p at place
+// (r + rotate_p) mod k, rotate_p = topk_rotate(p, k)); pos the row-input position of this
+// thread's first entry. Any k of the tile's entries bound its k-th best from below, so the
+// bound holds whatever the lists' order; 0 (no bound) when fewer than k or more than
+// TOPK_CANDIDATES heads are here. The same value in every thread.
+__device__ __forceinline__ uint32_t topk_heads_bound(const uint32_t (&key)[TOPK_PER_THREAD],
+                                                     const int32_t (&id)[TOPK_PER_THREAD], int64_t pos, int k, int c,
+                                                     topk_shared *sh) {
+    if (threadIdx.x == 0) sh->n = 0, sh->head_bound = 0;
+    __syncthreads();
+    // entry i at pos + i TOPK_THREADS: list p, place pl, stepped without a division each
+    const uint32_t uk = (uint32_t)k, dp = TOPK_THREADS / uk, dpl = TOPK_THREADS % uk;
+    uint32_t p = (uint32_t)pos / uk, pl = (uint32_t)pos % uk;
+#pragma unroll
+    for (int i = 0; i < TOPK_PER_THREAD; i++) {
+        int rank = (int)pl - topk_rotate(p, k); // its rank in its list
+        if (rank < 0) rank += k;
+        if (id[i] >= 0 && rank < c) {
+            const int j = atomicAdd(&sh->n, 1);
+            if (j < TOPK_CANDIDATES) sh->cand[j] = topk_order(key[i], id[i]);
+        }
+        pl += dpl, p += dp;
+        if (pl >= uk) pl -= uk, p++;
+    }
+    __syncthreads();
+    const int n = sh->n;
+    if (n >= k && n <= TOPK_CANDIDATES)
+        for (int e = threadIdx.x; e < n; e += TOPK_THREADS) {
+            const uint64_t o = sh->cand[e];
+            int rank = 0;
+            for (int j = 0; j < n; j++) rank += sh->cand[j] > o;
+            if (rank == k - 1) sh->head_bound = (uint32_t)(o >> 32);
+        }
+    __syncthreads();
+    return sh->head_bound;
+}
+
 // The tile's k best slots into sh->key/id [k] in order, then empty ones (key 0, id -1) when
 // the tile holds fewer than k entries, the order rotated by `rotate` places (place (rank +
 // rotate) mod k); by ranking the entries at or above a bound of the k-th best (see the
-// top). Returns false, having written nothing topk_tile_select reads,
-// when more than TOPK_CANDIDATES entries reach the bound. The same value in every thread.
+// top; lower: another bound at or below the k-th best, 0 for none). Returns false, having
+// written nothing topk_tile_select reads, when more than TOPK_CANDIDATES entries reach the
+// bound. The same value in every thread.
 __device__ __forceinline__ bool topk_tile_rank(const uint32_t (&key)[TOPK_PER_THREAD], const int32_t (&id)[TOPK_PER_THREAD], int k,
-                                               int rotate, topk_shared *sh) {
+                                               int rotate, uint32_t lower, topk_shared *sh) {
     const int lane = threadIdx.x % ST_GPU_WARP_SIZE, warp = threadIdx.x / ST_GPU_WARP_SIZE;
     uint32_t best = 0; // 0 (no entry) is at or below every key
 #pragma unroll
@@ -170,6 +219,7 @@ __device__ __forceinline__ bool topk_tile_rank(const uint32_t (&key)[TOPK_PER_TH
     uint32_t bound = sh->warp_bound[0];
 #pragma unroll
     for (int w = 1; w < TOPK_WARPS; w++) bound = min(bound, sh->warp_bound[w]);
+    bound = max(bound, lower);
     // gather: a warp's places by a scan of its lanes' counts, one atomic a warp
     int c = 0;
 #pragma unroll
@@ -285,8 +335,14 @@ __global__ void __launch_bounds__(TOPK_THREADS, 4)
     // a level before the last rotates its tile's k best by a hash of the tile: the next level's
     // thread takes every TOPK_THREADS-th candidate, which in tiles all in order would be one
     // place of every tile (its best far below the row's k-th, the ranking's bound with it)
-    const int rotate = LAST ? 0 : (int)(((uint32_t)tile * 2654435761u) % (uint32_t)k);
-    const bool in_order = topk_tile_rank(key, id, k, rotate, &sh);
+    const int rotate = LAST ? 0 : topk_rotate((uint32_t)tile, k);
+    uint32_t lower = 0;
+    if (!FROM_LOGITS) { // the heads: c of each of the tile's lists, about 2k in all
+        const int64_t len = min((int64_t)TOPK_TILE, n_in - tile * TOPK_TILE);
+        const int64_t lists = (len + k - 1) / k, c = min((int64_t)k, (2 * (int64_t)k + lists - 1) / lists);
+        lower = topk_heads_bound(key, id, tile * TOPK_TILE + threadIdx.x, k, (int)c, &sh);
+    }
+    const bool in_order = topk_tile_rank(key, id, k, rotate, lower, &sh);
     if (!in_order) topk_tile_select(key, id, k, &sh);
     if (!LAST) {
         uint2 *o = out + (row * n_tiles + tile) * k;
