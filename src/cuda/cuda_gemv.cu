@@ -276,8 +276,8 @@ static void gemv_route_norm(gemv_args &a) {
 // from there cuBLAS), by shape class, first match wins:
 //
 //   class                                                         kernel
-//   one column, aligned, F16/BF16, K a multiple of 2,048 up to    block a row
-//     8,192, a kind in tune.rowblock, no prepared norm             (cuda_gemv_rowblock.cu)
+//   one column, aligned, F16/BF16, K up to 8,192, a kind in      block a row
+//     tune.rowblock, no prepared norm                              (cuda_gemv_rowblock.cu)
 //   one column, aligned, whole 16-byte pieces, a norm in the loop  warp a row, 2 warps a row
 //     or none; not a residual add of one-warp rows                 for short grids
 //                                                                  (cuda_gemv_decode.cu)

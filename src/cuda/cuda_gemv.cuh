@@ -69,7 +69,7 @@ int cuda_gemv_decode_split(const st_cuda_ctx *c, const cuda_gemv_decode_args *a,
  * (a norm in the loop holds fewer than a prepared one or none). */
 int cuda_gemv_decode_waves(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type);
 /* cuda_gemv_rowblock.cu: a block a row, each thread the same columns of every row (F16 and
- * BF16; K a multiple of 2,048 up to 8,192; no prepared norm, no sums of squares for the next;
+ * BF16; K a multiple of 8 up to 8,192; no prepared norm, no sums of squares for the next;
  * at most a few rows a block: a layer's products, not an output head). The products it may
  * take: CUDA_ROWBLOCK_* (cuda_backend.h). */
 bool cuda_gemv_rowblock_takes(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type);

@@ -4,7 +4,8 @@
 //   W_i [K, N_i] F16/BF16 at row stride nb1_i;  x [K] F32;  y_i [N_i] F32   (one column)
 //
 // Thread t of a block of ROWBLOCK_THREADS owns the 16-byte pieces t, t + 256, ... (P =
-// K / 2,048 of them) of every row. Its x pieces (times norm_w, with a norm) are loaded
+// ceil(K / 2,048) of them; those past the row's K / 8 are zeros, read from nowhere) of
+// every row. Its x pieces (times norm_w, with a norm) are loaded
 // once into registers before any weight, and a norm's sum of squares is one block
 // reduction of those registers, formed while the first weights are in flight. Block b takes
 // the rows b, b + G, b + 2G, ... of the parts' rows in order (G blocks, one wave at
@@ -61,8 +62,10 @@ __device__ __forceinline__ void rowblock_issue(const cuda_gemv_decode_args &a, i
         const uint4 *u = M == 2 ? (const uint4 *)(a.w_up + n * a.up_nb1) : g;
 #pragma unroll
         for (int j = 0; j < P; j++) {
-            wq[0][i][j] = st_gpu_load_streaming(g + t + j * ROWBLOCK_THREADS);
-            if (M == 2) wq[M - 1][i][j] = st_gpu_load_streaming(u + t + j * ROWBLOCK_THREADS);
+            const bool in = rowblock_piece_in(j, a.n_vec);
+            const uint4 zero = make_uint4(0, 0, 0, 0);
+            wq[0][i][j] = in ? st_gpu_load_streaming(g + t + j * ROWBLOCK_THREADS) : zero;
+            if (M == 2) wq[M - 1][i][j] = in ? st_gpu_load_streaming(u + t + j * ROWBLOCK_THREADS) : zero;
         }
         if (EPI == ST_FUSED_EPILOGUE_ADD && i == t) resid = a.out[n];
     }
@@ -82,7 +85,8 @@ __device__ __forceinline__ float rowblock_norm(const cuda_gemv_decode_args &a, f
     ss = cuda_warp_sum(ss);
     if (lane == 0) ss_sums[warp] = ss;
 #pragma unroll
-    for (int j = 0; j < P; j++)
+    for (int j = 0; j < P; j++) {
+        if (!NW && !rowblock_piece_in(j, a.n_vec)) continue; // (h is zeros there)
 #pragma unroll
         for (int i = 0; i < VEC; i += 4) {
             const int jn = NW ? j : 0;
@@ -90,6 +94,7 @@ __device__ __forceinline__ float rowblock_norm(const cuda_gemv_decode_args &a, f
                                 : rowblock_f32x4<VEC>(a.norm_w, j, i);
             h[j][i] *= q.x, h[j][i + 1] *= q.y, h[j][i + 2] *= q.z, h[j][i + 3] *= q.w;
         }
+    }
     __syncthreads();
     float total = 0.0f;
 #pragma unroll
@@ -123,7 +128,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     const int t = threadIdx.x, warp = t / ST_GPU_WARP_SIZE, lane = t % ST_GPU_WARP_SIZE;
     cuda_early_release(); // a product launched early behind this one may take the SMs it leaves
     float h[P][VEC], no_nw[1][VEC];
-    rowblock_load_x<VEC, P, false>(a.x, a.norm_w, h, no_nw);
+    rowblock_load_x<VEC, P, false>(a.x, a.norm_w, a.n_vec, h, no_nw);
     uint4 wq[M][RB][P];
     float resid = 0.0f;
     rowblock_issue<EPI, P, RB, M>(a, (int)blockIdx.x, rows, wq, resid);
@@ -210,7 +215,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     // early, after the copies and the wait (by then the copies have had the kernel ahead's time).
     constexpr bool NW_EARLY = NORM && P == 1;
     float h[P][VEC], nw[NW_EARLY ? P : 1][VEC];
-    if (!EARLY) rowblock_load_x<VEC, P, NW_EARLY>(a.x, a.norm_w, h, nw);
+    if (!EARLY) rowblock_load_x<VEC, P, NW_EARLY>(a.x, a.norm_w, a.n_vec, h, nw);
     const uint64_t policy = rowblock_evict_first_policy();
     // row i of the block into slot i % S as one group (an empty group past the last row, so
     // that row i's group is always the (S-1)th most recent when it is waited for)
@@ -223,17 +228,27 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
             uint4 *slot = stage + (i % S) * M * P * ROWBLOCK_THREADS + t;
 #pragma unroll
             for (int j = 0; j < P; j++) {
+                if (!rowblock_piece_in(j, a.n_vec)) continue; // (zeros in every slot, below)
                 rowblock_cp_async16(slot + j * ROWBLOCK_THREADS, g + t + j * ROWBLOCK_THREADS, policy);
                 if (M == 2) rowblock_cp_async16(slot + (P + j) * ROWBLOCK_THREADS, u + t + j * ROWBLOCK_THREADS, policy);
             }
         }
         rowblock_cp_async_commit();
     };
+    // this thread's pieces past the row: zeros in every slot, written once (only this
+    // thread reads them back, so no barrier), never copied over
+#pragma unroll
+    for (int j = 0; j < P; j++) {
+        if (rowblock_piece_in(j, a.n_vec)) continue;
+        for (int i = 0; i < S; i++)
+#pragma unroll
+            for (int m = 0; m < M; m++) stage[((i * M + m) * P + j) * ROWBLOCK_THREADS + t] = make_uint4(0, 0, 0, 0);
+    }
 #pragma unroll
     for (int i = 0; i < S; i++) issue(i);
     if (EARLY) {
         cuda_early_wait();
-        rowblock_load_x<VEC, P, NW_EARLY, true>(a.x, a.norm_w, h, nw);
+        rowblock_load_x<VEC, P, NW_EARLY, true>(a.x, a.norm_w, a.n_vec, h, nw);
     }
     float resid = 0.0f;
     if (EPI == ST_FUSED_EPILOGUE_ADD && t < mine) {
@@ -308,8 +323,9 @@ bool cuda_gemv_rowblock_takes(const st_cuda_ctx *c, const cuda_gemv_decode_args 
                      : a->epilogue == ST_FUSED_EPILOGUE_ADD ? CUDA_ROWBLOCK_ADD
                                                               : CUDA_ROWBLOCK_GLU;
     if (!(c->tune.rowblock & kind) || (type != ST_TYPE_F16 && type != ST_TYPE_BF16)) return false;
-    if (a->x_w || a->out_ss || a->K % ROWBLOCK_K_A_ROUND != 0) return false; // (a prepared norm: the decode kernel)
-    const int64_t P = a->K / ROWBLOCK_K_A_ROUND, rows = rowblock_rows_total(a);
+    if (a->x_w || a->out_ss) return false; // (a prepared norm: the decode kernel)
+    if (a->K < 1 || a->K % ROWBLOCK_VEC != 0) return false; // whole 16-byte pieces
+    const int64_t P = rowblock_pieces_a_thread(a->K), rows = rowblock_rows_total(a);
     if (P > ROWBLOCK_PIECES_A_THREAD_MAX || rows < 1) return false;
     return rows <= rowblock_grid(c, rows) * ROWBLOCK_MAX_ROWS_A_BLOCK; // (so rows fit an int: a wave x 16)
 }
@@ -327,10 +343,11 @@ static void rowblock_launch_staged(st_cuda_ctx *c, const cuda_gemv_decode_args &
 // Whether a product's rows are staged: st_cuda_tuning's rowblock_staged, a mask of kinds,
 // or (-1, the default) where staging is faster on the H200 at depth 64: q/k/v of the 1-2B
 // models (2 register batches -> 1) and o at K = 4,096 (qwen3-8b). Not o at K = 2,048 (one
-// register batch: no gain), down at K = 6,144 / 8,192 or gated pairs.
+// register batch: no gain), down at K = 6,144 / 8,192 or gated pairs; so a store of 3 or
+// 4 pieces a thread (gemma-3-1b's down, K = 6,912, stored for its post-norm) is not either.
 static bool rowblock_staged(const st_cuda_ctx *c, int kind, int P) {
     if (c->tune.rowblock_staged >= 0) return (c->tune.rowblock_staged & kind) != 0;
-    return kind == CUDA_ROWBLOCK_STORE || (kind == CUDA_ROWBLOCK_ADD && P == 2);
+    return (kind == CUDA_ROWBLOCK_STORE && P <= 2) || (kind == CUDA_ROWBLOCK_ADD && P == 2);
 }
 
 template <st_type T, int EPI, bool NORM>
@@ -374,10 +391,12 @@ static void rowblock_launch_epi(st_cuda_ctx *c, const cuda_gemv_decode_args &a, 
 st_status cuda_gemv_rowblock_run(st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type, st_error *err) {
     ST_ASSERT(cuda_gemv_rowblock_takes(c, a, type));
     const int64_t rows = rowblock_rows_total(a);
-    const int P = (int)(a->K / ROWBLOCK_K_A_ROUND);
+    const int P = (int)rowblock_pieces_a_thread(a->K);
     const unsigned int grid = (unsigned int)rowblock_grid(c, rows);
-    if (type == ST_TYPE_F16) rowblock_launch_epi<ST_TYPE_F16>(c, *a, P, grid, (int)rows);
-    else rowblock_launch_epi<ST_TYPE_BF16>(c, *a, P, grid, (int)rows);
+    cuda_gemv_decode_args args = *a;
+    args.n_vec = (int)(a->K / ROWBLOCK_VEC);
+    if (type == ST_TYPE_F16) rowblock_launch_epi<ST_TYPE_F16>(c, args, P, grid, (int)rows);
+    else rowblock_launch_epi<ST_TYPE_BF16>(c, args, P, grid, (int)rows);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }

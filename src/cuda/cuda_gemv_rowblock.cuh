@@ -3,12 +3,14 @@
 // and piece layout, the batch size, the grid, the load of x into registers and the loop
 // over a block's rows.
 //
-// A row of K elements (F16/BF16) is 16-byte pieces of VEC = 8 elements; each thread of a
-// block of ROWBLOCK_THREADS owns P = K / 2,048 of them in every row, with x's matching 8
-// floats a piece in registers, h[P][VEC]: the pieces t, t + 256, ... for thread t
-// (rowblock_load_x's layout), or any others a caller assigns (rowblock_batches only pairs
-// a thread's weight piece p with its h[p]). Block b takes the rows b, b + G, b + 2G, ...
-// (G = gridDim.x: one wave), RB at a time (rowblock_batches).
+// A row of K elements (F16/BF16) is n_pieces = K / 8 16-byte pieces of VEC = 8 elements;
+// each thread of a block of ROWBLOCK_THREADS owns P = ceil(K / 2,048) of them in every row,
+// with x's matching 8 floats a piece in registers, h[P][VEC]: the pieces t, t + 256, ...
+// below n_pieces for thread t (rowblock_load_x's layout), or any others a caller assigns
+// (rowblock_batches only pairs a thread's weight piece p with its h[p]). A piece at or past
+// n_pieces (K not a multiple of 2,048: gemma-3-1b's 1,152, phi-4-mini's 3,072) is zeros in
+// h and in the weights, loaded from nowhere, so it adds exact zeros. Block b takes the rows
+// b, b + G, b + 2G, ... (G = gridDim.x: one wave), RB at a time (rowblock_batches).
 #ifndef STRIDE_CUDA_GEMV_ROWBLOCK_CUH
 #define STRIDE_CUDA_GEMV_ROWBLOCK_CUH
 
@@ -16,10 +18,14 @@
 
 #define ROWBLOCK_THREADS 256
 #define ROWBLOCK_WARPS (ROWBLOCK_THREADS / ST_GPU_WARP_SIZE)
-#define ROWBLOCK_K_A_ROUND (8 * ROWBLOCK_THREADS) // elements one 16-byte piece a thread covers (2-byte weights)
+#define ROWBLOCK_VEC 8 // elements a 16-byte piece (2-byte weights)
+#define ROWBLOCK_K_A_ROUND (ROWBLOCK_VEC * ROWBLOCK_THREADS) // elements a round of one piece a thread covers
 #define ROWBLOCK_PIECES_A_THREAD_MAX 4 // K up to 8,192 (x, norm_w: 8 floats a piece in registers)
 // Blocks an SM (64 registers a thread: P x 8 x values and the batch's loads without spills).
 #define ROWBLOCK_MIN_BLOCKS 4
+
+// Pieces a thread of a row of K elements: ceil(K / 2,048).
+static inline int64_t rowblock_pieces_a_thread(int64_t K) { return (K + ROWBLOCK_K_A_ROUND - 1) / ROWBLOCK_K_A_ROUND; }
 
 // Rows a batch: the batch's loads in flight a thread (P x RB, twice for a gated pair), at
 // most 4 (on the H200, 4 rows of K = 2,048 are faster than 2 or 8; one row of K = 6,144 and
@@ -34,9 +40,14 @@ static inline int64_t rowblock_grid(const st_cuda_ctx *c, int64_t rows) {
     return rows < wave ? rows : wave;
 }
 
+// Whether this thread's piece j lies inside a row of n_pieces pieces.
+__device__ __forceinline__ bool rowblock_piece_in(int j, int n_pieces) {
+    return (int)threadIdx.x + j * ROWBLOCK_THREADS < n_pieces;
+}
+
 // Floats i..i+3 of this thread's piece j of a [K] F32 vector (x, norm_w): VEC a piece,
 // through the read-only cache, or through L2 (L2: what a kernel launched early reads after
-// cuda_early_wait, cuda_common.cuh).
+// cuda_early_wait, cuda_common.cuh). The piece must lie inside the vector.
 template <int VEC, bool L2 = false>
 __device__ __forceinline__ float4 rowblock_f32x4(const float *v, int j, int i) {
     const float4 *q = (const float4 *)(v + ((int)threadIdx.x + j * ROWBLOCK_THREADS) * VEC + i);
@@ -44,22 +55,26 @@ __device__ __forceinline__ float4 rowblock_f32x4(const float *v, int j, int i) {
 }
 
 // This thread's pieces of x [K] (floats i..i+3 of piece j at h[j][i..]; through L2 when
-// EARLY) and, when NW, of norm_w [K] into nw, loaded together. x, norm_w 16-byte aligned.
+// EARLY) and, when NW, of norm_w [K] into nw, loaded together; zeros for pieces at or past
+// n_pieces = K / VEC. x, norm_w 16-byte aligned.
 template <int VEC, int P, bool NW, bool EARLY = false>
-__device__ __forceinline__ void rowblock_load_x(const float *x, const float *norm_w, float (&h)[P][VEC],
-                                                float (&nw)[NW ? P : 1][VEC]) {
+__device__ __forceinline__ void rowblock_load_x(const float *x, const float *norm_w, int n_pieces,
+                                                float (&h)[P][VEC], float (&nw)[NW ? P : 1][VEC]) {
 #pragma unroll
-    for (int j = 0; j < P; j++)
+    for (int j = 0; j < P; j++) {
+        const bool in = rowblock_piece_in(j, n_pieces);
 #pragma unroll
         for (int i = 0; i < VEC; i += 4) {
-            const float4 q = rowblock_f32x4<VEC, EARLY>(x, j, i);
+            const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            const float4 q = in ? rowblock_f32x4<VEC, EARLY>(x, j, i) : zero;
             h[j][i] = q.x, h[j][i + 1] = q.y, h[j][i + 2] = q.z, h[j][i + 3] = q.w;
             if (NW) {
-                const float4 w = rowblock_f32x4<VEC>(norm_w, j, i);
+                const float4 w = in ? rowblock_f32x4<VEC>(norm_w, j, i) : zero;
                 const int jn = NW ? j : 0;
                 nw[jn][i] = w.x, nw[jn][i + 1] = w.y, nw[jn][i + 2] = w.z, nw[jn][i + 3] = w.w;
             }
         }
+    }
 }
 
 // The block's rows r0 = blockIdx.x, r0 + G, r0 + 2G, ... below rows, RB a batch, M weights a

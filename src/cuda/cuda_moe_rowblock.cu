@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     const int t = threadIdx.x, G = (int)gridDim.x;
     moe_rowblock_check_ids(a);
     float h[P][VEC], no_nw[1][VEC];
-    rowblock_load_x<VEC, P, false>(a.x, nullptr, h, no_nw);
+    rowblock_load_x<VEC, P, false>(a.x, nullptr, P * ROWBLOCK_THREADS, h, no_nw); // (K = 2,048 P)
     uint4 wq[M][RB][P];
     const float no_carry = 0.0f;
     // the gate and up rows of the batch from pair r0 (pair g: row n of slot j's expert), the

@@ -1951,18 +1951,31 @@ static void run_fused_products(void) {
                             test_mul_mat_fused(types[ti], K, N, M, pad, 2, norm, ST_FUSED_EPILOGUE_GEGLU, chain);
                         }
                     }
-    /* the block-a-row kernel's other widths (cuda_gemv_rowblock.cu: 3 and 4 pieces a thread,
-     * the down products of qwen3-1.7b and llama-3.2-1b; 2 above at K = 4096), packed and
-     * padded, with a norm and without; residual adds of 3 and 4 pieces are the ones
-     * early_launch launches early by CUDA_EARLY_LONG_ADD, not CUDA_ROWBLOCK_ADD */
+    /* one-token products at the block-a-row kernel's other widths, packed and padded, with a
+     * norm and without: 3 and 4 pieces a thread (the down products of qwen3-1.7b and
+     * llama-3.2-1b; 2 above at K = 4096; residual adds of 3 and 4 pieces are the ones
+     * early_launch launches early by CUDA_EARLY_LONG_ADD, not CUDA_ROWBLOCK_ADD); and rows of
+     * K no multiple of 2,048, where a thread's last piece lies past some rows' end (zeros,
+     * read from nowhere): gemma-3-270m's 640, gemma-3-1b's 1,152 (q/k/v, gate/up), 1,024 (o)
+     * and 6,912 (down, stored for the post-norm), phi-4-mini's 3,072 (q/k/v, o, gate/up) */
+    static const struct {
+        int64_t K, N;
+        int n_w;
+        st_fused_epilogue epi;
+    } widths[] = {
+        {6144, 2048, 1, ST_FUSED_EPILOGUE_ADD},   {8192, 500, 1, ST_FUSED_EPILOGUE_ADD},
+        {8192, 700, 2, ST_FUSED_EPILOGUE_SWIGLU}, {8192, 300, 3, ST_FUSED_EPILOGUE_STORE},
+        {640, 300, 3, ST_FUSED_EPILOGUE_STORE},   {1152, 300, 3, ST_FUSED_EPILOGUE_STORE},
+        {1152, 700, 2, ST_FUSED_EPILOGUE_GEGLU},  {1024, 1152, 1, ST_FUSED_EPILOGUE_STORE},
+        {6912, 500, 1, ST_FUSED_EPILOGUE_STORE},  {3072, 500, 1, ST_FUSED_EPILOGUE_ADD},
+        {3072, 700, 2, ST_FUSED_EPILOGUE_SWIGLU},
+    };
     for (int ti = 0; ti < 3; ti++)
         for (size_t pad = 0; pad <= 64; pad += 64)
-            for (int norm = 0; norm <= 1; norm++) {
-                test_mul_mat_fused(types[ti], 6144, 2048, 1, pad, 1, norm, ST_FUSED_EPILOGUE_ADD, 0);
-                test_mul_mat_fused(types[ti], 8192, 500, 1, pad, 1, norm, ST_FUSED_EPILOGUE_ADD, 0);
-                test_mul_mat_fused(types[ti], 8192, 700, 1, pad, 2, norm, ST_FUSED_EPILOGUE_SWIGLU, 0);
-                test_mul_mat_fused(types[ti], 8192, 300, 1, pad, 3, norm, ST_FUSED_EPILOGUE_STORE, 0);
-            }
+            for (int norm = 0; norm <= 1; norm++)
+                for (size_t i = 0; i < sizeof(widths) / sizeof(widths[0]); i++)
+                    test_mul_mat_fused(types[ti], widths[i].K, widths[i].N, 1, pad, widths[i].n_w, norm, widths[i].epi,
+                                       0);
 }
 
 static void run_all(void) {
@@ -1999,6 +2012,8 @@ static void run_all(void) {
             test_mul_mat(types[ti], 2048, 512, 4, pad, X_PACKED);
             test_mul_mat(types[ti], 2048, 512, 16, pad, X_PACKED);
             test_mul_mat(types[ti], 4096, 96, 64, pad, X_STRIDED);
+            test_mul_mat(types[ti], 1024, 1152, 1, pad, X_PACKED); /* gemma-3-1b's o: a plain product */
+            test_mul_mat(types[ti], 6912, 300, 1, pad, X_PACKED);
         }
 
     test_graph_outlives_growth(); /* before any other attention: see there */
