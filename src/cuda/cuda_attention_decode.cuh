@@ -22,14 +22,33 @@ typedef struct dec_rope_args {
     st_cuda_op_error *op_err;
 } dec_rope_args;
 
+// The sum of squares of a head row [D] in the order of rope_store's norm over G =
+// norm_threads(D) threads (32 up to D = 128, else 128: thread t its elements t, t + G, ...,
+// each warp's xor tree, then the warps' sums in order from 0.0f), formed by one warp: lane
+// l stands for the G / 32 threads l, l + 32, ... of that group. xv[k] = x[lane + 32 k].
+template <int D> __device__ __forceinline__ float dec_sum_sq_warp(const float (&xv)[D / ST_GPU_WARP_SIZE]) {
+    constexpr int E = D / ST_GPU_WARP_SIZE, VW = D <= 128 ? 1 : 128 / ST_GPU_WARP_SIZE; // the group's warps
+    static_assert(D % ST_GPU_WARP_SIZE == 0 && D <= 1024, "norm_threads(D): 32 or 128");
+    float total = 0.0f;
+#pragma unroll
+    for (int vw = 0; vw < VW; vw++) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int k = vw; k < E; k += VW) ss = fmaf(xv[k], xv[k], ss);
+        total += cuda_warp_sum(ss);
+    }
+    return total;
+}
+
 // One head row as rope_store forms it: y = rope(w ? rmsnorm(x) * w : x) at position pos,
 // by `n_thr` threads starting at thread `t0` (one warp for D <= 128; 128 above: the
 // thread count st_cuda_rope_store's norm uses, so the same partial sums and tree give the
-// same bits). tmp [D] is shared memory; `red` one float per warp of the group. TABLE: the
-// caller guarantees ra.cs (the rotations from rope_table), so that the angles' double
-// math, which the kernel would call out to, is not compiled in. L2: x is read through L2
-// (a kernel launched early, after cuda_early_wait: cuda_common.cuh), and without a norm
-// copied into tmp first, so that the rotation reads it there.
+// same bits; or one warp above 128 too, summing in those 128 threads' order). tmp [D] is
+// shared memory; `red` one float per warp of the group. TABLE: the caller guarantees ra.cs
+// (the rotations from rope_table), so that the angles' double math, which the kernel would
+// call out to, is not compiled in. L2: x is read through L2 (a kernel launched early, after
+// cuda_early_wait: cuda_common.cuh), and without a norm copied into tmp first, so that the
+// rotation reads it there.
 template <int D, bool TABLE = false, bool L2 = false>
 __device__ void dec_rope_row(float *y, const float *__restrict__ x, const float *__restrict__ w, float *tmp,
                              float *red, int t0, int n_thr, const dec_rope_args &ra, double pos) {
@@ -41,12 +60,21 @@ __device__ void dec_rope_row(float *y, const float *__restrict__ x, const float 
         src = tmp;
     }
     if (w) {
-        float ss = 0.0f;
-        for (int i = t; i < D; i += n_thr) {
-            const float xi = L2 ? st_gpu_load_l2(x + i) : x[i];
-            ss = fmaf(xi, xi, ss);
+        float total;
+        if (D > 128 && n_thr == ST_GPU_WARP_SIZE) { // one warp as the norm's 128 threads
+            float xv[D / ST_GPU_WARP_SIZE];
+#pragma unroll
+            for (int k = 0; k < D / ST_GPU_WARP_SIZE; k++)
+                xv[k] = L2 ? st_gpu_load_l2(x + t + k * ST_GPU_WARP_SIZE) : x[t + k * ST_GPU_WARP_SIZE];
+            total = dec_sum_sq_warp<D>(xv);
+        } else {
+            float ss = 0.0f;
+            for (int i = t; i < D; i += n_thr) {
+                const float xi = L2 ? st_gpu_load_l2(x + i) : x[i];
+                ss = fmaf(xi, xi, ss);
+            }
+            total = cuda_group_sum_f32(ss, red, t, n_thr); // block_sum_f32's order
         }
-        const float total = cuda_group_sum_f32(ss, red, t, n_thr); // block_sum_f32's order
         const float sc = cuda_rms_scale(total, D, ra.eps);
         for (int i = t; i < D; i += n_thr) tmp[i] = ((L2 ? st_gpu_load_l2(x + i) : x[i]) * sc) * w[i];
         if (n_thr == ST_GPU_WARP_SIZE) st_gpu_syncwarp(); else __syncthreads();
@@ -63,7 +91,7 @@ __device__ void dec_rope_row(float *y, const float *__restrict__ x, const float 
 // ---- cuda_attention_decode_warps.cu ---------------------------------------------------------
 
 // The most keys (a bound n_kv) the warps kernel takes for these operands (one token, F16
-// cache, head_dim 64 or 128, a group of at most 8 query heads): 128; 0 where it does not
+// cache, head_dim 64, 128 or 256, a group of at most 8 query heads): 128; 0 where it does not
 // take them.
 // paged: the tokens of q are each their own sequence of a paged cache (a block each).
 int dec_warps_round_keys(const st_cuda_ctx *c, const st_tensor *q, const st_tensor *k_cache, const st_tensor *v_cache,

@@ -1,5 +1,5 @@
 // Decode attention of one token over a short cache, a warp per few keys: F16 cache,
-// head_dim 64 or 128, a GQA group of at most 8 query heads (a block's RB of them, RB *
+// head_dim 64, 128 or 256, a GQA group of at most 8 query heads (a block's RB of them, RB *
 // head_dim <= 512), a bound n_kv of at most RK keys (plain CUDA C, f32 math).
 //
 // Grid (n_head_kv, group), block WK_WARPS warps: a block takes one of the group's query
@@ -42,7 +42,7 @@ template <int D, int RB> struct wk_cfg {
     static constexpr int LOG2V = V == 32 ? 5 : V == 16 ? 4 : V == 8 ? 3 : V == 4 ? 2 : V == 2 ? 1 : 0;
     static constexpr int LOG2RB = RB == 8 ? 3 : RB == 4 ? 2 : RB == 2 ? 1 : 0;
     static constexpr int S = 5 - LOG2V;                // lane l holds value l >> S
-    static_assert(DL == 2 || DL == 4, "head_dim 64 or 128");
+    static_assert(DL == 2 || DL == 4 || DL == 8, "head_dim 64, 128 or 256");
     static_assert(V <= 32 && (1 << LOG2V) == V && (1 << LOG2RB) == RB, "powers of two, a value a lane at most");
     static_assert(RB * D <= WK_MAX_ROW_DIMS, "the warps' accumulators fit shared memory");
 };
@@ -61,6 +61,17 @@ template <> struct wk_piece<4> {
     static __device__ __forceinline__ void to_f32(type u, float f[4]) {
         const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
         f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+    }
+};
+template <> struct wk_piece<8> {
+    typedef uint4 type;
+    static __device__ __forceinline__ void to_f32(type u, float f[8]) {
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 a = __half22float2(*(const __half2 *)&w[i]);
+            f[2 * i] = a.x, f[2 * i + 1] = a.y;
+        }
     }
 };
 
@@ -105,7 +116,7 @@ template <int V, int LOG2V> __device__ __forceinline__ float wk_warp_transpose_s
 // dec_rope_row: there the early loads save little and the layer is no faster. The same
 // arithmetic in the same order as dec_rope_row: the same bits.
 
-// dec_rope_row<D, true, L2> with a norm (w), by one warp (D <= 128), every load issued first.
+// dec_rope_row<D, true, L2> with a norm (w), by one warp (D <= 256), every load issued first.
 template <int D, bool L2>
 __device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restrict__ x, const float *__restrict__ w,
                                                   float *tmp, int lane, const dec_rope_args &ra) {
@@ -120,10 +131,7 @@ __device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restr
         wv[k] = w[i];
         csv[k] = i < half ? ra.cs[i] : make_float2(0.0f, 0.0f);
     }
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < E; k++) ss = fmaf(xv[k], xv[k], ss);
-    const float total = 0.0f + cuda_warp_sum(ss);
+    const float total = dec_sum_sq_warp<D>(xv); // rope_store's order (128 threads' above D = 128)
     const float sc = cuda_rms_scale(total, D, ra.eps);
 #pragma unroll
     for (int k = 0; k < E; k++) tmp[lane + k * ST_GPU_WARP_SIZE] = (xv[k] * sc) * wv[k];
@@ -374,8 +382,9 @@ int dec_warps_round_keys(const st_cuda_ctx *c, const st_tensor *q, const st_tens
                          bool paged) {
     const int64_t D = q->ne[0], M = q->ne[2], group = q->ne[1] / k_cache->ne[1];
     const int rb = WK_BLOCK_ROWS;
-    if ((M != 1 && !(paged && M < WK_PAGED_MAX_TOKENS)) || k_cache->type != ST_TYPE_F16 || v_cache->type != ST_TYPE_F16 || (D != 64 && D != 128) ||
-        wk_rows_bucket((int)group) == 0 || rb * D > WK_MAX_ROW_DIMS)
+    if ((M != 1 && !(paged && M < WK_PAGED_MAX_TOKENS)) || k_cache->type != ST_TYPE_F16 ||
+        v_cache->type != ST_TYPE_F16 || (D != 64 && D != 128 && D != 256) || wk_rows_bucket((int)group) == 0 ||
+        rb * D > WK_MAX_ROW_DIMS)
         return 0;
     return WK_WARPS * (rb <= 4 ? 8 : 4);
 }
@@ -419,7 +428,7 @@ st_status dec_warps_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, c
         if (pg) wk_launch<d, r, true>(c, blocks, dst, q, k_cache, v_cache, pos, *pg, p, ra);                      \
         else wk_launch<d, r, false>(c, blocks, dst, q, k_cache, v_cache, pos, none, p, ra);                       \
     }
-    WK_CASE(64, WK_BLOCK_ROWS) WK_CASE(128, WK_BLOCK_ROWS)
+    WK_CASE(64, WK_BLOCK_ROWS) WK_CASE(128, WK_BLOCK_ROWS) WK_CASE(256, WK_BLOCK_ROWS)
 #undef WK_CASE
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;

@@ -1868,6 +1868,11 @@ static void run_rope_attention(bool short_f16) {
             rope_attention_case(short_f16, ct, 256, 8, 4, 256, ST_ROPE_MODE_NEOX, norms, 517, 0, false);
             rope_attention_case(short_f16, ct, 96, 4, 2, 32, ST_ROPE_MODE_NEOX, norms, 40, 0, true);
             rope_attention_case(short_f16, ct, 64, 12, 4, 64, ST_ROPE_MODE_NORM, norms, 90, 0, false); /* a group of 3 */
+            /* head_dim 256 within one round of keys (the warps kernel, one warp a row summing
+             * the norm in rope_store's 128 threads' order): gemma-3-1b's 4 heads on one kv
+             * head, and a window */
+            rope_attention_case(short_f16, ct, 256, 4, 1, 256, ST_ROPE_MODE_NEOX, norms, 100, 0, false);
+            rope_attention_case(short_f16, ct, 256, 8, 2, 256, ST_ROPE_MODE_NEOX, norms, 127, 64, false);
             /* llama-3.2-1b's, qwen3-1.7b's and qwen3-8b's shapes at tg128's depths (bounds up
              * to 128 keys: the warps kernel with an F16 cache), one with a window, and past
              * them (the split kernel) */
