@@ -73,6 +73,11 @@ int cuda_gemv_decode_waves(const st_cuda_ctx *c, const cuda_gemv_decode_args *a,
  * at most a few rows a block: a layer's products, not an output head). The products it may
  * take: CUDA_ROWBLOCK_* (cuda_backend.h). */
 bool cuda_gemv_rowblock_takes(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type);
+/* The kinds of product it may take at row length K: st_cuda_tuning's rowblock mask, or
+ * (-1, the default) stores and residual adds at every K, and gated pairs where K is not a
+ * multiple of 2,048 (gemma-3-1b's 1,152, phi-4-mini's 3,072: there the block a row is the
+ * faster on an H100; at 2,048 and 4,096 the warp-a-row kernel is). */
+int cuda_rowblock_kinds(const st_cuda_ctx *c, int64_t K);
 st_status cuda_gemv_rowblock_run(st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type, st_error *err);
 /* Index arithmetic within a row (pieces, elements), 64-bit like the row offsets (n * nb1). */
 typedef int64_t cuda_gemv_idx;

@@ -318,11 +318,16 @@ static int64_t rowblock_rows_total(const cuda_gemv_decode_args *a) {
     return rows;
 }
 
+int cuda_rowblock_kinds(const st_cuda_ctx *c, int64_t K) {
+    if (c->tune.rowblock >= 0) return c->tune.rowblock;
+    return CUDA_ROWBLOCK_STORE | CUDA_ROWBLOCK_ADD | (K % ROWBLOCK_K_A_ROUND != 0 ? CUDA_ROWBLOCK_GLU : 0);
+}
+
 bool cuda_gemv_rowblock_takes(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type) {
     const int kind = a->epilogue == ST_FUSED_EPILOGUE_STORE ? CUDA_ROWBLOCK_STORE
                      : a->epilogue == ST_FUSED_EPILOGUE_ADD ? CUDA_ROWBLOCK_ADD
                                                               : CUDA_ROWBLOCK_GLU;
-    if (!(c->tune.rowblock & kind) || (type != ST_TYPE_F16 && type != ST_TYPE_BF16)) return false;
+    if (!(cuda_rowblock_kinds(c, a->K) & kind) || (type != ST_TYPE_F16 && type != ST_TYPE_BF16)) return false;
     if (a->x_w || a->out_ss) return false; // (a prepared norm: the decode kernel)
     if (a->K < 1 || a->K % ROWBLOCK_VEC != 0) return false; // whole 16-byte pieces
     const int64_t P = rowblock_pieces_a_thread(a->K), rows = rowblock_rows_total(a);

@@ -7,7 +7,7 @@
 
 st_cuda_tuning st_cuda_tuning_default(int cc_major) {
     st_cuda_tuning t = {
-        .rowblock = CUDA_ROWBLOCK_STORE | CUDA_ROWBLOCK_ADD,
+        .rowblock = -1,
         .rowblock_staged = -1,
         /* o (a residual add of short rows) and the warps attention: launched early they
          * overlap their loads with the tail of the kernel ahead; down, q/k/v and the gated
@@ -29,7 +29,7 @@ typedef struct tuning_key {
 } tuning_key;
 
 static const tuning_key KEYS[] = {
-    {"rowblock", 0, CUDA_ROWBLOCK_ALL, "a mask of 1 (stores), 2 (residual adds) and 4 (gated pairs)"},
+    {"rowblock", -1, CUDA_ROWBLOCK_ALL, "-1 (by shape) or a mask of 1 (stores), 2 (residual adds) and 4 (gated pairs)"},
     {"rowblock_staged", -1, CUDA_ROWBLOCK_ALL, "-1 (by shape) or a mask of 1, 2 and 4"},
     {"early_launch", 0, CUDA_EARLY_ALL, "a mask of 1, 2, 4, 8 (attention) and 16 (long residual adds)"},
     {"norm_prepared", 0, 2, "0 (never), 1 (where it pays) or 2 (wherever it can)"},

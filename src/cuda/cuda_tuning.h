@@ -44,7 +44,8 @@ enum {
 
 typedef struct st_cuda_tuning {
     /* Which one-token F16/BF16 products read a block a weight row (cuda_gemv_rowblock.cu)
-     * instead of a warp a row (cuda_gemv_decode.cu), by kind (CUDA_ROWBLOCK_* mask). */
+     * instead of a warp a row (cuda_gemv_decode.cu), by kind (a CUDA_ROWBLOCK_* mask; -1:
+     * the rule by shape in cuda_gemv_rowblock.cu). */
     int rowblock;
     /* Of those, which stage a block's rows in shared memory by cp.async (a mask; -1: the
      * rule by shape in cuda_gemv_rowblock.cu; sm_80 and later). */

@@ -14,7 +14,7 @@
 static void test_defaults_by_architecture(void **state) {
     (void)state;
     const st_cuda_tuning h = st_cuda_tuning_default(9), a = st_cuda_tuning_default(8), t = st_cuda_tuning_default(7);
-    assert_int_equal(h.rowblock, CUDA_ROWBLOCK_STORE | CUDA_ROWBLOCK_ADD);
+    assert_int_equal(h.rowblock, -1);
     assert_int_equal(h.rowblock_staged, -1);
     assert_int_equal(h.early_launch, CUDA_ROWBLOCK_ADD | CUDA_EARLY_ATTENTION);
     assert_int_equal(h.norm_prepared, 1);
@@ -43,7 +43,8 @@ static void test_parse_every_key(void **state) {
     assert_int_equal(t.moe_rowblock, CUDA_MOE_ROWBLOCK_DOWN);
     assert_false(t.graphs);
     assert_int_equal(st_cuda_tuning_parse(&t, "", &err), ST_OK); /* nothing to change */
-    assert_int_equal(st_cuda_tuning_parse(&t, "rowblock_staged=-1,graphs=1", &err), ST_OK);
+    assert_int_equal(st_cuda_tuning_parse(&t, "rowblock=-1,rowblock_staged=-1,graphs=1", &err), ST_OK);
+    assert_int_equal(t.rowblock, -1);
     assert_int_equal(t.rowblock_staged, -1);
     assert_true(t.graphs);
 }
@@ -58,7 +59,7 @@ static void expect_invalid(const char *spec, const char *needle) {
 static void test_parse_errors(void **state) {
     (void)state;
     expect_invalid("rowblock=8", "rowblock=8");             /* past the mask */
-    expect_invalid("rowblock=-1", "rowblock=-1");
+    expect_invalid("rowblock=-2", "rowblock=-2");
     expect_invalid("rowblock_staged=-2", "rowblock_staged");
     expect_invalid("early_launch=32", "early_launch");
     expect_invalid("norm_prepared=3", "norm_prepared");
