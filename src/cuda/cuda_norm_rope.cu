@@ -25,10 +25,14 @@ static int norm_threads(int64_t D) { return D <= 128 ? ST_GPU_WARP_SIZE : D <= 1
 // blockDim.x, ..., then a block tree), formed as the CPU forms it (1 / sqrt(mean + eps) in
 // double, rounded to f32). Every thread of the block calls it; rms_norm_f32 and
 // rms_norm_pack share it, and the fused rope's q/k norms sum in the same order, so their
-// scales are the same bits.
+// scales are the same bits. L2: xr read through L2 (a kernel launched early, after its wait).
+template <bool L2 = false>
 __device__ __forceinline__ float rms_row_scale(const float *xr, int64_t D, float eps, float *shared) {
     float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+        const float v = L2 ? st_gpu_load_l2(xr + i) : xr[i];
+        ss = fmaf(v, v, ss);
+    }
     return cuda_rms_scale(block_sum_f32(ss, shared), D, eps);
 }
 
@@ -116,16 +120,24 @@ st_status st_cuda_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, co
 }
 
 // One block per row: out = x + (y * s) * w, s = rms_row_scale(y): rms_norm_f32's values
-// added as the add kernel adds them (the composite's bits, one pass).
+// added as the add kernel adds them (the composite's bits, one pass). EARLY: launched early
+// (st_cuda_ctx's early_launch, CUDA_EARLY_NORM_ADD), it waits for the product ahead before
+// it reads y and x, through L2; its own launch then overlaps that product's tail.
+template <bool EARLY>
 __global__ void rms_norm_add_f32(st_cuda_view out, st_cuda_view x, st_cuda_view y, const float *__restrict__ w,
                                  float eps) {
     __shared__ float shared[NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
+    cuda_early_release(); // a kernel launched early behind this one may take the SMs it leaves
+    if (EARLY) cuda_early_wait();
     const int64_t D = y.ne0, rows = y.ne1 * y.ne2 * y.ne3;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *yr = (const float *)cuda_row(y, r), *xr = (const float *)cuda_row(x, r);
         float *o = (float *)cuda_row(out, r);
-        const float s = rms_row_scale(yr, D, eps, shared);
-        for (int64_t i = threadIdx.x; i < D; i += blockDim.x) o[i] = __fadd_rn(xr[i], w ? (yr[i] * s) * w[i] : yr[i] * s);
+        const float s = rms_row_scale<EARLY>(yr, D, eps, shared);
+        for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+            const float yi = EARLY ? st_gpu_load_l2(yr + i) : yr[i], xi = EARLY ? st_gpu_load_l2(xr + i) : xr[i];
+            o[i] = __fadd_rn(xi, w ? (yi * s) * w[i] : yi * s);
+        }
     }
 }
 
@@ -141,8 +153,14 @@ st_status st_cuda_norm_add(st_backend *b, const st_fused_norm_add *op, st_error 
     const int64_t D = y->ne[0], rows = cuda_nrows(y);
     if (rows == 0 || D == 0) return ST_OK;
     const unsigned int grid = (unsigned int)(rows < (1 << 30) ? rows : (1 << 30));
-    rms_norm_add_f32<<<grid, norm_threads(D), 0, c->stream>>>(cuda_view(op->out), cuda_view(x), cuda_view(y),
-                                                              w ? (const float *)w->data : (const float *)NULL, op->eps);
+    const float *wd = w ? (const float *)w->data : (const float *)NULL;
+    if (c->tune.early_launch & CUDA_EARLY_NORM_ADD)
+        (void)st_gpu_launch_early(rms_norm_add_f32<true>, dim3(grid), (unsigned int)norm_threads(D), 0, c->stream,
+                                  cuda_view(op->out), cuda_view(x), cuda_view(y), wd,
+                                  op->eps); // (its error: ST_GPU_CHECK_LAUNCH)
+    else
+        rms_norm_add_f32<false><<<grid, norm_threads(D), 0, c->stream>>>(cuda_view(op->out), cuda_view(x), cuda_view(y),
+                                                                         wd, op->eps);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }

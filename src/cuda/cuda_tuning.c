@@ -11,8 +11,9 @@ st_cuda_tuning st_cuda_tuning_default(int cc_major) {
         .rowblock_staged = -1,
         /* o (a residual add of short rows) and the warps attention: launched early they
          * overlap their loads with the tail of the kernel ahead; down, q/k/v and the gated
-         * pairs do not gain from it */
-        .early_launch = cc_major >= 9 ? (CUDA_ROWBLOCK_ADD | CUDA_EARLY_ATTENTION) : 0,
+         * pairs do not gain from it. The post-norms: their launch overlaps the product's
+         * tail (gemma3: 2 a layer) */
+        .early_launch = cc_major >= 9 ? (CUDA_ROWBLOCK_ADD | CUDA_EARLY_ATTENTION | CUDA_EARLY_NORM_ADD) : 0,
         .norm_prepared = 1,
         .norm_apart_waves = 4,
         .moe_rowblock = CUDA_MOE_ROWBLOCK_ALL,
@@ -31,7 +32,8 @@ typedef struct tuning_key {
 static const tuning_key KEYS[] = {
     {"rowblock", -1, CUDA_ROWBLOCK_ALL, "-1 (by shape) or a mask of 1 (stores), 2 (residual adds) and 4 (gated pairs)"},
     {"rowblock_staged", -1, CUDA_ROWBLOCK_ALL, "-1 (by shape) or a mask of 1, 2 and 4"},
-    {"early_launch", 0, CUDA_EARLY_ALL, "a mask of 1, 2, 4, 8 (attention) and 16 (long residual adds)"},
+    {"early_launch", 0, CUDA_EARLY_ALL,
+     "a mask of 1, 2, 4, 8 (attention), 16 (long residual adds) and 32 (post-norms)"},
     {"norm_prepared", 0, 2, "0 (never), 1 (where it pays) or 2 (wherever it can)"},
     {"norm_apart_waves", 0, 1000000, "waves of blocks (0: never)"},
     {"moe_rowblock", 0, CUDA_MOE_ROWBLOCK_ALL, "a mask of 1 (the experts' gate/up) and 2 (their down)"},

@@ -27,12 +27,14 @@ enum {
     CUDA_ROWBLOCK_ALL = 7
 };
 /* Decode kernels launched early beside the product kinds above (early_launch): the
- * one-token warps attention, and residual adds of rows longer than two pieces a thread
- * (down; the ADD bit alone covers o). */
+ * one-token warps attention, residual adds of rows longer than two pieces a thread (down;
+ * the ADD bit alone covers o), and post-norms into the residual (gemma3's, after o and
+ * down). */
 enum {
     CUDA_EARLY_ATTENTION = 8,
     CUDA_EARLY_LONG_ADD = 16,
-    CUDA_EARLY_ALL = CUDA_ROWBLOCK_ALL | CUDA_EARLY_ATTENTION | CUDA_EARLY_LONG_ADD
+    CUDA_EARLY_NORM_ADD = 32,
+    CUDA_EARLY_ALL = CUDA_ROWBLOCK_ALL | CUDA_EARLY_ATTENTION | CUDA_EARLY_LONG_ADD | CUDA_EARLY_NORM_ADD
 };
 
 /* Kinds of one-token MoE expert product (the moe_rowblock mask). */
