@@ -94,8 +94,8 @@ __device__ __forceinline__ uint32_t flash_pack_half2(float lo, float hi) {
 template <int D, bool PAGED>
 __global__ void __launch_bounds__(FLASH_THREADS)
     attn_flash_f16_kernel(st_cuda_view dst, st_cuda_view q, st_cuda_view kc, st_cuda_view vc,
-                          const int32_t *__restrict__ positions, int64_t n_kv, int32_t window, float scale,
-                          float softcap, const attn_pages pg, const attn_runs runs) {
+                          bool q_vec, const int32_t *__restrict__ positions, int64_t n_kv, int32_t window,
+                          float scale, float softcap, const attn_pages pg, const attn_runs runs) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap(); // the host launches this only on sm_80+
 #else
@@ -157,14 +157,30 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         atomicMax(&s_maxlo, lo);
         atomicMin(&s_minhi, hi);
     }
-    for (int i = tid; i < BM * D; i += FLASH_THREADS) {
-        const int r = i / D, d = i % D;
-        float x = 0.0f; // rows past R: zeros, computed and never written
-        if (r0 + r < R) {
-            const int64_t m = m0 + (r0 + r) / group, h = kvh * group + (r0 + r) % group;
-            x = ((const float *)(q.data + h * q.nb1 + m * q.nb2))[d];
+    // Q rows to shared memory as f16, 4 floats a piece: QV pieces a thread, loaded QB at a
+    // time before their stores, so that a thread has QB loads in flight (16-byte loads
+    // where q_vec says q's rows allow them)
+    constexpr int QV = BM * D / 4 / FLASH_THREADS, QB = D < 256 ? 8 : 4; // QV 8, 16, 32 for D 64, 128, 256
+    static_assert(QV % QB == 0, "whole batches of pieces");
+#pragma unroll
+    for (int u0 = 0; u0 < QV; u0 += QB) {
+        float4 x[QB];
+#pragma unroll
+        for (int u = 0; u < QB; u++) {
+            const int i = tid + (u0 + u) * FLASH_THREADS, r = i / (D / 4), d = 4 * (i % (D / 4));
+            x[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f); // rows past R: zeros, computed and never written
+            if (r0 + r < R) {
+                const int64_t m = m0 + (r0 + r) / group, h = kvh * group + (r0 + r) % group;
+                const float *src = (const float *)(q.data + h * q.nb1 + m * q.nb2) + d;
+                x[u] = q_vec ? *(const float4 *)src : make_float4(src[0], src[1], src[2], src[3]);
+            }
         }
-        Qs[r * LDS + d] = __float2half_rn(x);
+#pragma unroll
+        for (int u = 0; u < QB; u++) {
+            const int i = tid + (u0 + u) * FLASH_THREADS, r = i / (D / 4), d = 4 * (i % (D / 4));
+            *(uint2 *)(Qs + r * LDS + d) =
+                make_uint2(flash_pack_half2(x[u].x, x[u].y), flash_pack_half2(x[u].z, x[u].w));
+        }
     }
     // this thread's rows: g and g + 8 of its warp's 16
     int lo_i[2], hi_i[2];
@@ -331,8 +347,8 @@ static st_status flash_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q
     if (tiles == 0) return ST_OK;
     const dim3 grid((unsigned int)tiles, (unsigned int)k_cache->ne[1]);
     attn_flash_f16_kernel<D, PAGED><<<grid, FLASH_THREADS, smem, c->stream>>>(
-        cuda_view(dst), cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), pos, p->n_kv, p->window, p->scale,
-        p->softcap, pg, runs);
+        cuda_view(dst), cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), attn_cache_rows_aligned(q), pos,
+        p->n_kv, p->window, p->scale, p->softcap, pg, runs);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }
