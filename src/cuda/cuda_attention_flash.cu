@@ -347,7 +347,7 @@ static st_status flash_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q
     if (tiles == 0) return ST_OK;
     const dim3 grid((unsigned int)tiles, (unsigned int)k_cache->ne[1]);
     attn_flash_f16_kernel<D, PAGED><<<grid, FLASH_THREADS, smem, c->stream>>>(
-        cuda_view(dst), cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), attn_cache_rows_aligned(q), pos,
+        cuda_view(dst), cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), cuda_rows_aligned16(q), pos,
         p->n_kv, p->window, p->scale, p->softcap, pg, runs);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;

@@ -71,7 +71,7 @@ int cuda_gemv_decode_waves(const st_cuda_ctx *c, const cuda_gemv_decode_args *a,
 /* cuda_gemv_rowblock.cu: a block a row, each thread the same columns of every row (F16 and
  * BF16; K a multiple of 8 up to 8,192; no prepared norm, no sums of squares for the next;
  * at most a few rows a block: a layer's products, not an output head). The products it may
- * take: CUDA_ROWBLOCK_* (cuda_backend.h). */
+ * take: CUDA_ROWBLOCK_* (cuda_tuning.h). */
 bool cuda_gemv_rowblock_takes(const st_cuda_ctx *c, const cuda_gemv_decode_args *a, st_type type);
 /* The kinds of product it may take at row length K: st_cuda_tuning's rowblock mask, or
  * (-1, the default) stores and residual adds at every K, and gated pairs where K is not a
