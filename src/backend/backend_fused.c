@@ -79,7 +79,13 @@ void st_fused_norm_pair_composite(st_backend *b, const st_fused_norm_pair *op) {
 }
 
 st_status st_fused_moe_route_composite(st_backend *b, const st_fused_moe_route *op, st_error *err) {
-    st_status s = b->iface->mul_mat(b, op->logits, op->router, op->x, err);
+    const st_tensor *a = op->x;
+    if (op->norm_w) {
+        ST_ASSERT(op->h != NULL);
+        b->iface->rms_norm(b, op->h, op->x, op->norm_w, op->eps);
+        a = op->h;
+    }
+    st_status s = b->iface->mul_mat(b, op->logits, op->router, a, err);
     if (s != ST_OK) return s;
     b->iface->topk_route(b, op->ids, op->wts, op->logits, op->k, op->softmax_first, op->normalize);
     return ST_OK;

@@ -340,22 +340,32 @@ static bool match_norm_pair(const st_graph *g, int i, st_fused_norm_pair *op) {
     return true;
 }
 
-/* mul_mat(logits <- router, x), topk_route(ids, wts <- logits): the routing reads only the
- * product (the fused op writes the logits too, so nothing after is refused). */
-static bool match_moe_route(const st_graph *g, int i, st_fused_moe_route *op) {
-    if (i + 1 >= g->n_nodes) return false;
-    const st_node *mm = &g->nodes[i], *route = &g->nodes[i + 1];
-    if (mm->op != ST_OP_MUL_MAT || route->op != ST_OP_TOPK_ROUTE || !st_tensor_same(route->src[0], mm->dst)) return false;
+/* [rms_norm(h <- x, w),] mul_mat(logits <- router, h or x), topk_route(ids, wts <- logits):
+ * the routing reads only the product, and the fused op writes the logits and h too, so
+ * nothing after is refused. Returns the nodes taken, 0 when no match. */
+static int match_moe_route(const st_graph *g, int i, st_fused_moe_route *op) {
+    const st_node *norm = &g->nodes[i];
+    const bool normed = norm->op == ST_OP_RMS_NORM && norm->src[1] && !st_tensor_same(norm->dst, norm->src[0]);
+    const int at = normed ? i + 1 : i;
+    if (at + 1 >= g->n_nodes) return 0;
+    const st_node *mm = &g->nodes[at], *route = &g->nodes[at + 1];
+    if (mm->op != ST_OP_MUL_MAT || route->op != ST_OP_TOPK_ROUTE || !st_tensor_same(route->src[0], mm->dst)) return 0;
+    if (normed && !st_tensor_same(mm->src[1], norm->dst)) return 0;
     memset(op, 0, sizeof(*op));
     op->router = mm->src[0];
-    op->x = mm->src[1];
+    op->x = normed ? norm->src[0] : mm->src[1];
+    if (normed) {
+        op->norm_w = norm->src[1];
+        op->eps = norm->p.eps;
+        op->h = norm->dst;
+    }
     op->logits = mm->dst;
     op->ids = route->dst;
     op->wts = route->dst2;
     op->k = route->p.route.k;
     op->softmax_first = route->p.route.softmax_first;
     op->normalize = route->p.route.normalize;
-    return true;
+    return at + 2 - i;
 }
 
 void st_fuse_match(const st_graph *g, int i, st_fuse_group *out) {
@@ -365,6 +375,9 @@ void st_fuse_match(const st_graph *g, int i, st_fuse_group *out) {
     int used = 1;
     if (match_rope_attention(g, i, out)) {
         out->kind = ST_FUSE_ROPE_ATTENTION;
+    } else if ((used = match_moe_route(g, i, &out->mr)) > 0) { /* (before a normed product: its norm) */
+        out->kind = ST_FUSE_MOE_ROUTE;
+        out->n_nodes = used;
     } else if (match_normed_product(g, i, &out->mm, &used)) {
         out->kind = ST_FUSE_MUL_MAT;
         out->n_nodes = used;
@@ -382,9 +395,6 @@ void st_fuse_match(const st_graph *g, int i, st_fuse_group *out) {
         out->n_nodes = 2;
     } else if (match_norm_pair(g, i, &out->np)) {
         out->kind = ST_FUSE_NORM_PAIR;
-        out->n_nodes = 2;
-    } else if (match_moe_route(g, i, &out->mr)) {
-        out->kind = ST_FUSE_MOE_ROUTE;
         out->n_nodes = 2;
     }
     st_fuse_group_point(out);

@@ -17,7 +17,9 @@
  *                    add(x <- x, out): the residual]
  *   post-norm add    rms_norm(h <- y, w), add(out <- x, h): a post-norm into the residual
  *   norm pair        rms_norm(a <- x, w), rms_norm(b <- y, u) of one width, independent
- *   MoE routing      mul_mat(logits <- router, x), topk_route(ids, wts <- logits)
+ *   MoE routing      [rms_norm(h <- x, w),] mul_mat(logits <- router, h or x),
+ *                    topk_route(ids, wts <- logits): the norm's h is written (the experts
+ *                    read it)
  */
 #ifndef STRIDE_BACKEND_FUSE_H
 #define STRIDE_BACKEND_FUSE_H
@@ -35,7 +37,7 @@ typedef enum st_fuse_kind {
     ST_FUSE_MOE,            /* an experts' unit or down product: moe */
     ST_FUSE_NORM_ADD,       /* a post-norm into the residual: na */
     ST_FUSE_NORM_PAIR,      /* two independent norms of one width: np */
-    ST_FUSE_MOE_ROUTE,      /* a router's product and its routing: mr */
+    ST_FUSE_MOE_ROUTE,      /* [a norm,] a router's product and its routing: mr */
 } st_fuse_kind;
 
 typedef struct st_fuse_group {

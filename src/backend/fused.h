@@ -140,11 +140,15 @@ typedef struct st_fused_norm_add {
     st_tensor *out;
 } st_fused_norm_add;
 
-/* A MoE layer's router and routing: logits [E, M] = router x (mul_mat; router [K, E],
- * x [K, M]), then ids I32 [k, M] and wts F32 [k, M] = topk_route(logits)
- * (st_fused_moe_route_composite). */
+/* A MoE layer's router and routing: logits [E, M] = router a (mul_mat; router [K, E]),
+ * then ids I32 [k, M] and wts F32 [k, M] = topk_route(logits)
+ * (st_fused_moe_route_composite). a = x [K, M]; or, with norm_w [K], the layer's FFN
+ * norm first: h [K, M] = rms_norm(x, norm_w, eps), written (the experts read it), a = h. */
 typedef struct st_fused_moe_route {
     const st_tensor *router, *x;
+    const st_tensor *norm_w; /* F32 [K], or NULL */
+    float eps;
+    st_tensor *h;            /* with norm_w */
     st_tensor *logits, *ids, *wts;
     int32_t k;
     bool softmax_first, normalize;

@@ -179,7 +179,12 @@ void st_op_cost_norm_pair(const st_fused_norm_pair *op, st_op_cost *c) {
 void st_op_cost_moe_route(const st_fused_moe_route *op, st_op_cost *c) {
     const st_tensor *w = op->router;
     const int64_t K = w->ne[0], E = w->ne[1], M = op->x->ne[1];
-    set(c, (double)E * elems_bytes(w->type, K) + f32_bytes(op->x) + f32_bytes(op->logits) + f32_bytes(op->wts),
-        2.0 * (double)K * (double)E * (double)M, "mul_mat+topk_route %s K=%lld E=%lld k=%d", st_type_name(w->type),
-        (long long)K, (long long)E, op->k);
+    double bytes = (double)E * elems_bytes(w->type, K) + f32_bytes(op->x) + f32_bytes(op->logits) + f32_bytes(op->wts);
+    double flops = 2.0 * (double)K * (double)E * (double)M;
+    if (op->norm_w) {
+        bytes += f32_bytes(op->norm_w) + f32_bytes(op->h);
+        flops += 3.0 * (double)K * (double)M;
+    }
+    set(c, bytes, flops, "mul_mat+%stopk_route %s K=%lld E=%lld k=%d", op->norm_w ? "norm+" : "",
+        st_type_name(w->type), (long long)K, (long long)E, op->k);
 }

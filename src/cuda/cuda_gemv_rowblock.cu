@@ -306,10 +306,15 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
 // goes early.
 #define ROWBLOCK_EARLY_SHORT_P 2
 
-// Whether a product of this kind and P pieces a thread is launched early (then staged).
-static bool rowblock_early(const st_cuda_ctx *c, int kind, int P) {
+// Whether a product of this kind and rows of K elements (P pieces a thread) is launched
+// early (then staged): by its kind's bit, or by CUDA_EARLY_PARTIAL_ROWS where K is no
+// multiple of 2,048 (the rows end in a partial round of pieces: gemma-3-1b's 1,152 and
+// 6,912, phi-4-mini's 3,072).
+static bool rowblock_early(const st_cuda_ctx *c, int kind, int64_t K) {
+    const int P = (int)rowblock_pieces_a_thread(K);
     const int bit = kind == CUDA_ROWBLOCK_ADD && P > ROWBLOCK_EARLY_SHORT_P ? CUDA_EARLY_LONG_ADD : kind;
-    return (c->tune.early_launch & bit) != 0;
+    const bool partial = K % ROWBLOCK_K_A_ROUND != 0 && (c->tune.early_launch & CUDA_EARLY_PARTIAL_ROWS);
+    return (c->tune.early_launch & bit) != 0 || partial;
 }
 
 static int64_t rowblock_rows_total(const cuda_gemv_decode_args *a) {
@@ -360,7 +365,7 @@ static void rowblock_launch_p(st_cuda_ctx *c, const cuda_gemv_decode_args &a, in
     const int kind = EPI == ST_FUSED_EPILOGUE_STORE ? CUDA_ROWBLOCK_STORE
                      : EPI == ST_FUSED_EPILOGUE_ADD ? CUDA_ROWBLOCK_ADD
                                                     : CUDA_ROWBLOCK_GLU;
-    const bool early = rowblock_early(c, kind, P); // (staged: its copies go early)
+    const bool early = rowblock_early(c, kind, a.K); // (staged: its copies go early)
     if (early || rowblock_staged(c, kind, P)) {
         switch (P) {
         case 1: rowblock_launch_staged<T, EPI, NORM, 1>(c, a, grid, rows, early); break;

@@ -477,59 +477,167 @@ st_status st_cuda_topk_route(st_backend *b, st_tensor *ids, st_tensor *weights, 
 
 // ---- router and routing fused (backend/fused.h st_fused_moe_route) -------------------------
 
-#define ROUTER_MAX_EXPERTS 256 // the routing block holds a token's logits in shared memory
+#define ROUTER_THREADS 256                // a block a (router row, token); routing: a thread an expert
+#define ROUTER_MAX_EXPERTS ROUTER_THREADS // the routing block holds a token's logits in shared memory
+#define ROUTER_LOADS 4                    // 16-byte weight pieces a thread in flight (K up to 4,096 F32 a round)
 
-// A (group of CUDA_GEMV_WARPS router rows, token m) a block, a warp a row: logits[e, m] =
-// router row e . x[:, m], as the GEMV forms a row. Each block then counts itself done for
-// its token (after a fence, so that its rows are visible); the last of the token's blocks
-// reads the token's logits into shared memory past the L1 cache, routes them as
-// topk_route_f32 does (the picks a warp's, the weights st_moe_route_weights') and sets the
-// count back to zero for the next launch (a recorded graph replays it).
-template <st_type T>
-__global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)
-    moe_route_kernel(const char *__restrict__ w, int64_t nb1, int64_t E, int64_t K, bool w_vec, st_cuda_view x,
-                     bool x_vec, st_cuda_view logits, char *__restrict__ ids, int64_t ids_nb1, st_cuda_view wts,
-                     int32_t k, bool softmax_first, bool normalize, int *__restrict__ counters) {
+// Block (e, m) of the grid (E, M): logits[e, m] = router row e . a[:, m], the row's 16-byte
+// pieces spread over the block (thread t the pieces t, t + 256, ..., ROUTER_LOADS loads in
+// flight, then a block sum), so that a row arrives in one round of loads rather than in a
+// warp's dependent rounds (olmoe: 64 rows of 2,048 F32, 8 KiB a row, 2 pieces a thread).
+// VEC: every row 16-byte aligned (weights, x, norm_w, h), else element by element.
+// NORM: a = h = rms_norm(x) * norm_w. Every block forms the token's scale s (its sum of
+// squares, then cuda_rms_scale) and uses h's elements as rms_norm forms them, (x * s) * w;
+// block e stores h's pieces p with p % E == e (the experts read h). EARLY: launched early
+// (st_cuda_ctx's early_launch, CUDA_EARLY_ROUTE), the first round of weight loads is issued
+// before the wait for the kernel ahead; x is read through L2 either way.
+// Each block then counts itself done for its token (after a fence, so that its writes are
+// visible); the last of the token's blocks reads the logits past the L1 cache into shared
+// memory and ranks them: thread e counts the experts st_moe_route_before puts ahead of e,
+// and the expert of rank j is the j-th pick, as st_moe_route_pick's. Thread 0 weighs the
+// picks (st_moe_route_weights: the CPU's sums in its order) and sets the count back to zero
+// for the next launch (a recorded graph replays it).
+template <st_type T, bool VEC, bool NORM, bool EARLY>
+__global__ void __launch_bounds__(ROUTER_THREADS)
+    moe_route_kernel(const char *__restrict__ w, int64_t nb1, int64_t K, st_cuda_view x,
+                     const float *__restrict__ norm_w, float eps, st_cuda_view h, st_cuda_view logits,
+                     char *__restrict__ ids, int64_t ids_nb1, st_cuda_view wts, int32_t k, bool softmax_first,
+                     bool normalize, int *__restrict__ counters) {
+    constexpr int PV = 16 / cuda_elem_bytes<T>::value; // elements a piece
+    __shared__ float partial[ROUTER_THREADS / ST_GPU_WARP_SIZE];
     __shared__ float l[ROUTER_MAX_EXPERTS];
+    __shared__ int32_t pick[ROUTER_MAX_EXPERTS];
     __shared__ bool last;
-    const int warp = threadIdx.x / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
-    const int64_t m = blockIdx.y, e = (int64_t)blockIdx.x * CUDA_GEMV_WARPS + warp;
+    const int t = threadIdx.x;
+    const int64_t e = blockIdx.x, m = blockIdx.y, E = gridDim.x;
+    const char *wrow = w + e * nb1;
+    const uint4 *wv = (const uint4 *)wrow;
+    const int64_t n_vec = VEC ? K / PV : 0; // pieces; the tail element by element
+    uint4 wq[ROUTER_LOADS];
+    auto issue = [&](int64_t p0) {
+#pragma unroll
+        for (int u = 0; u < ROUTER_LOADS; u++)
+            if (p0 + u * ROUTER_THREADS < n_vec) wq[u] = st_gpu_load_streaming(wv + p0 + u * ROUTER_THREADS);
+    };
+    issue(t);
+    cuda_early_release(); // the experts' product behind may take the SMs this grid leaves
+    if (EARLY) cuda_early_wait();
+    const float *xr = (const float *)(x.data + m * x.nb1);
+    float *hr = (float *)(h.data + m * h.nb1);
     float *lm = (float *)(logits.data + m * logits.nb1);
-    if (e < E) {
-        const float *xs[1] = {(const float *)(x.data + m * x.nb1)};
-        float acc[1];
-        cuda_gemv_row<T, false, 1>(w + e * nb1, K, w_vec, xs, 1, x_vec, acc);
-        if (lane == 0) lm[e] = acc[0];
+
+    float s = 1.0f;
+    if (NORM) {
+        float ss = 0.0f;
+        if (VEC) {
+            for (int64_t i = t; i < K / 4; i += ROUTER_THREADS) {
+                const float4 v = st_gpu_load_l2((const float4 *)xr + i);
+                ss = fmaf(v.x, v.x, ss), ss = fmaf(v.y, v.y, ss), ss = fmaf(v.z, v.z, ss), ss = fmaf(v.w, v.w, ss);
+            }
+        } else {
+            for (int64_t i = t; i < K; i += ROUTER_THREADS) {
+                const float v = st_gpu_load_l2(xr + i);
+                ss = fmaf(v, v, ss);
+            }
+        }
+        s = cuda_rms_scale(cuda_group_sum_f32(ss, partial, t, ROUTER_THREADS), K, eps);
+        __syncthreads(); // (partial is summed again below)
     }
+
+    float acc = 0.0f;
+    for (int64_t p0 = t; p0 < n_vec; p0 += ROUTER_LOADS * ROUTER_THREADS) {
+        if (p0 != t) issue(p0);
+#pragma unroll
+        for (int u = 0; u < ROUTER_LOADS; u++) {
+            const int64_t p = p0 + u * ROUTER_THREADS;
+            if (p >= n_vec) break;
+            float wf[PV];
+            cuda_unpack16<T>(wq[u], wf);
+#pragma unroll
+            for (int i = 0; i < PV; i += 4) {
+                float4 a = st_gpu_load_l2((const float4 *)(xr + p * PV + i));
+                if (NORM) {
+                    const float4 nw = __ldg((const float4 *)(norm_w + p * PV + i));
+                    a = make_float4((a.x * s) * nw.x, (a.y * s) * nw.y, (a.z * s) * nw.z, (a.w * s) * nw.w);
+                    if ((int)p % (int)E == (int)e) *(float4 *)(hr + p * PV + i) = a;
+                }
+                acc = fmaf(wf[i], a.x, acc), acc = fmaf(wf[i + 1], a.y, acc);
+                acc = fmaf(wf[i + 2], a.z, acc), acc = fmaf(wf[i + 3], a.w, acc);
+            }
+        }
+    }
+    for (int64_t i = n_vec * PV + t; i < K; i += ROUTER_THREADS) {
+        float a = st_gpu_load_l2(xr + i);
+        if (NORM) {
+            a = (a * s) * norm_w[i];
+            if ((int)i % (int)E == (int)e) hr[i] = a;
+        }
+        acc = fmaf(cuda_load_f32<T>(wrow, i), a, acc);
+    }
+    acc = cuda_group_sum_f32(acc, partial, t, ROUTER_THREADS);
+    if (t == 0) lm[e] = acc;
+
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&counters[m], 1) == (int)gridDim.x - 1;
+    if (t == 0) last = atomicAdd(&counters[m], 1) == (int)E - 1;
     __syncthreads();
     if (!last) return;
     const volatile float *lv = lm; // (volatile: read from L2, not a stale L1 line)
-    for (int64_t i = threadIdx.x; i < E; i += blockDim.x) l[i] = lv[i];
+    if (t < E) l[t] = lv[t];
     __syncthreads();
-    if (warp != 0) return;
+    if (t < E) {
+        const float v = l[t];
+        int rank = 0;
+        for (int j = 0; j < (int)E; j++) rank += st_moe_route_before(l[j], j, v, t) ? 1 : 0;
+        if (rank < k) pick[rank] = t;
+    }
+    __syncthreads();
     int32_t *id = (int32_t *)(ids + m * ids_nb1);
-    float *wt = (float *)(wts.data + m * wts.nb1);
-    route_warp_pick(l, E, k, id); // (topk_route_f32's picks)
-    if (lane == 0) {
-        st_moe_route_weights(l, E, k, softmax_first, normalize, id, wt);
+    if (t < k) id[t] = pick[t];
+    if (t == 0) {
+        st_moe_route_weights(l, E, k, softmax_first, normalize, pick, (float *)(wts.data + m * wts.nb1));
         counters[m] = 0;
     }
 }
 
+template <st_type T, bool VEC, bool NORM>
+static void moe_route_launch(st_cuda_ctx *c, bool early, dim3 grid, const st_fused_moe_route *op) {
+    const st_tensor *w = op->router;
+    const float *nw = op->norm_w ? (const float *)op->norm_w->data : (const float *)NULL;
+    const st_cuda_view hv = op->h ? cuda_view(op->h) : cuda_view(op->x);
+    const char *wd = (const char *)w->data;
+    char *id = (char *)op->ids->data;
+#define ROUTE_ARGS                                                                                                     \
+    wd, (int64_t)w->nb[1], (int64_t)w->ne[0], cuda_view(op->x), nw, op->eps, hv, cuda_view(op->logits), id,           \
+        (int64_t)op->ids->nb[1], cuda_view(op->wts), op->k, op->softmax_first, op->normalize, c->route_counters
+    if (early) (void)st_gpu_launch_early(moe_route_kernel<T, VEC, NORM, true>, grid, ROUTER_THREADS, 0, c->stream, ROUTE_ARGS);
+    else moe_route_kernel<T, VEC, NORM, false><<<grid, ROUTER_THREADS, 0, c->stream>>>(ROUTE_ARGS);
+#undef ROUTE_ARGS
+}
+
+template <st_type T>
+static void moe_route_launch_type(st_cuda_ctx *c, bool early, bool vec, dim3 grid, const st_fused_moe_route *op) {
+    const bool norm = op->norm_w != NULL;
+    if (vec) norm ? moe_route_launch<T, true, true>(c, early, grid, op) : moe_route_launch<T, true, false>(c, early, grid, op);
+    else norm ? moe_route_launch<T, false, true>(c, early, grid, op) : moe_route_launch<T, false, false>(c, early, grid, op);
+}
+
 st_status st_cuda_moe_route_fused(st_backend *b, const st_fused_moe_route *op, st_error *err) {
-    // router [K, E] F32/F16/BF16; x F32 [K, M]; logits F32 [E, M]; ids I32 [k, M]; wts F32 [k, M]
+    // router [K, E] F32/F16/BF16; x F32 [K, M]; norm_w F32 [K] and h F32 [K, M], or none;
+    // logits F32 [E, M]; ids I32 [k, M]; wts F32 [k, M]
     st_cuda_ctx *c = cuda_ctx(b);
     const st_tensor *w = op->router, *x = op->x;
     const int64_t K = w->ne[0], E = w->ne[1], M = cuda_nrows(x);
+    const bool norm_ok = !op->norm_w || (cuda_is_f32_rows(op->norm_w) && op->norm_w->ne[0] == K &&
+                                         cuda_nrows(op->norm_w) == 1 && op->h && cuda_is_f32_rows(op->h) &&
+                                         op->h->ne[0] == K && cuda_nrows(op->h) == M);
     const bool takes = cuda_is_float_weight(w) && w->ne[2] == 1 && w->ne[3] == 1 && E <= ROUTER_MAX_EXPERTS &&
                        op->k >= 1 && op->k <= E && M >= 1 && M <= 65535 &&
                        (M < ST_CUDA_MOE_GROUPED_MIN_M || c->capturing) && cuda_is_f32_rows(x) && x->ne[0] == K &&
-                       cuda_is_f32_rows(op->logits) && op->logits->ne[0] == E && cuda_nrows(op->logits) == M &&
-                       cuda_is_f32_rows(op->wts) && op->wts->ne[0] == op->k && op->wts->ne[1] == M &&
-                       cuda_is_i32_index(op->ids) && op->ids->ne[0] == op->k && op->ids->ne[1] >= M;
+                       norm_ok && cuda_is_f32_rows(op->logits) && op->logits->ne[0] == E &&
+                       cuda_nrows(op->logits) == M && cuda_is_f32_rows(op->wts) && op->wts->ne[0] == op->k &&
+                       op->wts->ne[1] == M && cuda_is_i32_index(op->ids) && op->ids->ne[0] == op->k &&
+                       op->ids->ne[1] >= M;
     if (!takes) return st_fused_moe_route_composite(b, op, err);
     // a count a token, zero between launches (it grows outside any recording, zeroed once)
     const size_t bytes = (size_t)M * sizeof(int);
@@ -540,22 +648,17 @@ st_status st_cuda_moe_route_fused(st_backend *b, const st_fused_moe_route *op, s
         if (c->route_counters != before)
             ST_GPU_CHECK(st_gpu_memset_async(c->route_counters, 0, c->route_counters_bytes, c->stream));
     }
-    const bool w_vec = cuda_aligned16(w->data) && w->nb[1] % 16 == 0;
-    const bool x_vec = cuda_aligned16(x->data) && x->nb[1] % 16 == 0;
-    const dim3 grid(cuda_blocks(E, CUDA_GEMV_WARPS), (unsigned int)M), block(CUDA_GEMV_WARPS * ST_GPU_WARP_SIZE);
-    const char *wd = (const char *)w->data;
-    const int64_t nb1 = (int64_t)w->nb[1], ids_nb1 = (int64_t)op->ids->nb[1];
-    const st_cuda_view xv = cuda_view(x), lv = cuda_view(op->logits), wv = cuda_view(op->wts);
-    char *id = (char *)op->ids->data;
-#define ROUTE_LAUNCH(T)                                                                                              \
-    moe_route_kernel<T><<<grid, block, 0, c->stream>>>(wd, nb1, E, K, w_vec, xv, x_vec, lv, id, ids_nb1, wv, op->k, \
-                                                       op->softmax_first, op->normalize, c->route_counters)
+    const bool vec = cuda_aligned16(w->data) && w->nb[1] % 16 == 0 && K % 4 == 0 && cuda_aligned16(x->data) &&
+                     x->nb[1] % 16 == 0 &&
+                     (!op->norm_w || (cuda_aligned16(op->norm_w->data) && cuda_aligned16(op->h->data) &&
+                                      op->h->nb[1] % 16 == 0));
+    const bool early = (c->tune.early_launch & CUDA_EARLY_ROUTE) != 0;
+    const dim3 grid((unsigned int)E, (unsigned int)M);
     switch (w->type) {
-    case ST_TYPE_F32: ROUTE_LAUNCH(ST_TYPE_F32); break;
-    case ST_TYPE_F16: ROUTE_LAUNCH(ST_TYPE_F16); break;
-    default: ROUTE_LAUNCH(ST_TYPE_BF16); break;
+    case ST_TYPE_F32: moe_route_launch_type<ST_TYPE_F32>(c, early, vec, grid, op); break;
+    case ST_TYPE_F16: moe_route_launch_type<ST_TYPE_F16>(c, early, vec, grid, op); break;
+    default: moe_route_launch_type<ST_TYPE_BF16>(c, early, vec, grid, op); break;
     }
-#undef ROUTE_LAUNCH
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }

@@ -92,6 +92,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     moe_glu_rowblock_kernel(const moe_rowblock_args a) {
     constexpr int VEC = 16 / cuda_elem_bytes<T>::value, RB = rowblock_rows(P, true), M = 2;
     const int t = threadIdx.x, G = (int)gridDim.x;
+    cuda_early_release(); // a kernel launched early behind this one may take the SMs it leaves
     moe_rowblock_check_ids(a);
     float h[P][VEC], no_nw[1][VEC];
     rowblock_load_x<VEC, P, false>(a.x, nullptr, P * ROWBLOCK_THREADS, h, no_nw); // (K = 2,048 P)
@@ -138,6 +139,7 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     constexpr int VEC = 16 / cuda_elem_bytes<T>::value, RB = rowblock_rows(P, false), M = 1;
     constexpr int STEP = ST_GPU_WARP_SIZE * VEC, SPAN = P * STEP; // elements: a warp load's (256), a warp's
     const int t = threadIdx.x, G = (int)gridDim.x, warp = t / ST_GPU_WARP_SIZE, lane = t % ST_GPU_WARP_SIZE;
+    cuda_early_release(); // (the next layer's q/k/v, launched early, may take the SMs it leaves)
     moe_rowblock_check_ids(a);
     // this warp's span of every row: slot s's elements k0 .. k0 + SPAN; this lane's piece p
     // the elements k + STEP p .. + VEC (k = k0 + VEC lane), at w + d nb1 + STEP p type_size

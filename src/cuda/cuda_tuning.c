@@ -10,10 +10,14 @@ st_cuda_tuning st_cuda_tuning_default(int cc_major) {
         .rowblock = -1,
         .rowblock_staged = -1,
         /* o (a residual add of short rows) and the warps attention: launched early they
-         * overlap their loads with the tail of the kernel ahead; down, q/k/v and the gated
-         * pairs do not gain from it. The post-norms: their launch overlaps the product's
-         * tail (gemma3: 2 a layer) */
-        .early_launch = cc_major >= 9 ? (CUDA_ROWBLOCK_ADD | CUDA_EARLY_ATTENTION | CUDA_EARLY_NORM_ADD) : 0,
+         * overlap their loads with the tail of the kernel ahead. The post-norms and the MoE
+         * routing: their launch overlaps the product's tail (gemma3: 2 a layer; the
+         * router's rows go in flight under it). Products of K = 2,048 multiples (llama,
+         * qwen3, olmoe: q/k/v, down) do not gain from it; those of other K (gemma3,
+         * phi3: every product) do. */
+        .early_launch = cc_major >= 9 ? (CUDA_ROWBLOCK_ADD | CUDA_EARLY_ATTENTION | CUDA_EARLY_NORM_ADD |
+                                         CUDA_EARLY_ROUTE | CUDA_EARLY_PARTIAL_ROWS)
+                                      : 0,
         .norm_prepared = 1,
         .norm_apart_waves = 4,
         .moe_rowblock = CUDA_MOE_ROWBLOCK_ALL,
@@ -33,7 +37,7 @@ static const tuning_key KEYS[] = {
     {"rowblock", -1, CUDA_ROWBLOCK_ALL, "-1 (by shape) or a mask of 1 (stores), 2 (residual adds) and 4 (gated pairs)"},
     {"rowblock_staged", -1, CUDA_ROWBLOCK_ALL, "-1 (by shape) or a mask of 1, 2 and 4"},
     {"early_launch", 0, CUDA_EARLY_ALL,
-     "a mask of 1, 2, 4, 8 (attention), 16 (long residual adds) and 32 (post-norms)"},
+     "a mask of 1, 2, 4, 8 (attention), 16 (long residual adds), 32 (post-norms), 64 (MoE routing) and 128 (K no multiple of 2,048)"},
     {"norm_prepared", 0, 2, "0 (never), 1 (where it pays) or 2 (wherever it can)"},
     {"norm_apart_waves", 0, 1000000, "waves of blocks (0: never)"},
     {"moe_rowblock", 0, CUDA_MOE_ROWBLOCK_ALL, "a mask of 1 (the experts' gate/up) and 2 (their down)"},

@@ -16,6 +16,7 @@
 
 #include "cuda/cuda_attention.h"
 #include "cuda/cuda_backend.h"
+#include "core/moe_route.h"
 #include "stride/cpu_ops.h"
 
 /* ---- tolerances (normalised error) -------------------------------------------------- */
@@ -1570,51 +1571,74 @@ static void test_topk(int64_t E, int32_t k, bool softmax_first, bool normalize, 
 }
 
 /* A router's product and its routing in one launch (st_fused_moe_route) against the CPU
- * composite: logits and weights by the GEMV tolerance, the picks exactly (random logits:
- * no near-ties); run twice, so that the second launch finds the blocks' counts reset. */
+ * composite: logits and (normed: the FFN norm first) h by the GEMV tolerance, the picks
+ * exactly (random logits: no near-ties). The weights against the CPU's weights of the
+ * GPU's own logits and picks, elementwise: a softmax of random logits of size ~sqrt(K)
+ * turns their summation-order differences into relative errors of the same absolute size,
+ * which is the product's error, checked above, not the routing's. The router's rows at a
+ * padded stride when pad; run twice, so that the second launch finds the blocks' counts
+ * reset. */
 static void test_moe_route_fused(st_type t, int64_t K, int64_t E, int32_t k, int64_t M, bool softmax_first,
-                                 bool normalize) {
-    weight w = weight_new(t, K, E, 1, 0);
-    view vx = mkpacked(ST_TYPE_F32, K, M, 1), vl = mkpacked(ST_TYPE_F32, E, M, 1);
+                                 bool normalize, bool normed, size_t pad) {
+    weight w = weight_new(t, K, E, 1, pad);
+    view vx = mkpacked(ST_TYPE_F32, K, M, 1), vl = mkpacked(ST_TYPE_F32, E, M, 1), vn = mkpacked(ST_TYPE_F32, K, 1, 1);
     view vi = ids_view(k, M), vw = mkpacked(ST_TYPE_F32, k, M, 1);
     dual dx = dual_new(view_bytes(&vx)), dl = dual_new(view_bytes(&vl)), di = dual_new(view_bytes(&vi));
-    dual dw = dual_new(view_bytes(&vw));
+    dual dw = dual_new(view_bytes(&vw)), dn = dual_new(view_bytes(&vn)), dh = dual_new(view_bytes(&vx));
     dual_random_f32(&dx);
-    st_tensor wt[2], xt[2], lt[2], it[2], wts[2];
+    dual_random_f32(&dn);
+    st_tensor wt[2], xt[2], lt[2], it[2], wts[2], nt[2], ht[2];
     st_fused_moe_route op[2];
     for (int b = 0; b < 2; b++) {
         wt[b] = on(&w.v, b ? w.d.gpu : w.d.cpu), xt[b] = on(&vx, b ? dx.gpu : dx.cpu);
         lt[b] = on(&vl, b ? dl.gpu : dl.cpu), it[b] = on(&vi, b ? di.gpu : di.cpu), wts[b] = on(&vw, b ? dw.gpu : dw.cpu);
+        nt[b] = on(&vn, b ? dn.gpu : dn.cpu), ht[b] = on(&vx, b ? dh.gpu : dh.cpu);
         op[b] = (st_fused_moe_route){.router = &wt[b], .x = &xt[b], .logits = &lt[b], .ids = &it[b], .wts = &wts[b],
                                      .k = k, .softmax_first = softmax_first, .normalize = normalize};
+        if (normed) op[b].norm_w = &nt[b], op[b].eps = 1e-5f, op[b].h = &ht[b];
     }
     st_error err = {0};
-    dual_poison(&dl), dual_poison(&dw);
+    dual_poison(&dl), dual_poison(&dw), dual_poison(&dh);
     memset(di.host, 0xff, di.bytes);
     dual_upload(&di);
     if (st_fused_moe_route_composite(g_cpu, &op[0], &err) != ST_OK) test_die("cpu moe route", &err);
-    char desc[128];
-    snprintf(desc, sizeof(desc), "%s K=%lld E=%lld k=%d M=%lld softmax_first=%d normalize=%d", tname(t), (long long)K,
-             (long long)E, k, (long long)M, softmax_first, normalize);
+    char desc[160];
+    snprintf(desc, sizeof(desc), "%s K=%lld E=%lld k=%d M=%lld softmax_first=%d normalize=%d%s pad=%zu", tname(t),
+             (long long)K, (long long)E, k, (long long)M, softmax_first, normalize, normed ? " normed" : "", pad);
     for (int run = 0; run < 2; run++) {
+        const char *name = run ? "moe route fused (again)" : "moe route fused";
         /* the GPU's outputs poisoned (0xff: NaN, and id -1) before each run */
-        dual *outs[3] = {&dl, &dw, &di};
-        for (int o = 0; o < 3; o++) {
+        dual *outs[4] = {&dl, &dw, &di, &dh};
+        for (int o = 0; o < 4; o++) {
             memset(outs[o]->host, 0xff, outs[o]->bytes);
             if (g_gpu->iface->write(g_gpu, outs[o]->gpu, outs[o]->host, outs[o]->bytes, &err) != ST_OK)
                 test_die("cuda write", &err);
         }
         if (st_cuda_moe_route_fused(g_gpu, &op[1], &err) != ST_OK) test_die("cuda moe route", &err);
-        char *gl = dual_fetch(&dl), *gw = dual_fetch(&dw), *gi = dual_fetch(&di);
+        char *gl = dual_fetch(&dl), *gw = dual_fetch(&dw), *gi = dual_fetch(&di), *gh = dual_fetch(&dh);
         cmp_result r = compare_f32(&vl, dl.cpu, gl, dl.bytes);
-        record(run ? "moe route fused (again)" : "moe route fused", desc, &r, TOL_F32_SUM);
-        r = compare_f32(&vw, dw.cpu, gw, dw.bytes);
+        record(name, desc, &r, TOL_F32_SUM);
+        float *want_w = malloc(dw.bytes);
+        if (!want_w) test_die("host malloc", NULL);
+        for (int64_t m = 0; m < M; m++) {
+            const int32_t *id = (const int32_t *)gi + m * k;
+            bool ids_in = true; /* (an id out of range fails the picks' comparison below) */
+            for (int32_t j = 0; j < k; j++) ids_in = ids_in && id[j] >= 0 && id[j] < E;
+            if (ids_in) st_moe_route_weights((const float *)gl + m * E, E, k, softmax_first, normalize, id, want_w + m * k);
+            else memset(want_w + m * k, 0, (size_t)k * sizeof(float));
+        }
+        r = compare_f32(&vw, (const char *)want_w, gw, dw.bytes);
         cmp_result ri = compare_bytes(di.cpu, gi, di.bytes);
         r.bad += ri.bad;
-        record(run ? "moe route fused (again)" : "moe route fused", desc, &r, TOL_F32_SUM);
-        free(gl), free(gw), free(gi);
+        record(name, desc, &r, TOL_ELEMENTWISE);
+        free(want_w);
+        if (normed) {
+            r = compare_f32(&vx, dh.cpu, gh, dh.bytes);
+            record(name, desc, &r, TOL_F32_SUM);
+        }
+        free(gl), free(gw), free(gi), free(gh);
     }
-    dual_free(&dx), dual_free(&dl), dual_free(&di), dual_free(&dw);
+    dual_free(&dx), dual_free(&dl), dual_free(&di), dual_free(&dw), dual_free(&dn), dual_free(&dh);
     weight_free(&w);
 }
 
@@ -1986,6 +2010,21 @@ static void run_fused_products(void) {
                                        0);
 }
 
+/* The router and routing fused: olmoe's shape (F32 router, as converters keep it; its FFN
+ * norm first, as the layer runs it), others; rows 16-byte aligned (by pieces) and not
+ * (K = 37: element by element), packed and padded. */
+static void run_moe_route_fused(void) {
+    for (int ti = 0; ti < 3; ti++)
+        for (int normed = 0; normed < 2; normed++) {
+            test_moe_route_fused(types[ti], 2048, 64, 8, 1, true, false, normed, 0);
+            test_moe_route_fused(types[ti], 2048, 64, 8, 3, true, true, normed, 128);
+            test_moe_route_fused(types[ti], 100, 60, 4, 7, false, true, normed, 0);
+            test_moe_route_fused(types[ti], 512, 128, 8, 2, true, false, normed, 64);
+            test_moe_route_fused(types[ti], 37, 24, 3, 2, true, true, normed, 0);
+            test_moe_route_fused(types[ti], 8192, 256, 8, 1, true, false, normed, 0); /* several rounds of loads */
+        }
+}
+
 static void run_all(void) {
     for (int ti = 0; ti < 3; ti++)
         for (int e = 1; e <= 3; e += 2)
@@ -2180,13 +2219,8 @@ static void run_all(void) {
     test_topk(128, 8, true, false, 9, false);
     test_topk(64, 8, true, false, 5, true);
     test_topk(60, 6, false, true, 3, true);
-    /* the router and routing fused: olmoe's shape (F32 router, as converters keep it), others */
-    for (int ti = 0; ti < 3; ti++) {
-        test_moe_route_fused(types[ti], 2048, 64, 8, 1, true, false);
-        test_moe_route_fused(types[ti], 2048, 64, 8, 3, true, true);
-        test_moe_route_fused(types[ti], 100, 60, 4, 7, false, true);
-        test_moe_route_fused(types[ti], 512, 128, 8, 2, true, false);
-    }
+    run_moe_route_fused(); /* (launched early on sm_90, by default) */
+    with_cuda_tuning("early_launch=0", run_moe_route_fused);
 
     for (int64_t D = 37; D <= 64; D += 27)
         for (int64_t k = 2; k <= 8; k += 6)

@@ -16,7 +16,8 @@ static void test_defaults_by_architecture(void **state) {
     const st_cuda_tuning h = st_cuda_tuning_default(9), a = st_cuda_tuning_default(8), t = st_cuda_tuning_default(7);
     assert_int_equal(h.rowblock, -1);
     assert_int_equal(h.rowblock_staged, -1);
-    assert_int_equal(h.early_launch, CUDA_ROWBLOCK_ADD | CUDA_EARLY_ATTENTION | CUDA_EARLY_NORM_ADD);
+    assert_int_equal(h.early_launch, CUDA_ROWBLOCK_ADD | CUDA_EARLY_ATTENTION | CUDA_EARLY_NORM_ADD | CUDA_EARLY_ROUTE |
+                                         CUDA_EARLY_PARTIAL_ROWS);
     assert_int_equal(h.norm_prepared, 1);
     assert_int_equal(h.norm_apart_waves, 4);
     assert_int_equal(h.moe_rowblock, CUDA_MOE_ROWBLOCK_ALL);
@@ -61,7 +62,7 @@ static void test_parse_errors(void **state) {
     expect_invalid("rowblock=8", "rowblock=8");             /* past the mask */
     expect_invalid("rowblock=-2", "rowblock=-2");
     expect_invalid("rowblock_staged=-2", "rowblock_staged");
-    expect_invalid("early_launch=64", "early_launch");
+    expect_invalid("early_launch=256", "early_launch");
     expect_invalid("norm_prepared=3", "norm_prepared");
     expect_invalid("moe_rowblock=4", "moe_rowblock");
     expect_invalid("graphs=2", "graphs");

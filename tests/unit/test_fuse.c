@@ -27,7 +27,8 @@
  * one (a fused qkv or gate_up, the output head), 'A' rope-attention, 'R' residual add,
  * 'G' normed gated pair, 'E' the experts' gated unit, 'D' the experts' down product with
  * its combination (and the residual add after it), 'N' a post-norm into the residual, 'P'
- * two independent norms, 'T' a router's product and its routing, '.' a node alone. */
+ * two independent norms, 'T' a router's product and its routing (with the FFN norm before
+ * them, whose output the experts read), '.' a node alone. */
 typedef struct arch_case {
     const char *preset;
     const char *layer;  /* the groups of every layer */
@@ -39,7 +40,7 @@ static const arch_case CASES[] = {
     {"tiny-qwen3", "QARGR", 3},          /* per-head q/k norms fold into the rope-attention */
     {"tiny-gemma3", "QA.NG.N", 3},        /* post-norms keep o and down apart, fused into the adds */
     {"tiny-phi3", "SARGR", 1},           /* fused qkv; fused gate_up as the gated pair of its halves */
-    {"tiny-olmoe", "QPAR.TED", 3},       /* whole-projection q/k norms as a pair; router and routing */
+    {"tiny-olmoe", "QPARTED", 3},        /* whole-projection q/k norms as a pair; FFN norm, router, routing */
 };
 
 static char group_code(const st_fuse_group *grp) {
@@ -48,7 +49,7 @@ static char group_code(const st_fuse_group *grp) {
     if (grp->kind == ST_FUSE_MOE) return grp->moe.kind == ST_FUSED_MOE_GLU ? 'E' : 'D';
     if (grp->kind == ST_FUSE_NORM_ADD) return 'N';
     if (grp->kind == ST_FUSE_NORM_PAIR) return 'P';
-    if (grp->kind == ST_FUSE_MOE_ROUTE) return 'T';
+    if (grp->kind == ST_FUSE_MOE_ROUTE) return grp->mr.norm_w ? 'T' : '?'; /* (always normed here) */
     const st_fused_mul_mat *mm = &grp->mm;
     if (mm->epilogue == ST_FUSED_EPILOGUE_ADD) return mm->norm_w ? '?' : 'R';
     if (!mm->norm_w) return '?'; /* (no such group: a product alone is not fused) */
