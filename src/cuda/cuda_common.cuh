@@ -286,6 +286,11 @@ __device__ __forceinline__ float cuda_rms_scale(float ss, int64_t n, float eps) 
     return (float)(1.0 / sqrt((double)ss / (double)n + (double)eps));
 }
 
+/* An RMSNorm's (x * s) * w of four elements, rounded as the scalar form rounds each. */
+__device__ __forceinline__ float4 cuda_rms_scale4(float4 x, float s, float4 w) {
+    return make_float4((x.x * s) * w.x, (x.y * s) * w.y, (x.z * s) * w.z, (x.w * s) * w.w);
+}
+
 /* Programmatic dependent launch (sm_90 and later; nothing before, nor on HIP). A kernel launched early
  * (st_gpu_launch_early) may run while the kernel ahead of it still runs: until
  * cuda_early_wait returns it may read only what no kernel of the step writes (weights), and

@@ -557,8 +557,7 @@ __global__ void __launch_bounds__(ROUTER_THREADS)
             for (int i = 0; i < PV; i += 4) {
                 float4 a = st_gpu_load_l2((const float4 *)(xr + p * PV + i));
                 if (NORM) {
-                    const float4 nw = __ldg((const float4 *)(norm_w + p * PV + i));
-                    a = make_float4((a.x * s) * nw.x, (a.y * s) * nw.y, (a.z * s) * nw.z, (a.w * s) * nw.w);
+                    a = cuda_rms_scale4(a, s, __ldg((const float4 *)(norm_w + p * PV + i)));
                     if ((int)p % (int)E == (int)e) *(float4 *)(hr + p * PV + i) = a;
                 }
                 acc = fmaf(wf[i], a.x, acc), acc = fmaf(wf[i + 1], a.y, acc);
@@ -603,23 +602,27 @@ __global__ void __launch_bounds__(ROUTER_THREADS)
 template <st_type T, bool VEC, bool NORM>
 static void moe_route_launch(st_cuda_ctx *c, bool early, dim3 grid, const st_fused_moe_route *op) {
     const st_tensor *w = op->router;
-    const float *nw = op->norm_w ? (const float *)op->norm_w->data : (const float *)NULL;
-    const st_cuda_view hv = op->h ? cuda_view(op->h) : cuda_view(op->x);
+    const float *nw = NORM ? (const float *)op->norm_w->data : (const float *)NULL;
+    const st_cuda_view hv = cuda_view(NORM ? op->h : op->x); // (without a norm: never written)
     const char *wd = (const char *)w->data;
     char *id = (char *)op->ids->data;
 #define ROUTE_ARGS                                                                                                     \
     wd, (int64_t)w->nb[1], (int64_t)w->ne[0], cuda_view(op->x), nw, op->eps, hv, cuda_view(op->logits), id,           \
         (int64_t)op->ids->nb[1], cuda_view(op->wts), op->k, op->softmax_first, op->normalize, c->route_counters
-    if (early) (void)st_gpu_launch_early(moe_route_kernel<T, VEC, NORM, true>, grid, ROUTER_THREADS, 0, c->stream, ROUTE_ARGS);
-    else moe_route_kernel<T, VEC, NORM, false><<<grid, ROUTER_THREADS, 0, c->stream>>>(ROUTE_ARGS);
+    if (early)
+        (void)st_gpu_launch_early(moe_route_kernel<T, VEC, NORM, true>, grid, ROUTER_THREADS, 0, c->stream, ROUTE_ARGS);
+    else
+        moe_route_kernel<T, VEC, NORM, false><<<grid, ROUTER_THREADS, 0, c->stream>>>(ROUTE_ARGS);
 #undef ROUTE_ARGS
 }
 
 template <st_type T>
 static void moe_route_launch_type(st_cuda_ctx *c, bool early, bool vec, dim3 grid, const st_fused_moe_route *op) {
     const bool norm = op->norm_w != NULL;
-    if (vec) norm ? moe_route_launch<T, true, true>(c, early, grid, op) : moe_route_launch<T, true, false>(c, early, grid, op);
-    else norm ? moe_route_launch<T, false, true>(c, early, grid, op) : moe_route_launch<T, false, false>(c, early, grid, op);
+    if (vec && norm) moe_route_launch<T, true, true>(c, early, grid, op);
+    else if (vec) moe_route_launch<T, true, false>(c, early, grid, op);
+    else if (norm) moe_route_launch<T, false, true>(c, early, grid, op);
+    else moe_route_launch<T, false, false>(c, early, grid, op);
 }
 
 st_status st_cuda_moe_route_fused(st_backend *b, const st_fused_moe_route *op, st_error *err) {

@@ -36,11 +36,6 @@ __device__ __forceinline__ float rms_row_scale(const float *xr, int64_t D, float
     return cuda_rms_scale(block_sum_f32(ss, shared), D, eps);
 }
 
-// (x * s) * w of four elements, rounded as the scalar form rounds each.
-__device__ __forceinline__ float4 rms_scale4(float4 x, float s, float4 w) {
-    return make_float4((x.x * s) * w.x, (x.y * s) * w.y, (x.z * s) * w.z, (x.w * s) * w.w);
-}
-
 // Row r of dst = (x * s) * w, s = rms_row_scale (every thread of the block calls it).
 __device__ __forceinline__ void rms_norm_row(st_cuda_view dst, st_cuda_view x, const float *__restrict__ w, float eps,
                                              int64_t r, float *shared) {
@@ -50,7 +45,7 @@ __device__ __forceinline__ void rms_norm_row(st_cuda_view dst, st_cuda_view x, c
     const float s = rms_row_scale(xr, D, eps, shared);
     if (w && cuda_vec4_row(xr, D) && cuda_vec4_row(yr, D) && cuda_vec4_row(w, D)) {
         for (int64_t i = threadIdx.x; i < D / 4; i += blockDim.x)
-            ((float4 *)yr)[i] = rms_scale4(((const float4 *)xr)[i], s, ((const float4 *)w)[i]);
+            ((float4 *)yr)[i] = cuda_rms_scale4(((const float4 *)xr)[i], s, ((const float4 *)w)[i]);
     } else if (w) {
         for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = (xr[i] * s) * w[i];
     } else {
@@ -177,7 +172,7 @@ template <st_type T> __global__ void rms_norm_pack(char *__restrict__ out, st_cu
         const float s = rms_row_scale(xr, D, eps, shared);
         if (cuda_vec4_row(xr, D) && cuda_vec4_row(w, D)) { // out + r * D 16-byte aligned: D a multiple of 4
             for (int64_t i = threadIdx.x; i < D / 4; i += blockDim.x)
-                cuda_store4_as<T>(out, r * D + 4 * i, rms_scale4(((const float4 *)xr)[i], s, ((const float4 *)w)[i]));
+                cuda_store4_as<T>(out, r * D + 4 * i, cuda_rms_scale4(((const float4 *)xr)[i], s, ((const float4 *)w)[i]));
         } else {
             for (int64_t i = threadIdx.x; i < D; i += blockDim.x) cuda_store_as<T>(out, r * D + i, (xr[i] * s) * w[i]);
         }
