@@ -24,16 +24,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
-from gguf_forward import Model  # noqa: E402
-
-
-def round_to(x, kind):
-    x32 = np.asarray(x, dtype=np.float32)
-    if kind == "f16":
-        return x32.astype(np.float16).astype(np.float64)
-    u = x32.view(np.uint32).astype(np.uint64)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000  # round to nearest even
-    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+from gguf_forward import Model, round_to  # noqa: E402
 
 
 def main():

@@ -13,7 +13,9 @@
 #     --backend cuda` vs `--exact` (the CPU reference ops) by normalised error (same tokens
 #     on both: a prompt, then teacher-forced decode steps), and greedy tokens with --pad-weights on
 #     vs off on CUDA (STRIDE_ROW_ALIAS=128 STRIDE_ROW_PAD=64, so that the tiny rows pad);
-#     the fixtures' architectures quantized (tests/python/test_quant_model.py, needs the
+#     the transformers fixtures on CUDA against their reference logits
+#     (tests/gpu/fixture_precision.py: F16/BF16 within 1.25x of the error rounding the
+#     products' activations to the weight type alone gives); the fixtures' architectures quantized (tests/python/test_quant_model.py, needs the
 #     gguf package: pip, or a copy of it under .whl/, which is put on PYTHONPATH) with
 #     weights kept quantized, CUDA vs CPU;
 #     QUANT_MODELS="a.gguf b.gguf" adds real quantized models (e.g. gemma-3-270m Q4_K_M);
@@ -273,6 +275,16 @@ if want models; then
                 else row "$name greedy pad on=off" FAIL "on [$on] off [$off]; logits $lres"; fi
             done
         done
+
+        # The transformers fixtures on CUDA against their reference logits: F32 at the CPU's
+        # tolerance; F16/BF16 within 1.25x of the error that rounding the products'
+        # activations to the weight type alone gives (fixture_precision.py)
+        t=$(secs)
+        fp_out=$(PYTHONPATH="$ROOT/.whl${PYTHONPATH:+:$PYTHONPATH}" python3 tests/gpu/fixture_precision.py "$STRIDE" 2>&1)
+        rc=$?
+        echo "$fp_out" >>"$OUTDIR/models.log"
+        if [ $rc -eq 0 ]; then row "fixtures cuda~transformers" PASS "$(tail -n1 <<<"$fp_out"), $(($(secs) - t)) s"
+        else row "fixtures cuda~transformers" FAIL "$(grep -m1 FAIL <<<"$fp_out" || tail -n1 <<<"$fp_out")"; fi
 
         # Quantized models, weights kept as stored (cuda_quant_*.cu), CUDA vs CPU. The prompt
         # runs the dequantize-to-F16 GEMM, which rounds the weights AND the activations to
