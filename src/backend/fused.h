@@ -71,9 +71,9 @@ typedef struct st_fused_mul_mat {
  *   slots I32 [M]: the cache slot each token's k and v go to (its position in a contiguous
  *   cache; may be the positions tensor);
  *   k_cache, v_cache [hd, n_head_kv, n_slots] F16/F32;
- *   rope_cs: NULL, or for one token (M = 1) the [n_rot] F32 (cos, sin) pairs of
- *   positions[0] under these rope parameters (CUDA: st_cuda_rope_table), read instead
- *   of forming the rotations. */
+ *   rope_cs: NULL, or [n_rot, >= M] F32, rows packed: row m the (cos, sin) pairs of
+ *   positions[m] under these rope parameters (CUDA: st_cuda_rope_table), read instead of
+ *   forming the rotations. */
 typedef struct st_fused_rope_store {
     st_tensor *q, *k;
     const st_tensor *v;

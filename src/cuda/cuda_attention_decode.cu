@@ -620,7 +620,7 @@ bool st_cuda_attn_decode_rope_supported(st_backend *b, const st_fused_rope_atten
            r->n_rot <= hd && r->freq_base > 0.0f && (rs->q_norm == NULL) == (rs->k_norm == NULL) &&
            (!rs->q_norm || (rs->q_norm->ne[0] == hd && rs->k_norm->ne[0] == hd)) &&
            cuda_is_i32_index(rs->positions) && rs->positions->ne[0] >= M && cuda_same_shape(rs->k_cache, rs->v_cache) &&
-           rs->k_cache->ne[0] == hd && (!rs->rope_cs || M == 1);
+           rs->k_cache->ne[0] == hd;
 }
 
 st_status st_cuda_attn_decode_rope(st_backend *b, const st_fused_rope_attention *op, st_error *err) {
@@ -640,7 +640,7 @@ st_status st_cuda_attn_decode_rope(st_backend *b, const st_fused_rope_attention 
     ra.freq_scale = r->freq_scale;
     ra.attn_factor = r->attn_factor;
     ra.freq_factors = r->freq_factors;
-    if (rs->rope_cs) {
+    if (rs->rope_cs && rs->q->ne[2] == 1) { // the kernels read one token's rotations; several form theirs
         ST_ASSERT(cuda_is_f32_rows(rs->rope_cs) && rs->rope_cs->ne[0] == r->n_rot && (uintptr_t)rs->rope_cs->data % 8 == 0);
         ra.cs = (const float2 *)rs->rope_cs->data;
     }

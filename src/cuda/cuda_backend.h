@@ -48,8 +48,8 @@ st_status st_cuda_moe_route_fused(st_backend *b, const st_fused_moe_route *op, s
 st_status st_cuda_norm_pair(st_backend *b, const st_fused_norm_pair *op, st_error *err);
 /* One token: the rope and the store folded into the decode attention kernel. */
 st_status st_cuda_rope_attention(st_backend *b, const st_fused_rope_attention *op, st_error *err);
-/* dst [n_rot] F32 = the (cos, sin) of each rotated pair at positions[0] under p, as RoPE
- * forms them: the rope_cs of the fused ops of a one-token step. */
+/* dst [n_rot, M] F32, rows packed: row m = the (cos, sin) of each rotated pair at
+ * positions[m] under p, as RoPE forms them: the rope_cs of a step's fused ops. */
 st_status st_cuda_rope_table(st_backend *b, st_tensor *dst, const st_tensor *positions, const st_rope_params *p,
                              st_error *err);
 /* Whether a one-token normed product (op, x_w not set) runs faster from the x * norm_w the

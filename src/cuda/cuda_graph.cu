@@ -6,11 +6,11 @@
 // The fused ops fall back to their composites for the operands their kernels do not take,
 // so every group means exactly its nodes.
 //
-// A one-token step (g->n_tokens == 1) also gets:
-//   the rotations of its position once per distinct rope (st_cuda_rope_table), read by
-//     every rope-attention of that rope instead of forming cos/sin per layer;
-//   a prepared norm: a residual add followed by a normed product of its output forms the
-//     product's x * norm_w on the way where st_cuda_prepared_norm_pays says it pays.
+// A step's rotations are formed once per distinct rope (st_cuda_rope_table: cos and sin of
+// every token's position, in double), read by every rope-attention of that rope instead of
+// forming them per layer and per block of rows. A one-token step also gets a prepared
+// norm: a residual add followed by a normed product of its output forms the product's
+// x * norm_w on the way where st_cuda_prepared_norm_pays says it pays.
 // Every step computed again and again (g->replay: decode steps, and steps padded to a
 // bucket whose prompt runs the attention reads from runs_dev) is recorded: the first
 // compute runs plainly over the whole context (every lazy buffer grows to its largest),
@@ -52,8 +52,9 @@ typedef struct plan_item {
 
 typedef struct rope_table {
     st_rope_params rope;
-    const st_tensor *positions; // [1] the step's position
-    st_tensor cs;               // [n_rot] F32 (cos, sin) pairs
+    const st_tensor *positions; // [>= n_tokens] the step's positions
+    int64_t n_tokens;           // the most tokens a rope-attention of the table rotates
+    st_tensor cs;               // [n_rot, n_tokens] F32: (cos, sin) pairs, a row a token
 } rope_table;
 
 typedef struct cuda_plan {
@@ -77,14 +78,26 @@ static bool rope_same(const st_rope_params *a, const st_rope_params *b) {
            a->freq_scale == b->freq_scale && a->freq_factors == b->freq_factors && a->attn_factor == b->attn_factor;
 }
 
-static int rope_table_for(cuda_plan *p, const st_rope_params *r, const st_tensor *positions) {
+static int rope_table_for(cuda_plan *p, const st_rope_params *r, const st_tensor *positions, int64_t n_tokens) {
     for (int t = 0; t < p->n_tables; t++)
-        if (rope_same(&p->tables[t].rope, r) && st_tensor_same(p->tables[t].positions, positions))
+        if (rope_same(&p->tables[t].rope, r) && st_tensor_same(p->tables[t].positions, positions)) {
+            if (n_tokens > p->tables[t].n_tokens) p->tables[t].n_tokens = n_tokens;
             return t;
+        }
     if (p->n_tables == GRAPH_MAX_ROPES) return -1;
     p->tables[p->n_tables].rope = *r;
     p->tables[p->n_tables].positions = positions;
+    p->tables[p->n_tables].n_tokens = n_tokens;
     return p->n_tables++;
+}
+
+// Whether a rope-attention reads a rope table: the rope_store kernel reads every token's
+// row; the decode kernels read one token's, and form their own for several decode tokens
+// (a paged cache's singles), which would leave a table unread.
+static bool rope_table_read(const st_fused_rope_attention *ra) {
+    const int64_t M = ra->rs.q->ne[2];
+    const bool singles = ra->pages && ra->pages->n_single == M && ra->pages->n_runs == 0;
+    return ra->rs.rope->n_rot >= 2 && M <= ra->rs.positions->ne[0] && (M == 1 || !singles);
 }
 
 // The rope tables and the prepared-norm buffer in one device allocation.
@@ -92,7 +105,7 @@ static st_status plan_device_memory(st_cuda_ctx *c, cuda_plan *p, int64_t x_w_ro
     size_t bytes = 0, offs[GRAPH_MAX_ROPES + 1];
     for (int t = 0; t < p->n_tables; t++) {
         offs[t] = bytes;
-        bytes += ((size_t)p->tables[t].rope.n_rot * sizeof(float) + 255) / 256 * 256;
+        bytes += ((size_t)p->tables[t].rope.n_rot * (size_t)p->tables[t].n_tokens * sizeof(float) + 255) / 256 * 256;
     }
     offs[p->n_tables] = bytes;
     bytes += ((size_t)x_w_rows * sizeof(float) + 255) / 256 * 256;
@@ -101,8 +114,9 @@ static st_status plan_device_memory(st_cuda_ctx *c, cuda_plan *p, int64_t x_w_ro
     for (int t = 0; t < p->n_tables; t++) {
         st_tensor cs = {};
         cs.type = ST_TYPE_F32;
-        cs.ne[0] = p->tables[t].rope.n_rot, cs.ne[1] = cs.ne[2] = cs.ne[3] = 1;
-        cs.nb[0] = sizeof(float), cs.nb[1] = cs.nb[2] = cs.nb[3] = (size_t)cs.ne[0] * sizeof(float);
+        cs.ne[0] = p->tables[t].rope.n_rot, cs.ne[1] = p->tables[t].n_tokens, cs.ne[2] = cs.ne[3] = 1;
+        cs.nb[0] = sizeof(float), cs.nb[1] = (size_t)cs.ne[0] * sizeof(float);
+        cs.nb[2] = cs.nb[3] = cs.nb[1] * (size_t)cs.ne[1];
         cs.data = (char *)p->device_mem + offs[t];
         p->tables[t].cs = cs;
     }
@@ -147,14 +161,14 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
         if (n->op == ST_OP_MUL_MAT_ID && g->n_tokens >= ST_CUDA_MOE_GROUPED_MIN_M) grouped_moe = true;
     }
 
+    // one rope table per distinct rope of the step's rope-attentions
+    for (int k = 0; k < p->n_items; k++) {
+        plan_item *it = &p->items[k];
+        if (it->kind == ST_FUSE_ROPE_ATTENTION && rope_table_read(&it->grp.ra))
+            it->table = rope_table_for(p, it->grp.ra.rs.rope, it->grp.ra.rs.positions, it->grp.ra.rs.q->ne[2]);
+    }
     int64_t x_w_rows = 0;
     if (one_token) {
-        // one rope table per distinct rope of the step's rope-attentions
-        for (int k = 0; k < p->n_items; k++) {
-            plan_item *it = &p->items[k];
-            if (it->kind == ST_FUSE_ROPE_ATTENTION && it->grp.ra.rs.rope->n_rot >= 2)
-                it->table = rope_table_for(p, it->grp.ra.rs.rope, it->grp.ra.rs.positions);
-        }
         // a residual add whose output the next normed product reads: prepare its x * norm_w
         for (int k = 0; k + 1 < p->n_items; k++) {
             plan_item *add = &p->items[k], *next = &p->items[k + 1];
@@ -175,20 +189,20 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
             add->grp.mm.next_h = &p->x_w;
             next->grp.mm.x_w = &p->x_w;
         }
-        for (int k = 0; k < p->n_items; k++)
-            if (p->items[k].kind == ST_FUSE_ROPE_ATTENTION && p->items[k].table >= 0)
-                p->items[k].grp.ra.rs.rope_cs = &p->tables[p->items[k].table].cs;
-        // the tables' items, before the first layer's
-        if (p->n_tables > 0) {
-            const int at = first_layer_item < 0 ? p->n_items : first_layer_item;
-            memmove(&p->items[at + p->n_tables], &p->items[at], (size_t)(p->n_items - at) * sizeof(plan_item));
-            for (int t = 0; t < p->n_tables; t++) {
-                memset(&p->items[at + t], 0, sizeof(plan_item));
-                p->items[at + t].kind = ITEM_ROPE_TABLE;
-                p->items[at + t].table = t;
-            }
-            p->n_items += p->n_tables;
+    }
+    for (int k = 0; k < p->n_items; k++)
+        if (p->items[k].kind == ST_FUSE_ROPE_ATTENTION && p->items[k].table >= 0)
+            p->items[k].grp.ra.rs.rope_cs = &p->tables[p->items[k].table].cs;
+    // the tables' items, before the first layer's
+    if (p->n_tables > 0) {
+        const int at = first_layer_item < 0 ? p->n_items : first_layer_item;
+        memmove(&p->items[at + p->n_tables], &p->items[at], (size_t)(p->n_items - at) * sizeof(plan_item));
+        for (int t = 0; t < p->n_tables; t++) {
+            memset(&p->items[at + t], 0, sizeof(plan_item));
+            p->items[at + t].kind = ITEM_ROPE_TABLE;
+            p->items[at + t].table = t;
         }
+        p->n_items += p->n_tables;
     }
     for (int k = 0; k < p->n_items; k++) st_fuse_group_point(&p->items[k].grp); // (the items have moved)
     // replayed steps are recorded; not one whose experts are grouped on the host (it

@@ -219,22 +219,27 @@ __global__ void rope_f32(st_cuda_view dst, st_cuda_view x, const int32_t *__rest
 
 static int rope_threads(int64_t n_work) { return n_work <= 32 ? 32 : n_work <= 64 ? 64 : 128; }
 
-// The rotations of one position, for the kernels of a decode step to read instead of
-// forming them (every layer of a step has the same position): cs[t] = rope_cos_sin(t).
+// The rotations of a step's positions, for its kernels to read instead of forming them
+// (every layer of a step has the same positions): cs[m * n_rot/2 + t] = rope_cos_sin(t) at
+// positions[m]. Block m: token m.
 __global__ void rope_table_kernel(float2 *cs, const int32_t *__restrict__ positions, int n_rot, float freq_base,
                                   float freq_scale, const float *__restrict__ freq_factors, float attn_factor) {
-    const double pos = (double)positions[0] * (double)freq_scale;
+    const int64_t m = blockIdx.x;
+    const double pos = (double)positions[m] * (double)freq_scale;
     for (int t = threadIdx.x; t < n_rot / 2; t += blockDim.x)
-        cs[t] = rope_cos_sin(t, n_rot, pos, freq_base, freq_factors, attn_factor);
+        cs[m * (n_rot / 2) + t] = rope_cos_sin(t, n_rot, pos, freq_base, freq_factors, attn_factor);
 }
 
 st_status st_cuda_rope_table(st_backend *b, st_tensor *dst, const st_tensor *positions, const st_rope_params *p,
                              st_error *err) {
+    // dst F32 [n_rot, M] packed; positions I32 [>= M]
     st_cuda_ctx *c = cuda_ctx(b);
+    const int64_t M = dst->ne[1];
     ST_ASSERT(cuda_is_f32_rows(dst) && dst->ne[0] == p->n_rot && (uintptr_t)dst->data % 8 == 0 &&
-              cuda_is_i32_index(positions) && positions->ne[0] >= 1);
+              dst->nb[1] == (size_t)p->n_rot * sizeof(float) && dst->ne[2] == 1 && dst->ne[3] == 1);
+    ST_ASSERT(cuda_is_i32_index(positions) && positions->ne[0] >= M && M >= 1 && M <= INT_MAX);
     if (p->n_rot < 2) return ST_OK;
-    rope_table_kernel<<<1, rope_threads(p->n_rot / 2), 0, c->stream>>>(
+    rope_table_kernel<<<(unsigned int)M, rope_threads(p->n_rot / 2), 0, c->stream>>>(
         (float2 *)dst->data, (const int32_t *)positions->data, p->n_rot, p->freq_base, p->freq_scale,
         p->freq_factors, p->attn_factor);
     ST_GPU_CHECK_LAUNCH();
@@ -267,22 +272,24 @@ st_status st_cuda_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const 
 
 // Rows of token m: q heads 0 .. n_head-1, then k heads, then v heads. A row takes G threads
 // (norm_threads(head_dim): the partial sums and tree of st_cuda_rms_norm's block), a block
-// ROPE_STORE_THREADS / G rows of one token, whose rotations it forms once (rope_cos_sin, the
-// same bits as st_cuda_rope's) and which its rows read from shared memory.
+// ROPE_STORE_THREADS / G rows of one token, whose rotations its rows read from shared
+// memory: the step's table row of the token (rope_table), or formed once by the block
+// (rope_cos_sin; the same bits either way, and as st_cuda_rope's).
 #define ROPE_STORE_THREADS 256
 #define ROPE_STORE_ROW_FLOATS 1024 // rows a block x head_dim: 8 x 128 (G 32) or 2 x 512 (G 128)
 
 // Block (g, m): rows g R .. g R + R - 1 of token m (R = blockDim.x / G); token m's k and v go
-// to cache slot slots[m] (its position in a contiguous cache). The same arithmetic as
-// st_cuda_rms_norm, st_cuda_rope and st_cuda_kv_store, in one kernel: a q/k row is
-// normalised into shared memory, then roped from there in place.
+// to cache slot slots[m] (its position in a contiguous cache); cs_table [M][n_rot/2] or
+// NULL. The same arithmetic as st_cuda_rms_norm, st_cuda_rope and st_cuda_kv_store, in one
+// kernel: a q/k row is normalised into shared memory, then roped from there in place.
 template <st_type C>
 __global__ void __launch_bounds__(ROPE_STORE_THREADS)
     rope_store_kernel(st_cuda_view q, st_cuda_view k, st_cuda_view v, const float *__restrict__ q_norm,
                       const float *__restrict__ k_norm, float eps, const int32_t *__restrict__ positions,
                       const int32_t *__restrict__ slots, int mode_neox, int n_rot, float freq_base,
-                      float freq_scale, const float *__restrict__ freq_factors, float attn_factor, int G,
-                      st_cuda_view kc, st_cuda_view vc, st_cuda_op_error *op_err) {
+                      float freq_scale, const float *__restrict__ freq_factors, float attn_factor,
+                      const float2 *__restrict__ cs_table, int G, st_cuda_view kc, st_cuda_view vc,
+                      st_cuda_op_error *op_err) {
     __shared__ float2 cs[ROPE_STORE_MAX_HEAD_DIM / 2];
     __shared__ float partial[ROPE_STORE_THREADS / ST_GPU_WARP_SIZE];
     __shared__ float rows_s[ROPE_STORE_ROW_FLOATS];
@@ -293,9 +300,13 @@ __global__ void __launch_bounds__(ROPE_STORE_THREADS)
     const bool store_ok = slot >= 0 && slot < n_ctx;
     if (blockIdx.x == 0 && threadIdx.x == 0 && !store_ok)
         cuda_report_op_error(op_err, ST_CUDA_OP_ERROR_KV_POSITION, slot, m, n_ctx);
-    const double pos = (double)p * (double)freq_scale;
-    for (int t = threadIdx.x; t < n_rot / 2; t += blockDim.x)
-        cs[t] = rope_cos_sin(t, n_rot, pos, freq_base, freq_factors, attn_factor);
+    if (cs_table) {
+        for (int t = threadIdx.x; t < n_rot / 2; t += blockDim.x) cs[t] = cs_table[m * (n_rot / 2) + t];
+    } else {
+        const double pos = (double)p * (double)freq_scale;
+        for (int t = threadIdx.x; t < n_rot / 2; t += blockDim.x)
+            cs[t] = rope_cos_sin(t, n_rot, pos, freq_base, freq_factors, attn_factor);
+    }
     // every thread reaches each barrier below: a row past the last, or a v row, works on none
     const bool is_q = r < n_head, is_k = !is_q && r < n_head + n_head_kv, is_v = !is_q && !is_k && r < n_head + 2 * n_head_kv;
     const int64_t h = is_q ? r : is_k ? r - n_head : r - n_head - n_head_kv;
@@ -359,14 +370,20 @@ st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_er
     const float *kn = op->k_norm ? (const float *)op->k_norm->data : NULL;
     const int neox = p->mode == ST_ROPE_MODE_NEOX ? 1 : 0;
     const int32_t *pos = (const int32_t *)op->positions->data, *slots = (const int32_t *)op->slots->data;
+    const float2 *cs = NULL; // the step's rotations (rope_table), else formed per block
+    if (op->rope_cs && p->n_rot >= 2) {
+        ST_ASSERT(cuda_is_f32_rows(op->rope_cs) && op->rope_cs->ne[0] == p->n_rot && op->rope_cs->ne[1] >= M &&
+                  op->rope_cs->nb[1] == (size_t)p->n_rot * sizeof(float) && (uintptr_t)op->rope_cs->data % 8 == 0);
+        cs = (const float2 *)op->rope_cs->data;
+    }
     if (kc->type == ST_TYPE_F16)
         rope_store_kernel<ST_TYPE_F16><<<grid, threads, 0, c->stream>>>(
             cuda_view(q), cuda_view(k), cuda_view(v), qn, kn, op->eps, pos, slots, neox, p->n_rot, p->freq_base,
-            p->freq_scale, p->freq_factors, p->attn_factor, G, cuda_view(kc), cuda_view(vc), c->d_op_error);
+            p->freq_scale, p->freq_factors, p->attn_factor, cs, G, cuda_view(kc), cuda_view(vc), c->d_op_error);
     else
         rope_store_kernel<ST_TYPE_F32><<<grid, threads, 0, c->stream>>>(
             cuda_view(q), cuda_view(k), cuda_view(v), qn, kn, op->eps, pos, slots, neox, p->n_rot, p->freq_base,
-            p->freq_scale, p->freq_factors, p->attn_factor, G, cuda_view(kc), cuda_view(vc), c->d_op_error);
+            p->freq_scale, p->freq_factors, p->attn_factor, cs, G, cuda_view(kc), cuda_view(vc), c->d_op_error);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }

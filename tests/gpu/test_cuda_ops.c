@@ -1145,8 +1145,30 @@ static void test_rope_store(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, int3
     record("rope_store", desc, &r, TOL_ELEMENTWISE);
     cmp_result rb = compare_bytes(got2, got, o.dqkv.bytes);
     record("rope_store fused=plain", desc, &rb, TOL_EXACT);
-    free(got), free(got2);
     rope_operands_check_caches(&o, "rope_store fused=plain", "rope_store");
+    if (n_rot >= 2) {
+        /* the rotations from rope_table, a row a token (as a step's plan gives them), instead
+         * of formed per block: the same bits, on the inputs again */
+        char *kc_formed = dual_fetch(&o.dkc), *vc_formed = dual_fetch(&o.dvc);
+        view vt = mkpacked(ST_TYPE_F32, n_rot, M, 1);
+        dual dt = dual_new(view_bytes(&vt));
+        st_tensor tg = on(&vt, dt.gpu);
+        if (st_cuda_rope_table(g_gpu, &tg, o.op[1].positions, o.op[1].rope, &err) != ST_OK)
+            test_die("cuda rope_table", &err);
+        dual_upload(&o.dqkv), dual_upload(&o.dkc), dual_upload(&o.dvc);
+        st_fused_rope_store ot = o.op[1];
+        ot.rope_cs = &tg;
+        if (st_cuda_rope_store(g_gpu, &ot, &err) != ST_OK) test_die("cuda rope_store (table)", &err);
+        char *gt = dual_fetch(&o.dqkv), *kt = dual_fetch(&o.dkc), *vt_got = dual_fetch(&o.dvc);
+        cmp_result rt = compare_bytes(got, gt, o.dqkv.bytes), rk = compare_bytes(kc_formed, kt, o.dkc.bytes),
+                   rv = compare_bytes(vc_formed, vt_got, o.dvc.bytes);
+        record("rope_store table=formed", desc, &rt, TOL_EXACT);
+        record("rope_store table=formed", "k cache", &rk, TOL_EXACT);
+        record("rope_store table=formed", "v cache", &rv, TOL_EXACT);
+        free(kc_formed), free(vc_formed), free(gt), free(kt), free(vt_got);
+        dual_free(&dt);
+    }
+    free(got), free(got2);
     rope_operands_free(&o);
 }
 
