@@ -338,6 +338,10 @@ bool st_cuda_attention_replays(st_backend *b, const st_tensor *q, const st_tenso
     return !pages || pages->n_runs == 0 || (pages->runs_dev && st_cuda_attn_flash_supported(b, q, k_cache, v_cache));
 }
 
+bool st_cuda_rope_attention_reads_table(st_backend *b, const st_fused_rope_attention *op) {
+    return op->rs.rope->n_rot >= 2 && (op->rs.q->ne[2] == 1 || !st_cuda_attn_decode_rope_supported(b, op));
+}
+
 st_status st_cuda_rope_attention(st_backend *b, const st_fused_rope_attention *op, st_error *err) {
     if (st_cuda_attn_decode_rope_supported(b, op)) return st_cuda_attn_decode_rope(b, op, err);
     const st_fused_rope_store *rs = &op->rs;

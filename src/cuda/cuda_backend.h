@@ -48,6 +48,9 @@ st_status st_cuda_moe_route_fused(st_backend *b, const st_fused_moe_route *op, s
 st_status st_cuda_norm_pair(st_backend *b, const st_fused_norm_pair *op, st_error *err);
 /* One token: the rope and the store folded into the decode attention kernel. */
 st_status st_cuda_rope_attention(st_backend *b, const st_fused_rope_attention *op, st_error *err);
+/* Whether st_cuda_rope_attention's kernels read op's rope_cs: rope_store reads every
+ * token's row, the decode kernels one token's (several decode tokens form their own). */
+bool st_cuda_rope_attention_reads_table(st_backend *b, const st_fused_rope_attention *op);
 /* dst [n_rot, M] F32, rows packed: row m = the (cos, sin) of each rotated pair at
  * positions[m] under p, as RoPE forms them: the rope_cs of a step's fused ops. */
 st_status st_cuda_rope_table(st_backend *b, st_tensor *dst, const st_tensor *positions, const st_rope_params *p,

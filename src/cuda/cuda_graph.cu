@@ -91,15 +91,6 @@ static int rope_table_for(cuda_plan *p, const st_rope_params *r, const st_tensor
     return p->n_tables++;
 }
 
-// Whether a rope-attention reads a rope table: the rope_store kernel reads every token's
-// row; the decode kernels read one token's, and form their own for several decode tokens
-// (a paged cache's singles), which would leave a table unread.
-static bool rope_table_read(const st_fused_rope_attention *ra) {
-    const int64_t M = ra->rs.q->ne[2];
-    const bool singles = ra->pages && ra->pages->n_single == M && ra->pages->n_runs == 0;
-    return ra->rs.rope->n_rot >= 2 && M <= ra->rs.positions->ne[0] && (M == 1 || !singles);
-}
-
 // The rope tables and the prepared-norm buffer in one device allocation.
 static st_status plan_device_memory(st_cuda_ctx *c, cuda_plan *p, int64_t x_w_rows, st_error *err) {
     size_t bytes = 0, offs[GRAPH_MAX_ROPES + 1];
@@ -164,7 +155,7 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
     // one rope table per distinct rope of the step's rope-attentions
     for (int k = 0; k < p->n_items; k++) {
         plan_item *it = &p->items[k];
-        if (it->kind == ST_FUSE_ROPE_ATTENTION && rope_table_read(&it->grp.ra))
+        if (it->kind == ST_FUSE_ROPE_ATTENTION && st_cuda_rope_attention_reads_table(b, &it->grp.ra))
             it->table = rope_table_for(p, it->grp.ra.rs.rope, it->grp.ra.rs.positions, it->grp.ra.rs.q->ne[2]);
     }
     int64_t x_w_rows = 0;

@@ -23,7 +23,6 @@ passed, 1 otherwise.
 import glob
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -32,24 +31,12 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "..", "fixtures")
 sys.path.insert(0, FIXTURES)
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
 from gguf_forward import Model  # noqa: E402
+from test_model_reference import norm_err, run_stride  # noqa: E402  (the CPU's fixture test)
 
 TOL_F32 = 2e-5
 ROUNDING_RATIO = 1.25
-
-
-def nerr(a, ref):
-    return float(np.linalg.norm(a - ref) / np.linalg.norm(ref))
-
-
-def cuda_logits(stride, model, ref, out):
-    args = [stride, "run", "-m", model, "--backend", "cuda", "--kv-type", "f32",
-            "--tokens", ",".join(map(str, ref["prompt"])),
-            "--decode-tokens", ",".join(map(str, ref["decode_tokens"])), "-n", "0", "--logits-out", out]
-    p = subprocess.run(args, capture_output=True, text=True)
-    if p.returncode != 0:
-        return None, f"exit {p.returncode}: {p.stderr.strip()[-300:]}"
-    return np.load(out), None
 
 
 def main():
@@ -66,17 +53,17 @@ def main():
             model = os.path.join(FIXTURES, ref["model"])
             want = np.fromfile(os.path.join(FIXTURES, ref["logits_file"]), dtype=np.float32)
             want = want.reshape(ref["positions"], ref["n_vocab"]).astype(np.float64)
-            got, why = cuda_logits(stride, model, ref, os.path.join(tmp, stem + ".npy"))
-            if got is None:
-                print(f"{stem:12} FAIL stride: {why}")
+            got = run_stride(stride, model, ref, os.path.join(tmp, stem + ".npy"), "f32", backend="cuda")
+            if got is None or got.size != want.size:
+                print(f"{stem:12} FAIL stride run: {'no logits' if got is None else f'{got.size} logits'}")
                 failed += 1
                 continue
-            e = nerr(got.reshape(want.shape), want)
+            e = norm_err(got.reshape(want.shape), want)
             if ref["type"] == "f32":
                 ok, detail = e <= TOL_F32, f"cuda {e:.2e} (tol {TOL_F32:.0e})"
             else:
                 tokens = ref["prompt"] + ref["decode_tokens"]
-                e_round = nerr(Model(model, round_products=True).forward(tokens), want)
+                e_round = norm_err(Model(model, round_products=True).forward(tokens), want)
                 ratio = e / e_round
                 worst = max(worst, ratio)
                 ok = ratio <= ROUNDING_RATIO

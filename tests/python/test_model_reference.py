@@ -40,9 +40,9 @@ check = CHECKS.check
 PATHS = (("fast", []), ("exact", ["--exact"]))
 
 
-def run_stride(stride, model, ref, out, kv, extra_env=None, pad=None, path=()):
+def run_stride(stride, model, ref, out, kv, extra_env=None, pad=None, path=(), backend="cpu"):
     env = clean_env(extra_env)
-    args = [stride, "run", "-m", model, "--backend", "cpu", *path, "--kv-type", kv,
+    args = [stride, "run", "-m", model, "--backend", backend, *path, "--kv-type", kv,
             "--tokens", ",".join(map(str, ref["prompt"])),
             "--decode-tokens", ",".join(map(str, ref["decode_tokens"])),
             "-n", "0", "--logits-out", out]
