@@ -392,6 +392,7 @@ static void cuda_ctx_destroy(st_cuda_ctx *c) {
 #endif
     if (c->blas_workspace) (void)st_gpu_free(c->blas_workspace);
     if (c->scratch) (void)st_gpu_free(c->scratch);
+    if (c->handoff) (void)st_gpu_free(c->handoff);
     if (c->route_counters) (void)st_gpu_free(c->route_counters);
     if (c->attn_partials) (void)st_gpu_free(c->attn_partials);
     if (c->norm_ss) (void)st_gpu_free(c->norm_ss);

@@ -35,6 +35,15 @@ st_status st_backend_cuda_init_tuned(int index, const st_cuda_tuning *tune, st_b
 /* The fused ops (backend/fused.h) on their kernels; where the kernels do not take the
  * operands, their composites. */
 st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err);
+/* A gated unit's result handed to the product that reads it, in the weights' type: whether
+ * the cuBLAS path takes both glu (SWIGLU/GEGLU, its weights one GEMM) and next (ADD of W
+ * times glu's out, no norm, weights of glu's type). The planner checks that nothing else
+ * reads out; then glu runs with hand_over (its unit written into the context's hand-off
+ * buffer [M][F], out left unwritten) and next, right after, with handed (its x read from
+ * there, not packed). Same values as the two run plainly. */
+bool st_cuda_glu_hands_off(const st_fused_mul_mat *glu, const st_fused_mul_mat *next);
+st_status st_cuda_mul_mat_fused_handoff(st_backend *b, const st_fused_mul_mat *op, bool hand_over, bool handed,
+                                        st_error *err);
 st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_error *err);
 /* The experts' unit or down product: one kernel each for the decode path's slots (fewer
  * than ST_CUDA_MOE_GROUPED_MIN_M tokens, or while recording), float experts. */

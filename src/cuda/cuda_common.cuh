@@ -53,6 +53,8 @@ typedef struct st_cuda_ctx {
     void *blas_workspace;
     void *scratch;                       /* GEMM operands: converted x, staged y */
     size_t scratch_bytes;
+    void *handoff;                       /* a gated unit's result for the down product [M][F] */
+    size_t handoff_bytes;
     int *route_counters;                 /* the fused routing's blocks done a token (zero between launches) */
     size_t route_counters_bytes;
     st_cuda_op_error *d_op_error;        /* device: the claim on the first data error of an op */
@@ -409,8 +411,11 @@ st_status st_cuda_mul_mat(st_backend *b, st_tensor *dst, const st_tensor *w, con
 st_status st_cuda_mul_mat_gemm(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x,
                                st_error *err);
 /* A fused product (backend/fused.h) on cuBLAS: F16/BF16 weights, M >= ST_CUDA_GEMM_MIN_M.
- * *ran false (and nothing done) when it does not take the operands. */
-st_status st_cuda_mul_mat_fused_gemm(st_backend *b, const st_fused_mul_mat *op, bool *ran, st_error *err);
+ * *ran false (and nothing done) when it does not take the operands. out_packed (a gated
+ * unit) and x_packed (the product of its out): the hand-off of st_cuda_glu_hands_off, NULL
+ * otherwise. */
+st_status st_cuda_mul_mat_fused_gemm(st_backend *b, const st_fused_mul_mat *op, void *out_packed,
+                                     const void *x_packed, bool *ran, st_error *err);
 
 /* cuda_gemv.cu */
 /* The matrix-vector product (any M; one pass per CUDA_GEMV_MAX_COLS columns). */
@@ -445,6 +450,11 @@ st_status st_cuda_draw(st_backend *b, st_tensor *ids, st_tensor *drawn, const st
 st_status st_cuda_glu(st_backend *b, st_tensor *dst, const st_tensor *gate, const st_tensor *up, bool gelu,
                       st_error *err);
 st_status st_cuda_glu_fused(st_backend *b, st_tensor *dst, const st_tensor *gate_up, bool gelu, st_error *err);
+/* The gated unit of gate_up F32 [2F, M] (rows at one stride, F a row's first half) into
+ * out [M][F] in a GEMM weight type (cuda_store_as), rows packed: the operand of the product
+ * that reads the unit (st_cuda_glu_hands_off). */
+st_status st_cuda_glu_packed(st_cuda_ctx *c, void *out, st_type type, const st_tensor *gate_up, bool gelu,
+                             st_error *err);
 st_status st_cuda_add(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x, st_error *err);
 st_status st_cuda_mul(st_backend *b, st_tensor *dst, const st_tensor *a, const st_tensor *x, st_error *err);
 st_status st_cuda_scale(st_backend *b, st_tensor *dst, const st_tensor *x, float s, st_error *err);

@@ -85,6 +85,48 @@ st_status st_cuda_glu_fused(st_backend *b, st_tensor *dst, const st_tensor *gu, 
     return glu_launch(cuda_ctx(b), dst, gu, 0, gu, dst->ne[0] * (int64_t)sizeof(float), gelu, err);
 }
 
+// out[m * F + i] = act(gate) * up of gate_up row m (gate = row[0:F], up = row[F:2F]) in the
+// weights' type T: the unit as the next product's packed operand, rounded as pack_rows
+// would round its F32 out. Rows whose two halves are 16-byte aligned, F a multiple of 4,
+// go four elements a thread (two float4 loads, one store).
+template <bool GELU, st_type T> __global__ void glu_packed_kernel(char *__restrict__ out, st_cuda_view gu, int64_t F) {
+    const int64_t rows = gu.ne1 * gu.ne2 * gu.ne3;
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float *g = (const float *)cuda_row(gu, r), *u = g + F;
+        if (cuda_vec4_row(g, F) && cuda_vec4_row(u, F)) {
+            for (int64_t i = first; i < F / 4; i += step) {
+                const float4 a = ((const float4 *)g)[i], b = ((const float4 *)u)[i];
+                cuda_store4_as<T>(out, r * F + 4 * i,
+                                  make_float4(glu_one<GELU>(a.x, b.x), glu_one<GELU>(a.y, b.y), glu_one<GELU>(a.z, b.z),
+                                              glu_one<GELU>(a.w, b.w)));
+            }
+        } else {
+            for (int64_t i = first; i < F; i += step) cuda_store_as<T>(out, r * F + i, glu_one<GELU>(g[i], u[i]));
+        }
+    }
+}
+
+st_status st_cuda_glu_packed(st_cuda_ctx *c, void *out, st_type type, const st_tensor *gu, bool gelu, st_error *err) {
+    // gu F32 [2F, M...]; out [M...][F] F16/BF16, 16-byte aligned
+    ST_ASSERT(cuda_is_f32_rows(gu) && gu->ne[0] % 2 == 0 && (uintptr_t)out % 16 == 0);
+    ST_ASSERT(type == ST_TYPE_F16 || type == ST_TYPE_BF16);
+    const int64_t F = gu->ne[0] / 2, rows = cuda_nrows(gu);
+    if (rows == 0 || F == 0) return ST_OK;
+    const dim3 grid = ew_grid(cuda_vec4_threads(F), rows);
+    const st_cuda_view v = cuda_view(gu);
+    char *o = (char *)out;
+    if (type == ST_TYPE_F16) {
+        if (gelu) glu_packed_kernel<true, ST_TYPE_F16><<<grid, EW_THREADS, 0, c->stream>>>(o, v, F);
+        else glu_packed_kernel<false, ST_TYPE_F16><<<grid, EW_THREADS, 0, c->stream>>>(o, v, F);
+    } else {
+        if (gelu) glu_packed_kernel<true, ST_TYPE_BF16><<<grid, EW_THREADS, 0, c->stream>>>(o, v, F);
+        else glu_packed_kernel<false, ST_TYPE_BF16><<<grid, EW_THREADS, 0, c->stream>>>(o, v, F);
+    }
+    ST_GPU_CHECK_LAUNCH();
+    return ST_OK;
+}
+
 // ---- add, mul, scale -------------------------------------------------------------------------
 
 // dst = a + x (MUL: a * x), x broadcasting where its ne[i] is 1 (a scalar per row when

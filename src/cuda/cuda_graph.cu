@@ -10,7 +10,10 @@
 // every token's position, in double), read by every rope-attention of that rope instead of
 // forming them per layer and per block of rows. A one-token step also gets a prepared
 // norm: a residual add followed by a normed product of its output forms the product's
-// x * norm_w on the way where st_cuda_prepared_norm_pays says it pays.
+// x * norm_w on the way where st_cuda_prepared_norm_pays says it pays. A step of many
+// tokens hands a gated unit's result to the down projection after it in the weights'
+// type (st_cuda_glu_hands_off) where nothing else reads it: the unit's F32 rows are never
+// written, nor read back to be packed.
 // Every step computed again and again (g->replay: decode steps, and steps padded to a
 // bucket whose prompt runs the attention reads from runs_dev) is recorded: the first
 // compute runs plainly over the whole context (every lazy buffer grows to its largest),
@@ -48,6 +51,8 @@ typedef struct plan_item {
     st_fuse_group grp;   // the group (st_fuse_group_point: pointed at this item's own copy)
     int table;           // ITEM_ROPE_TABLE, ST_FUSE_ROPE_ATTENTION: which of the plan's tables (-1 none)
     bool prepares_next;  // ST_FUSE_MUL_MAT (ADD): forms the next item's x * norm_w
+    bool packs_next;     // ST_FUSE_MUL_MAT (a gated unit): hands its out to the next item, packed
+    bool reads_packed;   // ST_FUSE_MUL_MAT (ADD): its x handed over by the item before
 } plan_item;
 
 typedef struct rope_table {
@@ -170,6 +175,15 @@ static st_status plan_build(st_backend *b, const st_graph *g, cuda_plan *p, st_e
             add->prepares_next = true;
         }
     }
+    // a gated unit whose out only the next product reads (its down projection): handed
+    // over in the weights' type, rows packed, instead of written in F32 and packed again
+    for (int k = 0; k + 1 < p->n_items; k++) {
+        plan_item *glu = &p->items[k], *next = &p->items[k + 1];
+        if (glu->kind != ST_FUSE_MUL_MAT || next->kind != ST_FUSE_MUL_MAT) continue;
+        if (!st_cuda_glu_hands_off(&glu->grp.mm, &next->grp.mm)) continue;
+        if (st_graph_read_later(g, next->node + next->grp.n_nodes, glu->grp.mm.out)) continue;
+        glu->packs_next = next->reads_packed = true;
+    }
     st_status s = plan_device_memory(c, p, x_w_rows, err);
     if (s != ST_OK) return s;
     if (one_token) {
@@ -215,7 +229,8 @@ static st_status run_uploads(st_cuda_ctx *c, const st_graph *g, st_error *err) {
 static st_status run_item(st_backend *b, const st_graph *g, cuda_plan *p, plan_item *it, int64_t n_kv, st_error *err) {
     switch (it->kind) {
     case ST_FUSE_NONE: return st_backend_run_node(b, &g->nodes[it->node], n_kv, err);
-    case ST_FUSE_MUL_MAT: return st_cuda_mul_mat_fused(b, &it->grp.mm, err);
+    case ST_FUSE_MUL_MAT:
+        return st_cuda_mul_mat_fused_handoff(b, &it->grp.mm, it->packs_next, it->reads_packed, err);
     case ST_FUSE_ROPE_ATTENTION: it->grp.attn.n_kv = n_kv; return st_cuda_rope_attention(b, &it->grp.ra, err);
     case ST_FUSE_MOE: return st_cuda_moe_fused(b, &it->grp.moe, err);
     case ST_FUSE_NORM_ADD: return st_cuda_norm_add(b, &it->grp.na, err);

@@ -217,58 +217,91 @@ static bool outputs_adjacent(const st_fused_mul_mat *op) {
     return (int64_t)(op->y[0]->nb[1] / sizeof(float)) >= n;
 }
 
-// The fused product (fused.h) for M >= ST_CUDA_GEMM_MIN_M columns of F16/BF16 weights:
-//   B [M][K] = h in the weights' type, packed once for all n_w products (the norm and the
-//     conversion one kernel: st_cuda_rms_norm_pack; without a norm pack_rows)
-//   STORE: y[i] = W_i B;  SWIGLU/GEGLU: y[0], y[1], then the gated unit into out;
-//   ADD: out = W_0 B + out (beta 1: cuBLAS adds in its epilogue; no y[0], no add kernel)
-// The composite's values: h rounds to the weights' type once either way, the products and
-// the add are f32 (the add's rounding is the same one, in the GEMM's epilogue). Weights
-// back to back (weights_adjacent) run as one GEMM: STORE straight into outputs back to
-// back, a gated pair into scratch [M][2F] and the unit over its halves.
-st_status st_cuda_mul_mat_fused_gemm(st_backend *b, const st_fused_mul_mat *op, bool *ran, st_error *err) {
-    st_cuda_ctx *c = cuda_ctx(b);
-    *ran = false;
+// Whether st_cuda_mul_mat_fused_gemm takes op: M >= ST_CUDA_GEMM_MIN_M columns of F32 x,
+// F16/BF16 weights of one type and width, every result written in place.
+static bool fused_gemm_takes(const st_fused_mul_mat *op) {
     const st_tensor *x = op->x, *w0 = op->w[0];
     const int64_t K = x->ne[0], M = cuda_nrows(x);
-    const bool glu = op->epilogue == ST_FUSED_EPILOGUE_SWIGLU || op->epilogue == ST_FUSED_EPILOGUE_GEGLU;
     const bool add = op->epilogue == ST_FUSED_EPILOGUE_ADD;
     if (M < ST_CUDA_GEMM_MIN_M || !cuda_is_f32_rows(x) || (w0->type != ST_TYPE_F16 && w0->type != ST_TYPE_BF16))
-        return ST_OK;
+        return false;
     if (op->norm_w && !(cuda_is_f32_rows(op->norm_w) && op->norm_w->ne[0] == K && cuda_nrows(op->norm_w) == 1))
-        return ST_OK;
+        return false;
     for (int i = 0; i < op->n_w; i++) {
         const st_tensor *w = op->w[i];
         const st_tensor *y = add ? op->out : op->y[i];
         if (w->type != w0->type || w->ne[0] != K || w->ne[2] != 1 || w->ne[3] != 1 || !gemm_supported(y, w, x) ||
             !gemm_direct_c(y, w->ne[1], M))
-            return ST_OK;
+            return false;
     }
-    if (add && op->n_w != 1) return ST_OK;
-    *ran = true;
+    return !add || op->n_w == 1;
+}
 
-    // the weights back to back at one stride (the loader places a layer's q, k, v and its
-    // gate, up so; a fused gate_up's halves are): one GEMM over the rows of all, straight
-    // into y where the outputs are back to back too (q, k, v in the qkv rows), or (a gated
-    // pair) into scratch [M][2F] and the unit over its halves
+static bool fused_glu(const st_fused_mul_mat *op) {
+    return op->epilogue == ST_FUSED_EPILOGUE_SWIGLU || op->epilogue == ST_FUSED_EPILOGUE_GEGLU;
+}
+
+// Whether op's weights run as one GEMM over the rows of all (fused_gemm_takes op): back to
+// back at one stride (the loader places a layer's q, k, v and its gate, up so; a fused
+// gate_up's halves are), into outputs back to back (q, k, v in the qkv rows) or, a gated
+// pair, into scratch [M][2F] for the unit over its halves.
+static bool fused_gemm_one(const st_fused_mul_mat *op, int64_t *N_all) {
+    *N_all = 0;
+    for (int i = 0; i < op->n_w; i++) *N_all += op->w[i]->ne[1];
+    return op->n_w >= 2 && cuda_fits_int(*N_all) && weights_adjacent(op) &&
+           ((op->epilogue == ST_FUSED_EPILOGUE_STORE && outputs_adjacent(op)) || fused_glu(op));
+}
+
+bool st_cuda_glu_hands_off(const st_fused_mul_mat *glu, const st_fused_mul_mat *next) {
     int64_t N_all = 0;
-    for (int i = 0; i < op->n_w; i++) N_all += op->w[i]->ne[1];
-    const bool one_gemm = op->n_w >= 2 && cuda_fits_int(N_all) && weights_adjacent(op) &&
-                          ((op->epilogue == ST_FUSED_EPILOGUE_STORE && outputs_adjacent(op)) || glu);
+    if (!fused_glu(glu) || !fused_gemm_takes(glu) || !fused_gemm_one(glu, &N_all)) return false;
+    if (next->epilogue != ST_FUSED_EPILOGUE_ADD || next->norm_w || !fused_gemm_takes(next)) return false;
+    return st_tensor_same(next->x, glu->out) && next->w[0]->type == glu->w[0]->type &&
+           next->x->ne[0] == glu->out->ne[0] && cuda_nrows(next->x) == cuda_nrows(glu->out);
+}
+
+// The fused product (fused.h) for M >= ST_CUDA_GEMM_MIN_M columns of F16/BF16 weights:
+//   B [M][K] = h in the weights' type, packed once for all n_w products (the norm and the
+//     conversion one kernel: st_cuda_rms_norm_pack; without a norm pack_rows), or x_packed
+//     where the gated unit before handed it over (st_cuda_glu_hands_off)
+//   STORE: y[i] = W_i B;  SWIGLU/GEGLU: y[0], y[1], then the gated unit into out, or into
+//     out_packed in the weights' type [M][F] for the product after;
+//   ADD: out = W_0 B + out (beta 1: cuBLAS adds in its epilogue; no y[0], no add kernel)
+// The composite's values: h rounds to the weights' type once either way, the products and
+// the add are f32 (the add's rounding is the same one, in the GEMM's epilogue); a unit
+// handed over rounds to the weights' type as the next product's packing would. Weights
+// back to back (fused_gemm_one) run as one GEMM.
+st_status st_cuda_mul_mat_fused_gemm(st_backend *b, const st_fused_mul_mat *op, void *out_packed,
+                                     const void *x_packed, bool *ran, st_error *err) {
+    st_cuda_ctx *c = cuda_ctx(b);
+    *ran = false;
+    if (!fused_gemm_takes(op)) return ST_OK;
+    *ran = true;
+    const st_tensor *x = op->x, *w0 = op->w[0];
+    const int64_t K = x->ne[0], M = cuda_nrows(x);
+    const bool glu = fused_glu(op), add = op->epilogue == ST_FUSED_EPILOGUE_ADD;
+    int64_t N_all = 0;
+    const bool one_gemm = fused_gemm_one(op, &N_all);
+    ST_ASSERT(!out_packed || (glu && one_gemm));
+    ST_ASSERT(!x_packed || (add && !op->norm_w));
     const size_t ts = w0->nb[0];
-    const size_t b_bytes = ((size_t)K * (size_t)M * ts + 255) / 256 * 256;
+    const size_t b_bytes = x_packed ? 0 : ((size_t)K * (size_t)M * ts + 255) / 256 * 256;
     const size_t c_bytes = one_gemm && glu ? (size_t)M * (size_t)N_all * sizeof(float) : 0;
-    char *B = NULL;
-    st_status s = st_cuda_scratch(c, b_bytes + c_bytes, (void **)&B, err);
+    char *scratch = NULL;
+    st_status s = b_bytes + c_bytes ? st_cuda_scratch(c, b_bytes + c_bytes, (void **)&scratch, err) : ST_OK;
     if (s != ST_OK) return s;
-    s = op->norm_w ? st_cuda_rms_norm_pack(c, B, w0->type, x, op->norm_w, op->eps, err) : pack_b(c, B, w0->type, x, err);
-    if (s != ST_OK) return s;
+    const void *B = x_packed ? x_packed : scratch;
+    if (!x_packed) {
+        s = op->norm_w ? st_cuda_rms_norm_pack(c, scratch, w0->type, x, op->norm_w, op->eps, err)
+                       : pack_b(c, scratch, w0->type, x, err);
+        if (s != ST_OK) return s;
+    }
     if (one_gemm) {
         st_tensor wm = *w0;
         wm.ne[1] = N_all;
         if (!glu)
             return gemm_call(c, &wm, M, B, (int)K, (float *)op->y[0]->data, (int)(op->y[0]->nb[1] / 4), 0.0f, err);
-        float *C = (float *)(B + b_bytes);
+        float *C = (float *)(scratch + b_bytes);
         if ((s = gemm_call(c, &wm, M, B, (int)K, C, (int)N_all, 0.0f, err)) != ST_OK) return s;
         st_tensor gu = {};
         gu.type = ST_TYPE_F32;
@@ -276,7 +309,9 @@ st_status st_cuda_mul_mat_fused_gemm(st_backend *b, const st_fused_mul_mat *op, 
         gu.ne[0] = N_all, gu.ne[1] = M, gu.ne[2] = gu.ne[3] = 1;
         gu.nb[0] = sizeof(float), gu.nb[1] = (size_t)N_all * sizeof(float);
         gu.nb[2] = gu.nb[3] = gu.nb[1] * (size_t)M;
-        return st_cuda_glu_fused(b, op->out, &gu, op->epilogue == ST_FUSED_EPILOGUE_GEGLU, err);
+        const bool gelu = op->epilogue == ST_FUSED_EPILOGUE_GEGLU;
+        if (out_packed) return st_cuda_glu_packed(c, out_packed, w0->type, &gu, gelu, err);
+        return st_cuda_glu_fused(b, op->out, &gu, gelu, err);
     }
     for (int i = 0; i < op->n_w; i++) {
         st_tensor *y = add ? op->out : op->y[i];

@@ -402,6 +402,73 @@ static void test_mul_mat_fused(st_type t, int64_t K, int64_t N, int64_t M, size_
     dual_free(&dxw);
 }
 
+/* A layer's FFN on the cuBLAS path: the normed gated pair [K -> 2F] (gate, up back to back,
+ * one GEMM) into act [F, M], then the down product [F -> K] adding act's product into the
+ * residual. Plainly (act written in F32, packed again by the down product), and with the
+ * hand-off the planner makes (st_cuda_glu_hands_off: the unit written in the weights' type
+ * into a buffer the down product reads): the same residual, bit for bit. Below
+ * ST_CUDA_GEMM_MIN_M columns (the decode kernels) no hand-off is offered, nor for a down
+ * product with a norm of its own or weights of another type. */
+static void test_glu_handoff(st_type t, int64_t K, int64_t F, int64_t M, size_t pad, bool gelu) {
+    weight wgu = weight_new(t, K, 2 * F, 1, pad), wd = weight_new(t, F, K, 1, pad);
+    weight wd_other = weight_new(t == ST_TYPE_F16 ? ST_TYPE_BF16 : ST_TYPE_F16, F, K, 1, pad);
+    view vx = mkview(ST_TYPE_F32, K, M, 1, (size_t)(K + 4) * 4, (size_t)(K + 4) * 4 * (size_t)M, 0);
+    view vh = mkpacked(ST_TYPE_F32, K, M, 1), vn = mkpacked(ST_TYPE_F32, K, 1, 1), vnf = mkpacked(ST_TYPE_F32, F, 1, 1);
+    view vf = mkpacked(ST_TYPE_F32, F, M, 1), vr = mkpacked(ST_TYPE_F32, K, M, 1);
+    dual dx = dual_new(view_bytes(&vx)), dh = dual_new(view_bytes(&vh)), dn = dual_new(view_bytes(&vn));
+    dual dg = dual_new(view_bytes(&vf)), du = dual_new(view_bytes(&vf)), dact = dual_new(view_bytes(&vf));
+    dual dyd = dual_new(view_bytes(&vr)), dres = dual_new(view_bytes(&vr)), dnf = dual_new(view_bytes(&vnf));
+    dual_random_f32(&dx), dual_random_f32(&dn), dual_random_f32(&dres), dual_random_f32(&dnf);
+    dual_poison(&dh), dual_poison(&dg), dual_poison(&du), dual_poison(&dact), dual_poison(&dyd);
+    st_tensor wg = on(&wgu.v, wgu.d.gpu), wu = wg, wdg = on(&wd.v, wd.d.gpu), wdo = on(&wd_other.v, wd_other.d.gpu);
+    wg.ne[1] = wu.ne[1] = F;
+    wu.data = (char *)wu.data + F * (int64_t)wgu.v.t.nb[1];
+    st_tensor xg = on(&vx, dx.gpu), hg = on(&vh, dh.gpu), ng = on(&vn, dn.gpu), nfg = on(&vnf, dnf.gpu);
+    st_tensor gg = on(&vf, dg.gpu), ug = on(&vf, du.gpu), actg = on(&vf, dact.gpu);
+    st_tensor ydg = on(&vr, dyd.gpu), resg = on(&vr, dres.gpu);
+    const st_fused_mul_mat glu = {.n_w = 2, .w = {&wg, &wu}, .y = {&gg, &ug}, .x = &xg, .norm_w = &ng, .eps = 1e-6f,
+                                  .h = &hg, .epilogue = gelu ? ST_FUSED_EPILOGUE_GEGLU : ST_FUSED_EPILOGUE_SWIGLU,
+                                  .out = &actg};
+    const st_fused_mul_mat down = {.n_w = 1, .w = {&wdg}, .y = {&ydg}, .x = &actg, .epilogue = ST_FUSED_EPILOGUE_ADD,
+                                   .out = &resg};
+    st_fused_mul_mat down_normed = down, down_other = down;
+    down_normed.norm_w = &nfg, down_normed.h = &actg;
+    down_other.w[0] = &wdo;
+    char desc[128];
+    snprintf(desc, sizeof(desc), "%s K=%lld F=%lld M=%lld pad=%zu %s", tname(t), (long long)K, (long long)F, (long long)M,
+             pad, gelu ? "geglu" : "swiglu");
+    /* the rule: offered exactly where both products take cuBLAS and the types agree */
+    const bool offered = st_cuda_glu_hands_off(&glu, &down);
+    const bool rule_ok = offered == (M >= ST_CUDA_GEMM_MIN_M) && !st_cuda_glu_hands_off(&glu, &down_normed) &&
+                         !st_cuda_glu_hands_off(&glu, &down_other);
+    const cmp_result rule = {.bad = !rule_ok};
+    record("glu hand-off rule", desc, &rule, TOL_EXACT);
+    if (offered) {
+        st_error err = {0};
+        char *residual = malloc(dres.bytes);
+        if (!residual) test_die("host malloc", NULL);
+        memcpy(residual, dres.host, dres.bytes);
+        if (st_cuda_mul_mat_fused(g_gpu, &glu, &err) != ST_OK || st_cuda_mul_mat_fused(g_gpu, &down, &err) != ST_OK)
+            test_die("cuda ffn (plain)", &err);
+        char *plain = dual_fetch(&dres);
+        memcpy(dres.host, residual, dres.bytes);
+        dual_upload(&dres);
+        dual_poison(&dact);
+        if (st_cuda_mul_mat_fused_handoff(g_gpu, &glu, true, false, &err) != ST_OK ||
+            st_cuda_mul_mat_fused_handoff(g_gpu, &down, false, true, &err) != ST_OK)
+            test_die("cuda ffn (handed off)", &err);
+        char *handed = dual_fetch(&dres);
+        cmp_result r = compare_bytes(plain, handed, dres.bytes);
+        record("glu hand-off plain~handed bits", desc, &r, TOL_EXACT);
+        free(handed);
+        free(plain);
+        free(residual);
+    }
+    dual_free(&dx), dual_free(&dh), dual_free(&dn), dual_free(&dg), dual_free(&du), dual_free(&dact);
+    dual_free(&dyd), dual_free(&dres), dual_free(&dnf);
+    weight_free(&wgu), weight_free(&wd), weight_free(&wd_other);
+}
+
 /* A residual add that prepares the next product's norm, then that product, as the forward
  * pass issues one-token steps: x [N] += W_a a (a [Ka]) forming next_h = x * norm_w, then
  * the normed product of x (weights [N, Nc]; epi STORE over 3 parts or a gated pair) given
@@ -2117,6 +2184,15 @@ static void run_all(void) {
                 test_mul_mat_fused_adjacent(types[ti], 2048, 2048, M, pad, false);
                 test_mul_mat_fused_adjacent(types[ti], 256, 1024, M, pad, true);
             }
+    /* a gated unit handed to its down product: llama-3.2-1b's FFN, widths off the float4
+     * path (F % 4 != 0), one column (no hand-off) and several */
+    for (int ti = 1; ti < 3; ti++)
+        for (size_t pad = 0; pad <= 64; pad += 64) {
+            test_glu_handoff(types[ti], 2048, 8192, 64, pad, false);
+            test_glu_handoff(types[ti], 256, 1002, 13, pad, true);
+            test_glu_handoff(types[ti], 256, 1000, 2, pad, false);
+            test_glu_handoff(types[ti], 256, 1000, 1, pad, false);
+        }
     /* a residual add preparing the next product's norm, then that product: model shapes
      * (llama-3.2-1b's o then q/k/v or gate/up; qwen3-8b's down then q/k/v) and rows that
      * end a group of 4 early (N = 1002) */
