@@ -248,7 +248,7 @@ static inline void mm_views(x_layout xl, int64_t K, int64_t N, int64_t M, view *
 
 /* ---- bookkeeping: one line per case, a table per op ---------------------------------- */
 
-#define TEST_MAX_OPS 48
+#define TEST_MAX_OPS 96
 
 typedef struct op_stats {
     const char *op;
@@ -264,7 +264,7 @@ static inline void record(const char *op, const char *desc, const cmp_result *r,
     for (int i = 0; i < g_n_ops; i++)
         if (strcmp(g_stats[i].op, op) == 0) s = &g_stats[i];
     if (!s) {
-        if (g_n_ops == TEST_MAX_OPS) test_die("too many ops", NULL);
+        if (g_n_ops == TEST_MAX_OPS) test_die("more distinct ops than TEST_MAX_OPS (raise it)", NULL);
         s = &g_stats[g_n_ops++];
         s->op = op;
     }
