@@ -451,28 +451,6 @@ bool st_cuda_prepared_norm_pays(st_backend *b, const st_fused_mul_mat *op) {
     return cuda_gemv_decode_waves(c, &d, type) < in_loop || (in_loop == 1 && a.K >= GEMV_PREPARED_MIN_K);
 }
 
-st_status st_cuda_mul_mat_fused_handoff(st_backend *b, const st_fused_mul_mat *op, bool hand_over, bool handed,
-                                        st_error *err) {
-    if (!hand_over && !handed) return st_cuda_mul_mat_fused(b, op, err);
-    st_cuda_ctx *c = cuda_ctx(b);
-    c->norm_ss_for = NULL;
-    // the context's hand-off buffer: the unit's [M][F] in the weights' type, grown by the
-    // unit (outside recordings: a step runs plainly before it is recorded), read by the
-    // product right after it
-    const size_t ts = op->w[0]->nb[0];
-    if (hand_over) {
-        const size_t bytes = (size_t)op->out->ne[0] * (size_t)cuda_nrows(op->out) * ts;
-        const st_status g = st_cuda_grow(c, &c->handoff, &c->handoff_bytes, bytes, "gated unit hand-off", err);
-        if (g != ST_OK) return g;
-    }
-    if (handed) ST_ASSERT(c->handoff_bytes >= (size_t)op->x->ne[0] * (size_t)cuda_nrows(op->x) * ts);
-    bool ran = false;
-    const st_status s = st_cuda_mul_mat_fused_gemm(b, op, hand_over ? c->handoff : NULL, handed ? c->handoff : NULL,
-                                                   &ran, err);
-    ST_ASSERT(ran); // st_cuda_glu_hands_off planned it for the cuBLAS path
-    return s;
-}
-
 st_status st_cuda_mul_mat_fused(st_backend *b, const st_fused_mul_mat *op, st_error *err) {
     st_cuda_ctx *c = cuda_ctx(b);
     // the sums of squares the fused op just before wrote, for its next_h: valid for this op only

@@ -256,8 +256,7 @@ bool st_cuda_glu_hands_off(const st_fused_mul_mat *glu, const st_fused_mul_mat *
     int64_t N_all = 0;
     if (!fused_glu(glu) || !fused_gemm_takes(glu) || !fused_gemm_one(glu, &N_all)) return false;
     if (next->epilogue != ST_FUSED_EPILOGUE_ADD || next->norm_w || !fused_gemm_takes(next)) return false;
-    return st_tensor_same(next->x, glu->out) && next->w[0]->type == glu->w[0]->type &&
-           next->x->ne[0] == glu->out->ne[0] && cuda_nrows(next->x) == cuda_nrows(glu->out);
+    return st_tensor_same(next->x, glu->out) && next->w[0]->type == glu->w[0]->type;
 }
 
 // The fused product (fused.h) for M >= ST_CUDA_GEMM_MIN_M columns of F16/BF16 weights:
@@ -321,6 +320,28 @@ st_status st_cuda_mul_mat_fused_gemm(st_backend *b, const st_fused_mul_mat *op, 
     if (glu) return st_cuda_glu(b, op->out, op->y[0], op->y[1], op->epilogue == ST_FUSED_EPILOGUE_GEGLU, err);
     if (add && op->next_h) return st_cuda_mul(b, op->next_h, op->out, op->next_norm_w, err);
     return ST_OK;
+}
+
+st_status st_cuda_mul_mat_fused_handoff(st_backend *b, const st_fused_mul_mat *op, bool hand_over, bool handed,
+                                        st_error *err) {
+    if (!hand_over && !handed) return st_cuda_mul_mat_fused(b, op, err);
+    st_cuda_ctx *c = cuda_ctx(b);
+    c->norm_ss_for = NULL;
+    // the context's hand-off buffer: the unit's [M][F] in the weights' type, grown by the
+    // unit (outside recordings: a step runs plainly before it is recorded), read by the
+    // product right after it
+    const size_t ts = op->w[0]->nb[0];
+    if (hand_over) {
+        const size_t bytes = (size_t)op->out->ne[0] * (size_t)cuda_nrows(op->out) * ts;
+        const st_status g = st_cuda_grow(c, &c->handoff, &c->handoff_bytes, bytes, "gated unit hand-off", err);
+        if (g != ST_OK) return g;
+    }
+    if (handed) ST_ASSERT(c->handoff_bytes >= (size_t)op->x->ne[0] * (size_t)cuda_nrows(op->x) * ts);
+    bool ran = false;
+    const st_status s = st_cuda_mul_mat_fused_gemm(b, op, hand_over ? c->handoff : NULL, handed ? c->handoff : NULL,
+                                                   &ran, err);
+    ST_ASSERT(ran); // st_cuda_glu_hands_off planned it for the cuBLAS path
+    return s;
 }
 
 st_status st_cuda_mul_mat(st_backend *b, st_tensor *dst, const st_tensor *w, const st_tensor *x, st_error *err) {

@@ -296,14 +296,14 @@ __global__ void __launch_bounds__(ROPE_STORE_THREADS)
     const int64_t hd = q.ne0, n_head = q.ne1, n_head_kv = k.ne1, n_ctx = kc.ne2;
     const int64_t m = blockIdx.y, R = blockDim.x / G;
     const int64_t r = blockIdx.x * R + threadIdx.x / G, lane = threadIdx.x % G;
-    const int32_t p = positions[m], slot = slots[m];
+    const int32_t slot = slots[m];
     const bool store_ok = slot >= 0 && slot < n_ctx;
     if (blockIdx.x == 0 && threadIdx.x == 0 && !store_ok)
         cuda_report_op_error(op_err, ST_CUDA_OP_ERROR_KV_POSITION, slot, m, n_ctx);
     if (cs_table) {
         for (int t = threadIdx.x; t < n_rot / 2; t += blockDim.x) cs[t] = cs_table[m * (n_rot / 2) + t];
     } else {
-        const double pos = (double)p * (double)freq_scale;
+        const double pos = (double)positions[m] * (double)freq_scale;
         for (int t = threadIdx.x; t < n_rot / 2; t += blockDim.x)
             cs[t] = rope_cos_sin(t, n_rot, pos, freq_base, freq_factors, attn_factor);
     }
