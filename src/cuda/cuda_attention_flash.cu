@@ -20,6 +20,14 @@
 //   128          64   (64 + 4*64) * 136 * 2 = 85 KiB   64 + 32
 //   256          32   (64 + 4*32) * 264 * 2 = 99 KiB   128 + 16
 //
+// Split keys. A grid too small to fill the SMs (a short prompt, or few kv heads: gemma3's
+// one) splits each block's key range over n_split blocks (grid z): block z walks tiles
+// [z * per, min((z + 1) * per, n_tiles)) of its rows' union, per = ceil(n_tiles / n_split),
+// and writes its rows' partial result (running max m and sum l in the base-2 domain, the
+// unnormalised O) to the partials; attn_flash_combine_kernel then forms each output row as
+// sum_z 2^(m_z - m) O_z / sum_z 2^(m_z - m) l_z. n_split depends on the shapes and the
+// device only (flash_splits), never on the positions or n_kv.
+//
 // Precision: q and P are rounded to f16 (unit roundoff u = 2^-11); K and V are f16 in the
 // cache already; products and sums are f32. See TOL_ATTN_FLASH in tests/gpu/test_cuda_ops.c.
 //
@@ -88,14 +96,22 @@ __device__ __forceinline__ uint32_t flash_pack_half2(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
+// Where split z of a launch keeps the partial result of query m, head h (n_split > 1; one
+// run of M queries of n_head heads): O at part_o + slot * D, (m, l) at part_ml[slot].
+__device__ __forceinline__ int64_t flash_part_slot(int z, int64_t m, int64_t h, int64_t M, int64_t n_head) {
+    return ((int64_t)z * M + m) * n_head + h;
+}
+
 // PAGED: the queries are a run of one sequence of a paged cache, its keys where pg's row
 // of the block table says (attn_pages); or, with runs.n_runs > 0, several runs, the grid's
-// row tiles theirs in turn (attn_runs).
+// row tiles theirs in turn (attn_runs). n_split > 1 (one run only): block z of gridDim.z
+// takes its share of the keys and writes partials (the header).
 template <int D, bool PAGED>
 __global__ void __launch_bounds__(FLASH_THREADS)
     attn_flash_f16_kernel(st_cuda_view dst, st_cuda_view q, st_cuda_view kc, st_cuda_view vc,
                           bool q_vec, const int32_t *__restrict__ positions, int64_t n_kv, int32_t window,
-                          float scale, float softcap, const attn_pages pg, const attn_runs runs) {
+                          float scale, float softcap, const attn_pages pg, const attn_runs runs, int n_split,
+                          float *__restrict__ part_o, float2 *__restrict__ part_ml) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap(); // the host launches this only on sm_80+
 #else
@@ -197,6 +213,12 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     __syncthreads();
     const int Lb = s_lo, Hb = s_hi, maxlo = s_maxlo, minhi = s_minhi;
     const int n_tiles = Hb >= Lb ? (Hb - Lb) / BN + 1 : 0;
+    int j_begin = 0, j_end = n_tiles; // this block's tiles of the union
+    if (n_split > 1) {
+        const int per = (n_tiles + n_split - 1) / n_split;
+        j_begin = min(n_tiles, (int)blockIdx.z * per);
+        j_end = min(n_tiles, j_begin + per);
+    }
 
     const char *k_head = kc.data + kvh * kc.nb1, *v_head = vc.data + kvh * vc.nb1;
     const int32_t *blocks = PAGED ? attn_blocks(pr, 0) : NULL;
@@ -223,14 +245,15 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     const float scale_log2 = scale * ST_ATTN_LOG2E;
     const __half *q_warp = Qs + warp * 16 * LDS;
 
-    if (n_tiles > 0) load_tile(0, 0);
+    if (j_begin < j_end) load_tile(j_begin, 0);
     flash_cp_async_commit();
-    for (int j = 0; j < n_tiles; j++) {
-        if (j + 1 < n_tiles) load_tile(j + 1, (j + 1) & 1); // its buffer was released by the last barrier
+    for (int j = j_begin; j < j_end; j++) {
+        const int buf = (j - j_begin) & 1;
+        if (j + 1 < j_end) load_tile(j + 1, buf ^ 1); // its buffer was released by the last barrier
         flash_cp_async_commit();
         flash_cp_async_wait<1>(); // every group but the newest: tile j has landed
         __syncthreads();
-        const __half *kb = Ks + (j & 1) * BN * LDS, *vb = Vs + (j & 1) * BN * LDS;
+        const __half *kb = Ks + buf * BN * LDS, *vb = Vs + buf * BN * LDS;
         const int t0 = Lb + j * BN;
 
         float S[BN / 8][4]; // [16 rows x BN keys]: keys 8n .. 8n+7 in S[n]
@@ -307,7 +330,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
                 flash_mma(O[2 * dn + 1], a, bv[2], bv[3]);
             }
         }
-        __syncthreads(); // buffer j & 1 is refilled by the load issued in iteration j + 1
+        __syncthreads(); // buffer buf is refilled by the load issued in the next iteration
     }
 
 #pragma unroll
@@ -318,6 +341,17 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         const int r = r0 + warp * 16 + g + 8 * i;
         if (r >= R) continue;
         const int64_t m = m0 + r / group, h = kvh * group + r % group;
+        if (n_split > 1) { // the partial: (m, l) always; O where this block walked keys (else zeros, unread)
+            const int64_t slot = flash_part_slot(blockIdx.z, m, h, q.ne2, q.ne1);
+            if (t4 == 0) part_ml[slot] = make_float2(m_i[i], l);
+            if (j_begin < j_end) {
+                float *po = part_o + slot * D;
+#pragma unroll
+                for (int d = 0; d < D / 8; d++)
+                    *(float2 *)(po + d * 8 + 2 * t4) = make_float2(O[d][2 * i], O[d][2 * i + 1]);
+            }
+            continue;
+        }
         float *out = (float *)(dst.data + h * dst.nb1 + m * dst.nb2);
 #pragma unroll
         for (int d = 0; d < D / 8; d++) {
@@ -326,6 +360,51 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         }
     }
 #endif
+}
+
+// One warp per output row (m, h) of a split launch: the splits' partials weighted by
+// 2^(m_z - max m_z); a split whose rows saw no key (l = 0, m = -inf) is skipped, its O
+// unread. A row that saw nothing at all gets zeros, as unsplit.
+#define FLASH_COMBINE_THREADS 128
+template <int D>
+__global__ void __launch_bounds__(FLASH_COMBINE_THREADS)
+    attn_flash_combine_kernel(st_cuda_view dst, int n_split, const float *__restrict__ part_o,
+                              const float2 *__restrict__ part_ml) {
+    const int warps = FLASH_COMBINE_THREADS / ST_GPU_WARP_SIZE, lane = threadIdx.x % ST_GPU_WARP_SIZE;
+    const int64_t n_head = dst.ne1, M = dst.ne2;
+    const int64_t row = (int64_t)blockIdx.x * warps + threadIdx.x / ST_GPU_WARP_SIZE; // m * n_head + h
+    if (row >= M * n_head) return;
+    const int64_t m = row / n_head, h = row % n_head;
+    float mx = -INFINITY;
+    for (int z = 0; z < n_split; z++) {
+        const float2 ml = part_ml[flash_part_slot(z, m, h, M, n_head)];
+        if (ml.y > 0.0f) mx = fmaxf(mx, ml.x);
+    }
+    float acc[D / ST_GPU_WARP_SIZE], l = 0.0f;
+#pragma unroll
+    for (int k = 0; k < D / ST_GPU_WARP_SIZE; k++) acc[k] = 0.0f;
+    for (int z = 0; z < n_split; z++) {
+        const int64_t slot = flash_part_slot(z, m, h, M, n_head);
+        const float2 ml = part_ml[slot];
+        if (!(ml.y > 0.0f)) continue;
+        const float w = exp2f(ml.x - mx);
+        l = fmaf(w, ml.y, l);
+        const float *po = part_o + slot * D;
+#pragma unroll
+        for (int k = 0; k < D / ST_GPU_WARP_SIZE; k++) acc[k] = fmaf(w, po[lane + k * ST_GPU_WARP_SIZE], acc[k]);
+    }
+    float *out = (float *)(dst.data + h * dst.nb1 + m * dst.nb2);
+#pragma unroll
+    for (int k = 0; k < D / ST_GPU_WARP_SIZE; k++) out[lane + k * ST_GPU_WARP_SIZE] = l > 0.0f ? acc[k] / l : 0.0f;
+}
+
+// The blocks a launch of `blocks` blocks splits each block's keys over: the tuning's
+// flash_split, or as many as keep the grid within one wave of the SMs' slots (a slot: a
+// block an SM holds at once, blocks_per_sm of this kernel), 1 when it fills them already.
+static int flash_splits(const st_cuda_ctx *c, int blocks_per_sm, int64_t blocks) {
+    if (c->tune.flash_split > 0) return c->tune.flash_split;
+    const int64_t n = (int64_t)blocks_per_sm * c->sm_count / (blocks > 0 ? blocks : 1);
+    return (int)(n < 1 ? 1 : n > CUDA_FLASH_MAX_SPLITS ? CUDA_FLASH_MAX_SPLITS : n);
 }
 
 template <int D, bool PAGED>
@@ -340,15 +419,37 @@ static st_status flash_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q
                                                (int)smem));
         c->flash_smem_opted |= opted;
     }
+    int *per_sm = &c->flash_blocks_per_sm[(D == 64 ? 0 : D == 128 ? 1 : 2) + (PAGED ? 3 : 0)];
+    if (*per_sm == 0) {
+        ST_GPU_CHECK(st_gpu_occupancy_max_blocks(per_sm, attn_flash_f16_kernel<D, PAGED>, FLASH_THREADS, smem));
+        if (*per_sm < 1) *per_sm = 1;
+    }
     const int64_t rows = q->ne[2] * (q->ne[1] / k_cache->ne[1]); // M * group per kv head
     const int64_t tiles = runs.dev          ? runs.dev_tiles
                           : runs.n_runs > 0 ? runs.first_tile[runs.n_runs]
                                             : (rows + FLASH_BM - 1) / FLASH_BM;
     if (tiles == 0) return ST_OK;
-    const dim3 grid((unsigned int)tiles, (unsigned int)k_cache->ne[1]);
+    // a split needs one run whose queries index the partials (several runs: never split)
+    const int n_split = runs.dev || runs.n_runs > 0 ? 1 : flash_splits(c, *per_sm, tiles * k_cache->ne[1]);
+    float *part_o = NULL;
+    float2 *part_ml = NULL;
+    if (n_split > 1) {
+        const size_t slots = (size_t)n_split * (size_t)q->ne[2] * (size_t)q->ne[1];
+        const st_status s = st_cuda_grow(c, &c->attn_partials, &c->attn_partials_bytes,
+                                         slots * (D + 2) * sizeof(float), "attention: the split partials", err);
+        if (s != ST_OK) return s;
+        part_o = (float *)c->attn_partials;
+        part_ml = (float2 *)(part_o + slots * D);
+    }
+    const dim3 grid((unsigned int)tiles, (unsigned int)k_cache->ne[1], (unsigned int)n_split);
     attn_flash_f16_kernel<D, PAGED><<<grid, FLASH_THREADS, smem, c->stream>>>(
         cuda_view(dst), cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), cuda_rows_aligned16(q), pos,
-        p->n_kv, p->window, p->scale, p->softcap, pg, runs);
+        p->n_kv, p->window, p->scale, p->softcap, pg, runs, n_split, part_o, part_ml);
+    ST_GPU_CHECK_LAUNCH();
+    if (n_split == 1) return ST_OK;
+    const int64_t out_rows = q->ne[2] * q->ne[1], warps = FLASH_COMBINE_THREADS / ST_GPU_WARP_SIZE;
+    attn_flash_combine_kernel<D><<<(unsigned int)((out_rows + warps - 1) / warps), FLASH_COMBINE_THREADS, 0,
+                                   c->stream>>>(cuda_view(dst), n_split, part_o, part_ml);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }

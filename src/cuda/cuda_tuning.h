@@ -48,6 +48,9 @@ enum {
     CUDA_MOE_ROWBLOCK_ALL = 3
 };
 
+/* The most blocks a prefill attention block's keys are split over (flash_split). */
+#define CUDA_FLASH_MAX_SPLITS 16
+
 typedef struct st_cuda_tuning {
     /* Which one-token F16/BF16 products read a block a weight row (cuda_gemv_rowblock.cu)
      * instead of a warp a row (cuda_gemv_decode.cu), by kind (a CUDA_ROWBLOCK_* mask; -1:
@@ -71,6 +74,11 @@ typedef struct st_cuda_tuning {
      * weight row (cuda_moe_rowblock.cu) instead of a warp a (row, slot) (cuda_moe.cu), by
      * kind (CUDA_MOE_ROWBLOCK_* mask), where the shapes let it. */
     int moe_rowblock;
+    /* Prefill attention over one sequence (cuda_attention_flash.cu): every block of query
+     * rows has its keys split over this many blocks, whose partial results a second kernel
+     * combines. 0: the rule there (enough blocks to fill the SMs' slots, at most
+     * CUDA_FLASH_MAX_SPLITS); 1: never split. */
+    int flash_split;
     /* Steps of few tokens are recorded as CUDA graphs (per depth bucket) and replayed. */
     bool graphs;
 } st_cuda_tuning;

@@ -1525,6 +1525,24 @@ static void test_attention_prefill(void) {
     test_attention_case(&gemma);
 }
 
+/* The tensor-core prefill with each block's keys split over a fixed number of blocks
+ * (tuning flash_split; the default's rule splits most of test_attention_prefill's small
+ * grids already): head_dim 64/128/256, a prompt after a prefix, a window over random
+ * positions with a peaky softmax, soft-capping from position 0, GQA. With 16 splits many
+ * blocks walk no key (short ranges): their partials must not count. */
+static void run_attention_flash_splits(void) {
+    const int64_t hds[] = {64, 128, 256};
+    for (int hi = 0; hi < 3; hi++) {
+        attn_case ac = {.t = ST_TYPE_F16, .hd = hds[hi], .H = 8, .Hkv = 2, .n_kv = 300, .M = 130, .window = 0,
+                        .softcap = 0.0f, .scale_mul = 1.0f, .positions = 0, .ctx_extra = 20, .q_strided = false};
+        test_attention_case(&ac);
+        ac.window = 100, ac.positions = 1, ac.scale_mul = 4.0f, ac.q_strided = true;
+        test_attention_case(&ac);
+        ac.n_kv = ac.M = 77, ac.window = 0, ac.positions = 0, ac.softcap = 0.5f, ac.scale_mul = 8.0f, ac.H = 6;
+        test_attention_case(&ac);
+    }
+}
+
 /* Decode shapes: M = 1..4 tokens at depths 1 .. ~5000 with a cache much larger than n_kv
  * (ctx_extra; every path is also run with n_kv = n_ctx), F16 and F32 caches, windows
  * shorter than the depth, soft-capping. n_kv 1, 64, 100 and 128: one token over an F16
@@ -2304,6 +2322,9 @@ static void run_all(void) {
     test_attention(ST_TYPE_F16, 128, 4, 2, 2000, 2, 0, 0.0f, 0);
     test_attention(ST_TYPE_F32, 128, 4, 2, 2000, 2, 512, 50.0f, 1);
     test_attention_prefill();
+    with_cuda_tuning("flash_split=1", run_attention_flash_splits);
+    with_cuda_tuning("flash_split=3", run_attention_flash_splits);
+    with_cuda_tuning("flash_split=16", run_attention_flash_splits);
     test_attention_decode(false);
 
     const int32_t ks[] = {1, 2, 8};
