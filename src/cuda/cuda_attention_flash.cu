@@ -44,11 +44,8 @@
 #define FLASH_THREADS 128
 #define FLASH_WARPS (FLASH_THREADS / ST_GPU_WARP_SIZE)
 
-// LEAN (an experiment, tuning flash_lean): head_dim 128 in tiles of 32 keys and registers for
-// 3 blocks an SM; head_dim 64 registers for 4.
-template <int D, bool LEAN> struct flash_cfg {
-    static constexpr int BN = D <= (LEAN ? 64 : 128) ? 64 : 32; // keys per tile
-    static constexpr int MIN_BLOCKS = LEAN ? (D == 64 ? 4 : D == 128 ? 3 : 1) : D == 64 ? 3 : 1;
+template <int D> struct flash_cfg {
+    static constexpr int BN = D <= 128 ? 64 : 32; // keys per tile
     static constexpr int LDS = D + 8;             // halves per shared row (+16 bytes)
     static constexpr size_t smem = (size_t)(FLASH_BM + 4 * BN) * LDS * sizeof(__half);
 };
@@ -109,8 +106,8 @@ __device__ __forceinline__ int64_t flash_part_slot(int z, int64_t m, int64_t h, 
 // of the block table says (attn_pages); or, with runs.n_runs > 0, several runs, the grid's
 // row tiles theirs in turn (attn_runs). n_split > 1 (one run only): block z of gridDim.z
 // takes its share of the keys and writes partials (the header).
-template <int D, bool PAGED, bool LEAN>
-__global__ void __launch_bounds__(FLASH_THREADS, flash_cfg<D, LEAN>::MIN_BLOCKS)
+template <int D, bool PAGED>
+__global__ void __launch_bounds__(FLASH_THREADS)
     attn_flash_f16_kernel(st_cuda_view dst, st_cuda_view q, st_cuda_view kc, st_cuda_view vc,
                           bool q_vec, const int32_t *__restrict__ positions, int64_t n_kv, int32_t window,
                           float scale, float softcap, const attn_pages pg, const attn_runs runs, int n_split,
@@ -118,7 +115,7 @@ __global__ void __launch_bounds__(FLASH_THREADS, flash_cfg<D, LEAN>::MIN_BLOCKS)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     __trap(); // the host launches this only on sm_80+
 #else
-    constexpr int BN = flash_cfg<D, LEAN>::BN, LDS = flash_cfg<D, LEAN>::LDS, BM = FLASH_BM;
+    constexpr int BN = flash_cfg<D>::BN, LDS = flash_cfg<D>::LDS, BM = FLASH_BM;
     constexpr int CHUNKS = D / 8; // 16-byte pieces of a cache row
     static_assert(BN * CHUNKS % FLASH_THREADS == 0, "a tile is whole 16-byte pieces per thread");
     extern __shared__ __align__(16) unsigned char flash_smem[];
@@ -420,21 +417,21 @@ static int flash_splits(const st_cuda_ctx *c, int blocks_per_sm, int64_t blocks)
     return best;
 }
 
-template <int D, bool PAGED, bool LEAN>
+template <int D, bool PAGED>
 static st_status flash_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q, const st_tensor *k_cache,
                               const st_tensor *v_cache, const int32_t *pos, const attn_pages &pg,
                               const attn_runs &runs, const st_attn_params *p, st_error *err) {
-    const size_t smem = flash_cfg<D, LEAN>::smem;
+    const size_t smem = flash_cfg<D>::smem;
     // more than 48 KiB of dynamic shared memory needs an opt-in, once per kernel and context
-    const unsigned int opted = 1u << (D / 64 + (PAGED ? 4 : 0) + (LEAN ? 8 : 0)); // distinct bits
+    const unsigned int opted = 1u << (D / 64 + (PAGED ? 4 : 0)); // D = 64, 128, 256, paged or not: distinct bits
     if (smem > 48 * 1024 && !(c->flash_smem_opted & opted)) {
-        ST_GPU_CHECK(st_gpu_func_set_attribute(attn_flash_f16_kernel<D, PAGED, LEAN>, st_gpu_func_attr_max_dynamic_smem,
+        ST_GPU_CHECK(st_gpu_func_set_attribute(attn_flash_f16_kernel<D, PAGED>, st_gpu_func_attr_max_dynamic_smem,
                                                (int)smem));
         c->flash_smem_opted |= opted;
     }
-    int *per_sm = &c->flash_blocks_per_sm[(D == 64 ? 0 : D == 128 ? 1 : 2) + (PAGED ? 3 : 0) + (LEAN ? 6 : 0)];
+    int *per_sm = &c->flash_blocks_per_sm[(D == 64 ? 0 : D == 128 ? 1 : 2) + (PAGED ? 3 : 0)];
     if (*per_sm == 0) {
-        ST_GPU_CHECK(st_gpu_occupancy_max_blocks(per_sm, attn_flash_f16_kernel<D, PAGED, LEAN>, FLASH_THREADS, smem));
+        ST_GPU_CHECK(st_gpu_occupancy_max_blocks(per_sm, attn_flash_f16_kernel<D, PAGED>, FLASH_THREADS, smem));
         if (*per_sm < 1) *per_sm = 1;
     }
     const int64_t rows = q->ne[2] * (q->ne[1] / k_cache->ne[1]); // M * group per kv head
@@ -455,7 +452,7 @@ static st_status flash_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q
         part_ml = (float2 *)(part_o + slots * D);
     }
     const dim3 grid((unsigned int)tiles, (unsigned int)k_cache->ne[1], (unsigned int)n_split);
-    attn_flash_f16_kernel<D, PAGED, LEAN><<<grid, FLASH_THREADS, smem, c->stream>>>(
+    attn_flash_f16_kernel<D, PAGED><<<grid, FLASH_THREADS, smem, c->stream>>>(
         cuda_view(dst), cuda_view(q), cuda_view(k_cache), cuda_view(v_cache), cuda_rows_aligned16(q), pos,
         p->n_kv, p->window, p->scale, p->softcap, pg, runs, n_split, part_o, part_ml);
     ST_GPU_CHECK_LAUNCH();
@@ -480,14 +477,10 @@ static st_status flash_dispatch(st_cuda_ctx *c, st_tensor *dst, const st_tensor 
                                 const st_tensor *v_cache, const int32_t *pos, const attn_pages *pg,
                                 const attn_runs &runs, const st_attn_params *p, st_error *err) {
     const attn_pages none = {};
-    const bool lean = c->tune.flash_lean != 0;
 #define FLASH_CASE(d)                                                                                                \
     case d:                                                                                                        \
-        if (lean && d < 256)                                                                                       \
-            return pg ? flash_launch<d, true, true>(c, dst, q, k_cache, v_cache, pos, *pg, runs, p, err)           \
-                      : flash_launch<d, false, true>(c, dst, q, k_cache, v_cache, pos, none, runs, p, err);        \
-        return pg ? flash_launch<d, true, false>(c, dst, q, k_cache, v_cache, pos, *pg, runs, p, err)              \
-                  : flash_launch<d, false, false>(c, dst, q, k_cache, v_cache, pos, none, runs, p, err);
+        return pg ? flash_launch<d, true>(c, dst, q, k_cache, v_cache, pos, *pg, runs, p, err)                     \
+                  : flash_launch<d, false>(c, dst, q, k_cache, v_cache, pos, none, runs, p, err);
     switch (q->ne[0]) {
         FLASH_CASE(64)
         FLASH_CASE(128)

@@ -44,7 +44,6 @@ static const tuning_key KEYS[] = {
     {"norm_apart_waves", 0, 1000000, "waves of blocks (0: never)"},
     {"moe_rowblock", 0, CUDA_MOE_ROWBLOCK_ALL, "a mask of 1 (the experts' gate/up) and 2 (their down)"},
     {"flash_split", 0, CUDA_FLASH_MAX_SPLITS, "0 (by the rule) or the blocks a block's keys are split over"},
-    {"flash_lean", 0, 1, "0 or 1"},
     {"graphs", 0, 1, "0 or 1"},
 };
 
@@ -57,7 +56,6 @@ static void set_field(st_cuda_tuning *t, int key, long v) {
     case 4: t->norm_apart_waves = (int)v; break;
     case 5: t->moe_rowblock = (int)v; break;
     case 6: t->flash_split = (int)v; break;
-    case 7: t->flash_lean = (int)v; break;
     default: t->graphs = v != 0; break;
     }
 }

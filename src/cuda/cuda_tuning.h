@@ -79,8 +79,6 @@ typedef struct st_cuda_tuning {
      * combines. 0: the rule there (a grid short of one wave of the SMs split so that it
      * runs in the fewest waves, at most CUDA_FLASH_MAX_SPLITS ways); 1: never split. */
     int flash_split;
-    /* An experiment: the prefill attention's lean variant (cuda_attention_flash.cu). */
-    int flash_lean;
     /* Steps of few tokens are recorded as CUDA graphs (per depth bucket) and replayed. */
     bool graphs;
 } st_cuda_tuning;

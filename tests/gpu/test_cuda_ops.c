@@ -2325,8 +2325,6 @@ static void run_all(void) {
     with_cuda_tuning("flash_split=1", run_attention_flash_splits);
     with_cuda_tuning("flash_split=3", run_attention_flash_splits);
     with_cuda_tuning("flash_split=16", run_attention_flash_splits);
-    with_cuda_tuning("flash_lean=1", test_attention_prefill);
-    with_cuda_tuning("flash_lean=1,flash_split=3", run_attention_flash_splits);
     test_attention_decode(false);
 
     const int32_t ks[] = {1, 2, 8};
