@@ -26,7 +26,7 @@
 // and writes its rows' partial result (running max m and sum l in the base-2 domain, the
 // unnormalised O) to the partials; attn_flash_combine_kernel then forms each output row as
 // sum_z 2^(m_z - m) O_z / sum_z 2^(m_z - m) l_z. n_split depends on the shapes and the
-// device only (flash_splits), never on the positions or n_kv.
+// device's SM count only (flash_splits), never on the positions or n_kv.
 //
 // Precision: q and P are rounded to f16 (unit roundoff u = 2^-11); K and V are f16 in the
 // cache already; products and sums are f32. See TOL_ATTN_FLASH in tests/gpu/test_cuda_ops.c.
@@ -46,6 +46,9 @@
 
 template <int D> struct flash_cfg {
     static constexpr int BN = D <= 128 ? 64 : 32; // keys per tile
+    // blocks an SM holds, as the registers are allocated for: 64 rows of head_dim 64 in
+    // under 168 registers a thread (3 x 45 KiB of shared memory); the others as they come
+    static constexpr int MIN_BLOCKS = D == 64 ? 3 : 1;
     static constexpr int LDS = D + 8;             // halves per shared row (+16 bytes)
     static constexpr size_t smem = (size_t)(FLASH_BM + 4 * BN) * LDS * sizeof(__half);
 };
@@ -107,7 +110,7 @@ __device__ __forceinline__ int64_t flash_part_slot(int z, int64_t m, int64_t h, 
 // row tiles theirs in turn (attn_runs). n_split > 1 (one run only): block z of gridDim.z
 // takes its share of the keys and writes partials (the header).
 template <int D, bool PAGED>
-__global__ void __launch_bounds__(FLASH_THREADS)
+__global__ void __launch_bounds__(FLASH_THREADS, flash_cfg<D>::MIN_BLOCKS)
     attn_flash_f16_kernel(st_cuda_view dst, st_cuda_view q, st_cuda_view kc, st_cuda_view vc,
                           bool q_vec, const int32_t *__restrict__ positions, int64_t n_kv, int32_t window,
                           float scale, float softcap, const attn_pages pg, const attn_runs runs, int n_split,
@@ -399,22 +402,14 @@ __global__ void __launch_bounds__(FLASH_COMBINE_THREADS)
 }
 
 // The blocks a launch of `blocks` blocks splits each block's keys over: the tuning's
-// flash_split, else by the rule. A grid that fills the SMs' slots (a slot: a block an SM
-// holds at once, blocks_per_sm of this kernel) is not split. A smaller one is split s ways
-// for the s that minimises its time in waves of equal blocks, ceil(blocks * s / slots) / s,
-// a larger s only where it is at least 5% shorter (each split adds its partials' traffic):
-// 256 blocks over 396 slots split 3 ways (768 blocks, two waves of a third of the work).
-static int flash_splits(const st_cuda_ctx *c, int blocks_per_sm, int64_t blocks) {
+// flash_split, else as many as give every SM one block (at most CUDA_FLASH_MAX_SPLITS). A
+// block keeps an SM busy enough alone: more blocks an SM (the split of a grid that has
+// one an SM already) cost more in partials than they gain; fewer blocks than SMs leave
+// SMs idle (gemma3's one kv head: 32 blocks for a 512-token ubatch, split 4 ways).
+static int flash_splits(const st_cuda_ctx *c, int64_t blocks) {
     if (c->tune.flash_split > 0) return c->tune.flash_split;
-    const int64_t slots = (int64_t)blocks_per_sm * c->sm_count;
-    if (blocks <= 0 || blocks >= slots) return 1;
-    int best = 1;
-    double best_waves = 1.0; // one wave of the unsplit grid
-    for (int s = 2; s <= CUDA_FLASH_MAX_SPLITS; s++) {
-        const double waves = (double)((blocks * s + slots - 1) / slots) / s;
-        if (waves < 0.95 * best_waves) best = s, best_waves = waves;
-    }
-    return best;
+    const int64_t n = blocks > 0 ? c->sm_count / blocks : 1;
+    return (int)(n < 1 ? 1 : n > CUDA_FLASH_MAX_SPLITS ? CUDA_FLASH_MAX_SPLITS : n);
 }
 
 template <int D, bool PAGED>
@@ -429,18 +424,13 @@ static st_status flash_launch(st_cuda_ctx *c, st_tensor *dst, const st_tensor *q
                                                (int)smem));
         c->flash_smem_opted |= opted;
     }
-    int *per_sm = &c->flash_blocks_per_sm[(D == 64 ? 0 : D == 128 ? 1 : 2) + (PAGED ? 3 : 0)];
-    if (*per_sm == 0) {
-        ST_GPU_CHECK(st_gpu_occupancy_max_blocks(per_sm, attn_flash_f16_kernel<D, PAGED>, FLASH_THREADS, smem));
-        if (*per_sm < 1) *per_sm = 1;
-    }
     const int64_t rows = q->ne[2] * (q->ne[1] / k_cache->ne[1]); // M * group per kv head
     const int64_t tiles = runs.dev          ? runs.dev_tiles
                           : runs.n_runs > 0 ? runs.first_tile[runs.n_runs]
                                             : (rows + FLASH_BM - 1) / FLASH_BM;
     if (tiles == 0) return ST_OK;
     // a split needs one run whose queries index the partials (several runs: never split)
-    const int n_split = runs.dev || runs.n_runs > 0 ? 1 : flash_splits(c, *per_sm, tiles * k_cache->ne[1]);
+    const int n_split = runs.dev || runs.n_runs > 0 ? 1 : flash_splits(c, tiles * k_cache->ne[1]);
     float *part_o = NULL;
     float2 *part_ml = NULL;
     if (n_split > 1) {

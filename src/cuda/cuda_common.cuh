@@ -70,7 +70,6 @@ typedef struct st_cuda_ctx {
     void *attn_partials;                 /* split-KV attention: per-split (max, sum, acc[head_dim]) */
     size_t attn_partials_bytes;
     unsigned int flash_smem_opted;       /* flash attention kernels given their shared memory (bits) */
-    int flash_blocks_per_sm[6];          /* ... and the blocks of each an SM holds (0: not asked yet) */
     int sm_count;                        /* multiprocessors of the device */
     void **retired;                      /* buffers st_cuda_grow replaced, freed with the context */
     int n_retired, retired_cap;

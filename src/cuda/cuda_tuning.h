@@ -76,8 +76,8 @@ typedef struct st_cuda_tuning {
     int moe_rowblock;
     /* Prefill attention over one sequence (cuda_attention_flash.cu): every block of query
      * rows has its keys split over this many blocks, whose partial results a second kernel
-     * combines. 0: the rule there (a grid short of one wave of the SMs split so that it
-     * runs in the fewest waves, at most CUDA_FLASH_MAX_SPLITS ways); 1: never split. */
+     * combines. 0: the rule there (a grid of fewer blocks than SMs split to about one
+     * block an SM, at most CUDA_FLASH_MAX_SPLITS ways); 1: never split. */
     int flash_split;
     /* Steps of few tokens are recorded as CUDA graphs (per depth bucket) and replayed. */
     bool graphs;

@@ -112,8 +112,6 @@ typedef hipDeviceProp_t st_gpu_device_prop_t;
 #define st_gpu_dev_attr_warp_size hipDeviceAttributeWarpSize
 #define st_gpu_func_set_attribute(f, attr, v) hipFuncSetAttribute((const void *)(f), attr, v)
 #define st_gpu_func_attr_max_dynamic_smem hipFuncAttributeMaxDynamicSharedMemorySize
-#define st_gpu_occupancy_max_blocks(n, f, threads, smem) \
-    hipOccupancyMaxActiveBlocksPerMultiprocessor(n, (const void *)(f), threads, smem)
 
 typedef hipEvent_t st_gpu_event_t;
 #define st_gpu_event_create_with_flags hipEventCreateWithFlags
@@ -249,8 +247,6 @@ typedef struct cudaDeviceProp st_gpu_device_prop_t;
 /* kernels that need more than 48 KiB of dynamic shared memory opt in per kernel */
 #define st_gpu_func_set_attribute cudaFuncSetAttribute
 #define st_gpu_func_attr_max_dynamic_smem cudaFuncAttributeMaxDynamicSharedMemorySize
-/* blocks of a kernel an SM holds at once, for a block size and dynamic shared memory */
-#define st_gpu_occupancy_max_blocks cudaOccupancyMaxActiveBlocksPerMultiprocessor
 
 /* launches with attributes: programmatic stream serialization (a kernel that may start
  * before the one ahead of it ends; cuda_common.cuh's st_gpu_launch_early) */
