@@ -23,8 +23,9 @@
 #  6. a pass/fail table.
 # Logs and the table go to $OUT when set, else ./gpu-test-out. STAGES="build ops models"
 # runs a subset; MEMCHECK="ops" the programs stage 5 runs (default "ops quant batch"), each
-# within MEMCHECK_TIMEOUT seconds (default 300; test_cuda_ops under memcheck needs more). Exit status: 0 when every stage asked for ran and passed; 1 when one
-# failed; 2 when one could not run (ctest without cmocka), and the table says INCOMPLETE.
+# within MEMCHECK_TIMEOUT seconds (default 300). Exit status: 0 when every stage asked for
+# ran and passed; 1 when one failed; 2 when one could not run (ctest without cmocka), and
+# the table says INCOMPLETE.
 # A cmocka installed under .cm/ (include/, lib/) is found by itself.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
