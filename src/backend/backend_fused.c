@@ -30,10 +30,31 @@ st_status st_fused_mul_mat_composite(st_backend *b, const st_fused_mul_mat *op, 
     return ST_OK;
 }
 
+bool st_fused_rope_store_whole_norm(const st_fused_rope_store *op) {
+    return op->q_norm && op->q_norm->ne[0] != op->q->ne[0];
+}
+
+st_tensor st_fused_heads_flat(const st_tensor *t) {
+    ST_ASSERT(t->type == ST_TYPE_F32 && t->ne[3] == 1 && t->nb[0] == sizeof(float) &&
+              t->nb[1] == (size_t)t->ne[0] * sizeof(float));
+    st_tensor v = *t;
+    v.ne[0] = t->ne[0] * t->ne[1];
+    v.ne[1] = t->ne[2];
+    v.ne[2] = v.ne[3] = 1;
+    v.nb[1] = t->nb[2];
+    v.nb[2] = v.nb[3] = t->nb[2] * (size_t)t->ne[2];
+    return v;
+}
+
 st_status st_fused_rope_store_composite(st_backend *b, const st_fused_rope_store *op, st_error *err) {
     const st_backend_iface *be = b->iface;
     ST_ASSERT((op->q_norm == NULL) == (op->k_norm == NULL));
-    if (op->q_norm) {
+    if (st_fused_rope_store_whole_norm(op)) {
+        st_tensor q = st_fused_heads_flat(op->q), k = st_fused_heads_flat(op->k); /* [hd n_head(_kv), M] */
+        ST_ASSERT(op->q_norm->ne[0] == q.ne[0] && op->k_norm->ne[0] == k.ne[0]);
+        be->rms_norm(b, &q, &q, op->q_norm, op->eps);
+        be->rms_norm(b, &k, &k, op->k_norm, op->eps);
+    } else if (op->q_norm) {
         be->rms_norm(b, op->q, op->q, op->q_norm, op->eps);
         be->rms_norm(b, op->k, op->k, op->k_norm, op->eps);
     }

@@ -189,7 +189,19 @@ static bool rope_same(const st_rope_params *a, const st_rope_params *b) {
            a->freq_scale == b->freq_scale && a->freq_factors == b->freq_factors && a->attn_factor == b->attn_factor;
 }
 
-/* [rms_norm(q), rms_norm(k) per head,] rope(q), rope(k), kv_store(k), kv_store(v), attention. */
+/* Whether n is heads t [hd, n_head, M] (packed heads) as the rows [hd * n_head, M] a
+ * whole-projection norm reads: st_fused_heads_flat(t). */
+static bool heads_flat_of(const st_tensor *n, const st_tensor *t) {
+    if (t->type != ST_TYPE_F32 || t->ne[3] != 1 || t->nb[0] != sizeof(float) ||
+        t->nb[1] != (size_t)t->ne[0] * sizeof(float))
+        return false;
+    const st_tensor flat = st_fused_heads_flat(t);
+    return n->type == flat.type && n->data == flat.data && n->ne[0] == flat.ne[0] && n->ne[1] == flat.ne[1] &&
+           n->ne[2] == 1 && n->ne[3] == 1 && n->nb[0] == flat.nb[0] && n->nb[1] == flat.nb[1];
+}
+
+/* [rms_norm(q), rms_norm(k), per head or over the whole q and k,] rope(q), rope(k),
+ * kv_store(k), kv_store(v), attention. */
 static bool match_rope_attention(const st_graph *g, int i, st_fuse_group *out) {
     int j = i;
     const st_node *qn = NULL, *kn = NULL;
@@ -211,12 +223,15 @@ static bool match_rope_attention(const st_graph *g, int i, st_fuse_group *out) {
     if (!st_tensor_same(at->src[0], q) || !st_tensor_same(at->src[1], sk->dst) || !st_tensor_same(at->src[2], sv->dst) ||
         !st_tensor_same(at->src[3], pos))
         return false;
-    if (qn) { /* per-head norms of q and k, in place, weights [head_dim] */
-        const int64_t hd = q->ne[0];
-        if (!st_tensor_same(qn->dst, q) || !st_tensor_same(qn->src[0], q) || !st_tensor_same(kn->dst, k) ||
-            !st_tensor_same(kn->src[0], k) || !qn->src[1] || !kn->src[1] || qn->src[1]->ne[0] != hd ||
-            kn->src[1]->ne[0] != hd || qn->p.eps != kn->p.eps)
+    if (qn) { /* norms of q and k in place: per head (weights [head_dim]) or whole (olmoe) */
+        if (!qn->src[1] || !kn->src[1] || qn->p.eps != kn->p.eps || !st_tensor_same(qn->dst, qn->src[0]) ||
+            !st_tensor_same(kn->dst, kn->src[0]))
             return false;
+        const bool per_head = st_tensor_same(qn->dst, q) && st_tensor_same(kn->dst, k) &&
+                              qn->src[1]->ne[0] == q->ne[0] && kn->src[1]->ne[0] == k->ne[0];
+        const bool whole = heads_flat_of(qn->dst, q) && heads_flat_of(kn->dst, k) &&
+                           qn->src[1]->ne[0] == qn->dst->ne[0] && kn->src[1]->ne[0] == kn->dst->ne[0];
+        if (!per_head && !whole) return false;
     }
     /* a fused rope-attention may leave q and k unroped: nothing after may read them */
     if (st_graph_read_later(g, j + 5, q) || st_graph_read_later(g, j + 5, k)) return false;

@@ -9,8 +9,8 @@
  *   normed product   rms_norm(h <- x, w), then 1-3 mul_mat(y_i <- W_i, h) (q/k/v, a fused
  *                    qkv, an output head), or 2 of them and swiglu/geglu(out <- y_0, y_1)
  *   residual add     mul_mat(y <- W, a), then add(x <- x, y)
- *   rope-attention   [rms_norm(q), rms_norm(k) per head,] rope(q), rope(k), kv_store(k),
- *                    kv_store(v), attention
+ *   rope-attention   [rms_norm(q), rms_norm(k), per head or over the whole q and k,]
+ *                    rope(q), rope(k), kv_store(k), kv_store(v), attention
  *   experts' unit    mul_mat_id(g <- W_gate, x), mul_mat_id(u <- W_up, x) with one ids,
  *                    swiglu/geglu(out <- g, u)
  *   experts' down    mul_mat_id(y <- W_down, a), moe_combine(out <- y, wts) with its ids[,

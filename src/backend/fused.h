@@ -63,11 +63,14 @@ typedef struct st_fused_mul_mat {
     st_tensor half_w[2], half_y[2];
 } st_fused_mul_mat;
 
-/* The attention block's step between the projections and attention: per-head RMSNorm
- * of q and k (optional), RoPE of q and k, and the store of k and v into the cache. Its
- * meaning is st_fused_rope_store_composite's sequence of plain ops.
+/* The attention block's step between the projections and attention: RMSNorm of q and k
+ * (optional; per head, or over each token's whole q and k), RoPE of q and k, and the store
+ * of k and v into the cache. Its meaning is st_fused_rope_store_composite's sequence of
+ * plain ops.
  *   q [hd, n_head, M], k and v [hd, n_head_kv, M] F32 (q and k changed in place);
- *   q_norm, k_norm [hd] F32 or both NULL;  positions I32 [M] (the rope's);
+ *   q_norm, k_norm F32 or both NULL: [hd] and [hd] (per head: qwen3, gemma3), or
+ *   [hd * n_head] and [hd * n_head_kv] (whole: olmoe), q's and k's heads then packed
+ *   (nb[1] = hd floats; st_fused_rope_store_whole_norm);  positions I32 [M] (the rope's);
  *   slots I32 [M]: the cache slot each token's k and v go to (its position in a contiguous
  *   cache; may be the positions tensor);
  *   k_cache, v_cache [hd, n_head_kv, n_slots] F16/F32;
@@ -163,6 +166,11 @@ typedef struct st_fused_norm_pair {
     const st_tensor *w[2];
     float eps[2];
 } st_fused_norm_pair;
+
+/* Whether op's q/k norms are over each token's whole q and k (weights wider than a head). */
+bool st_fused_rope_store_whole_norm(const st_fused_rope_store *op);
+/* t [hd, n, M] F32 with packed heads as [hd * n, M]: the rows a whole q/k norm reads. */
+st_tensor st_fused_heads_flat(const st_tensor *t);
 
 /* The meaning of each fused op as plain ops of b's table. */
 st_status st_fused_mul_mat_composite(st_backend *b, const st_fused_mul_mat *op, st_error *err);

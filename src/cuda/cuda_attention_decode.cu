@@ -165,6 +165,13 @@ __device__ bool dec_rope_prepare(const dec_rope_args &ra, st_cuda_view q, st_cud
                                  int32_t p, int64_t slot, const dec_plan &pl, int kvh, int s, int group, float *Qs,
                                  int qld, float *scratch) {
     __shared__ float red[DEC_WARPS];
+    // whole q/k norms: their sums in scratch, their two scales in red (which only the norms
+    // per head use), every thread (the same for the block)
+    static_assert(2 * CUDA_NORM_MAX_THREADS / ST_GPU_WARP_SIZE <= (DEC_WARPS + 1) * D && DEC_WARPS >= 2, "room");
+    float *whole_sc = red;
+    if (ra.whole_norm)
+        dec_whole_norm_scales<false>((const float *)q.data, (int)(q.ne1 * D), (const float *)ra.k.data,
+                                     (int)(ra.k.ne1 * D), ra.eps, scratch, whole_sc);
     const int64_t n_ctx = kc.ne2;
     const bool store_ok = p >= 0 && slot >= 0 && slot < n_ctx;
     if (s == 0 && kvh == 0 && threadIdx.x == 0 && !store_ok)
@@ -177,9 +184,11 @@ __device__ bool dec_rope_prepare(const dec_rope_args &ra, st_cuda_view q, st_cud
     auto row = [&](int j, int t0, int n_thr, float *tmp) {
         if (j < group) {
             const int64_t h = (int64_t)kvh * group + j;
-            dec_rope_row<D>(Qs + j * qld, (const float *)(q.data + h * q.nb1), ra.q_norm, tmp, red, t0, n_thr, ra, pos);
+            dec_rope_row<D>(Qs + j * qld, (const float *)(q.data + h * q.nb1), dec_norm_w(ra.q_norm, ra, h, D),
+                            ra.whole_norm ? whole_sc : NULL, tmp, red, t0, n_thr, ra, pos);
         } else {
-            dec_rope_row<D>(k_new, (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1), ra.k_norm, tmp, red, t0,
+            dec_rope_row<D>(k_new, (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1),
+                            dec_norm_w(ra.k_norm, ra, kvh, D), ra.whole_norm ? whole_sc + 1 : NULL, tmp, red, t0,
                             n_thr, ra, pos);
         }
     };
@@ -613,12 +622,17 @@ bool st_cuda_attn_decode_rope_supported(st_backend *b, const st_fused_rope_atten
     const bool one_each = op->pages ? op->pages->n_single == M && op->pages->n_runs == 0 : M == 1;
     st_tensor q1 = *rs->q;
     q1.ne[2] = 1;
+    // norms over each token's whole q and k: packed heads, one block's sums of n_head * hd floats
+    const bool whole = st_fused_rope_store_whole_norm(rs) && rs->k_norm &&
+                       rs->q_norm->ne[0] == hd * rs->q->ne[1] && rs->k_norm->ne[0] == hd * rs->k->ne[1] &&
+                       rs->q->nb[1] == (size_t)hd * sizeof(float) && rs->k->nb[1] == (size_t)hd * sizeof(float) &&
+                       rs->q_norm->ne[0] <= INT_MAX && rs->k_norm->ne[0] <= INT_MAX;
     return one_each && M <= 65535 && st_cuda_attn_decode_supported(b, &q1, rs->k_cache, rs->v_cache) &&
            cuda_is_f32_rows(rs->q) && cuda_is_f32_rows(rs->k) && cuda_is_f32_rows(rs->v) && cuda_same_shape(rs->k, rs->v) &&
            rs->k->ne[0] == hd && rs->k->ne[1] == rs->k_cache->ne[1] && rs->k->ne[2] == M &&
            (r->mode == ST_ROPE_MODE_NORM || r->mode == ST_ROPE_MODE_NEOX) && r->n_rot >= 0 && r->n_rot % 2 == 0 &&
            r->n_rot <= hd && r->freq_base > 0.0f && (rs->q_norm == NULL) == (rs->k_norm == NULL) &&
-           (!rs->q_norm || (rs->q_norm->ne[0] == hd && rs->k_norm->ne[0] == hd)) &&
+           (!rs->q_norm || (rs->q_norm->ne[0] == hd && rs->k_norm->ne[0] == hd) || whole) &&
            cuda_is_i32_index(rs->positions) && rs->positions->ne[0] >= M && cuda_same_shape(rs->k_cache, rs->v_cache) &&
            rs->k_cache->ne[0] == hd;
 }
@@ -633,6 +647,7 @@ st_status st_cuda_attn_decode_rope(st_backend *b, const st_fused_rope_attention 
     ra.v = cuda_view(rs->v);
     ra.q_norm = rs->q_norm ? (const float *)rs->q_norm->data : NULL;
     ra.k_norm = rs->k_norm ? (const float *)rs->k_norm->data : NULL;
+    ra.whole_norm = st_fused_rope_store_whole_norm(rs) ? 1 : 0;
     ra.eps = rs->eps;
     ra.mode_neox = r->mode == ST_ROPE_MODE_NEOX ? 1 : 0;
     ra.n_rot = r->n_rot;

@@ -116,10 +116,11 @@ template <int V, int LOG2V> __device__ __forceinline__ float wk_warp_transpose_s
 // dec_rope_row: there the early loads save little and the layer is no faster. The same
 // arithmetic in the same order as dec_rope_row: the same bits.
 
-// dec_rope_row<D, true, L2> with a norm (w), by one warp (D <= 256), every load issued first.
+// dec_rope_row<D, true, L2> with a norm (w; whole_sc as there), by one warp (D <= 256),
+// every load issued first.
 template <int D, bool L2>
 __device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restrict__ x, const float *__restrict__ w,
-                                                  float *tmp, int lane, const dec_rope_args &ra) {
+                                                  const float *whole_sc, float *tmp, int lane, const dec_rope_args &ra) {
     constexpr int E = D / ST_GPU_WARP_SIZE;
     const int half = ra.n_rot / 2, n_work = half + (D - ra.n_rot);
     float xv[E], wv[E];
@@ -131,8 +132,8 @@ __device__ __forceinline__ void wk_rope_row_early(float *y, const float *__restr
         wv[k] = w[i];
         csv[k] = i < half ? ra.cs[i] : make_float2(0.0f, 0.0f);
     }
-    const float total = dec_sum_sq_warp<D>(xv); // rope_store's order (128 threads' above D = 128)
-    const float sc = cuda_rms_scale(total, D, ra.eps);
+    // rope_store's order (128 threads' above D = 128), or the whole q's or k's scale
+    const float sc = whole_sc ? *whole_sc : cuda_rms_scale(dec_sum_sq_warp<D>(xv), D, ra.eps);
 #pragma unroll
     for (int k = 0; k < E; k++) tmp[lane + k * ST_GPU_WARP_SIZE] = (xv[k] * sc) * wv[k];
     st_gpu_syncwarp();
@@ -211,14 +212,19 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
     // the position and the rotations keep the read-only path: written at the step's start,
     // before any kernel of the step reads them, no SM holds a line of them from before
     if (EARLY) cuda_early_wait();
+    __shared__ float whole_red[2 * CUDA_NORM_MAX_THREADS / ST_GPU_WARP_SIZE], whole_sc[2];
+    if (ROPE && ra.whole_norm) // (every thread: the same for the block)
+        dec_whole_norm_scales<EARLY>((const float *)q.data, (int)(q.ne1 * D), (const float *)ra.k.data,
+                                     (int)(ra.k.ne1 * D), ra.eps, whole_red, whole_sc);
     const bool early = ROPE && TABLE && ra.q_norm != NULL && ra.k_norm != NULL;
     if (early) { // the block's queries and the new key, a warp each
         for (int j = warp; j < nr + 1; j += WK_WARPS) {
             const bool q_row = j < nr;
             const float *x = q_row ? (const float *)(q.data + (h0 + j) * q.nb1)
                                    : (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1);
-            wk_rope_row_early<D, EARLY>(q_row ? Qs + j * D : k_new, x, q_row ? ra.q_norm : ra.k_norm, big + warp * D,
-                                        lane, ra);
+            const float *w = q_row ? dec_norm_w(ra.q_norm, ra, h0 + j, D) : dec_norm_w(ra.k_norm, ra, kvh, D);
+            const float *sc = ra.whole_norm ? whole_sc + (q_row ? 0 : 1) : NULL;
+            wk_rope_row_early<D, EARLY>(q_row ? Qs + j * D : k_new, x, w, sc, big + warp * D, lane, ra);
         }
     }
     const int p = positions[0];
@@ -239,10 +245,12 @@ __global__ void __launch_bounds__(WK_THREADS, 1)
             float *tmp = big + warp * D;
             if (j < nr) {
                 const int64_t h = h0 + j;
-                dec_rope_row<D, TABLE, EARLY>(Qs + j * D, (const float *)(q.data + h * q.nb1), ra.q_norm, tmp, NULL,
-                                              warp * ST_GPU_WARP_SIZE, ST_GPU_WARP_SIZE, ra, pos);
+                dec_rope_row<D, TABLE, EARLY>(Qs + j * D, (const float *)(q.data + h * q.nb1),
+                                              dec_norm_w(ra.q_norm, ra, h, D), ra.whole_norm ? whole_sc : NULL, tmp,
+                                              NULL, warp * ST_GPU_WARP_SIZE, ST_GPU_WARP_SIZE, ra, pos);
             } else {
-                dec_rope_row<D, TABLE, EARLY>(k_new, (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1), ra.k_norm,
+                dec_rope_row<D, TABLE, EARLY>(k_new, (const float *)(ra.k.data + (int64_t)kvh * ra.k.nb1),
+                                              dec_norm_w(ra.k_norm, ra, kvh, D), ra.whole_norm ? whole_sc + 1 : NULL,
                                               tmp, NULL, warp * ST_GPU_WARP_SIZE, ST_GPU_WARP_SIZE, ra, pos);
             }
         }

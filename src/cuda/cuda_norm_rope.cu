@@ -7,7 +7,6 @@
 
 // ---- RMSNorm --------------------------------------------------------------------------------
 
-#define NORM_MAX_THREADS 512
 // rope_store keeps one head row in shared memory
 #define ROPE_STORE_MAX_HEAD_DIM 512
 
@@ -18,8 +17,6 @@ __device__ __forceinline__ float block_sum_f32(float v, float *shared) {
     return cuda_group_sum_f32(v, shared, threadIdx.x, blockDim.x);
 }
 
-// (one warp up to 128 elements: a block of whole warps, as block_sum_f32's shuffles need)
-static int norm_threads(int64_t D) { return D <= 128 ? ST_GPU_WARP_SIZE : D <= 1024 ? 128 : NORM_MAX_THREADS; }
 
 // The scale of row xr [D]: the sum of squares in f32 (each thread its elements t, t +
 // blockDim.x, ..., then a block tree), formed as the CPU forms it (1 / sqrt(mean + eps) in
@@ -55,7 +52,7 @@ __device__ __forceinline__ void rms_norm_row(st_cuda_view dst, st_cuda_view x, c
 
 // One block per row.
 __global__ void rms_norm_f32(st_cuda_view dst, st_cuda_view x, const float *__restrict__ w, float eps) {
-    __shared__ float shared[NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
+    __shared__ float shared[CUDA_NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
     const int64_t rows = x.ne1 * x.ne2 * x.ne3;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) rms_norm_row(dst, x, w, eps, r, shared);
 }
@@ -64,7 +61,7 @@ __global__ void rms_norm_f32(st_cuda_view dst, st_cuda_view x, const float *__re
 // each row as rms_norm_f32 forms it (the same block size, the same bits).
 __global__ void rms_norm_pair_f32(st_cuda_view d0, st_cuda_view x0, const float *__restrict__ w0, float e0,
                                   st_cuda_view d1, st_cuda_view x1, const float *__restrict__ w1, float e1) {
-    __shared__ float shared[NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
+    __shared__ float shared[CUDA_NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
     const int64_t rows0 = x0.ne1 * x0.ne2 * x0.ne3, rows = rows0 + x1.ne1 * x1.ne2 * x1.ne3;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         if (r < rows0) rms_norm_row(d0, x0, w0, e0, r, shared);
@@ -90,7 +87,7 @@ st_status st_cuda_norm_pair(st_backend *b, const st_fused_norm_pair *op, st_erro
     if (rows == 0 || D == 0) return ST_OK;
     const unsigned int grid = (unsigned int)(rows < (1 << 30) ? rows : (1 << 30));
     const float *w0 = op->w[0] ? (const float *)op->w[0]->data : NULL, *w1 = op->w[1] ? (const float *)op->w[1]->data : NULL;
-    rms_norm_pair_f32<<<grid, norm_threads(D), 0, c->stream>>>(cuda_view(op->dst[0]), cuda_view(op->x[0]), w0,
+    rms_norm_pair_f32<<<grid, cuda_norm_threads(D), 0, c->stream>>>(cuda_view(op->dst[0]), cuda_view(op->x[0]), w0,
                                                                op->eps[0], cuda_view(op->dst[1]), cuda_view(op->x[1]),
                                                                w1, op->eps[1]);
     ST_GPU_CHECK_LAUNCH();
@@ -106,7 +103,7 @@ st_status st_cuda_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, co
     if (w) ST_ASSERT(cuda_is_f32_rows(w) && w->ne[0] == D && cuda_nrows(w) == 1);
     if (rows == 0) return ST_OK;
     ST_ASSERT(D > 0);
-    const int threads = norm_threads(D);
+    const int threads = cuda_norm_threads(D);
     const unsigned int grid = (unsigned int)(rows < (1 << 30) ? rows : (1 << 30));
     rms_norm_f32<<<grid, threads, 0, c->stream>>>(cuda_view(dst), cuda_view(x),
                                                   w ? (const float *)w->data : (const float *)NULL, eps);
@@ -121,7 +118,7 @@ st_status st_cuda_rms_norm(st_backend *b, st_tensor *dst, const st_tensor *x, co
 template <bool EARLY>
 __global__ void rms_norm_add_f32(st_cuda_view out, st_cuda_view x, st_cuda_view y, const float *__restrict__ w,
                                  float eps) {
-    __shared__ float shared[NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
+    __shared__ float shared[CUDA_NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
     cuda_early_release(); // a kernel launched early behind this one may take the SMs it leaves
     if (EARLY) cuda_early_wait();
     const int64_t D = y.ne0, rows = y.ne1 * y.ne2 * y.ne3;
@@ -150,12 +147,12 @@ st_status st_cuda_norm_add(st_backend *b, const st_fused_norm_add *op, st_error 
     const unsigned int grid = (unsigned int)(rows < (1 << 30) ? rows : (1 << 30));
     const float *wd = w ? (const float *)w->data : (const float *)NULL;
     if (c->tune.early_launch & CUDA_EARLY_NORM_ADD)
-        (void)st_gpu_launch_early(rms_norm_add_f32<true>, dim3(grid), (unsigned int)norm_threads(D), 0, c->stream,
+        (void)st_gpu_launch_early(rms_norm_add_f32<true>, dim3(grid), (unsigned int)cuda_norm_threads(D), 0, c->stream,
                                   cuda_view(op->out), cuda_view(x), cuda_view(y), wd,
                                   op->eps); // (its error: ST_GPU_CHECK_LAUNCH)
     else
-        rms_norm_add_f32<false><<<grid, norm_threads(D), 0, c->stream>>>(cuda_view(op->out), cuda_view(x), cuda_view(y),
-                                                                         wd, op->eps);
+        rms_norm_add_f32<false><<<grid, cuda_norm_threads(D), 0, c->stream>>>(cuda_view(op->out), cuda_view(x),
+                                                                              cuda_view(y), wd, op->eps);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }
@@ -165,7 +162,7 @@ st_status st_cuda_norm_add(st_backend *b, const st_fused_norm_add *op, st_error 
 // rounded once to T as pack_rows rounds rms_norm's output.
 template <st_type T> __global__ void rms_norm_pack(char *__restrict__ out, st_cuda_view x, const float *__restrict__ w,
                                                    float eps) {
-    __shared__ float shared[NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
+    __shared__ float shared[CUDA_NORM_MAX_THREADS / ST_GPU_WARP_SIZE];
     const int64_t D = x.ne0, rows = x.ne1 * x.ne2 * x.ne3;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = (const float *)cuda_row(x, r);
@@ -189,9 +186,11 @@ st_status st_cuda_rms_norm_pack(st_cuda_ctx *c, char *out, st_type type, const s
     if (rows == 0 || D == 0) return ST_OK;
     const unsigned int grid = (unsigned int)(rows < (1 << 30) ? rows : (1 << 30));
     if (type == ST_TYPE_F16)
-        rms_norm_pack<ST_TYPE_F16><<<grid, norm_threads(D), 0, c->stream>>>(out, cuda_view(x), (const float *)w->data, eps);
+        rms_norm_pack<ST_TYPE_F16><<<grid, cuda_norm_threads(D), 0, c->stream>>>(out, cuda_view(x),
+                                                                                 (const float *)w->data, eps);
     else
-        rms_norm_pack<ST_TYPE_BF16><<<grid, norm_threads(D), 0, c->stream>>>(out, cuda_view(x), (const float *)w->data, eps);
+        rms_norm_pack<ST_TYPE_BF16><<<grid, cuda_norm_threads(D), 0, c->stream>>>(out, cuda_view(x),
+                                                                                  (const float *)w->data, eps);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }
@@ -271,7 +270,7 @@ st_status st_cuda_rope(st_backend *b, st_tensor *dst, const st_tensor *x, const 
 // ---- rope_store: per-head norms, RoPE and the cache store in one launch ------------------------
 
 // Rows of token m: q heads 0 .. n_head-1, then k heads, then v heads. A row takes G threads
-// (norm_threads(head_dim): the partial sums and tree of st_cuda_rms_norm's block), a block
+// (cuda_norm_threads(head_dim): the partial sums and tree of st_cuda_rms_norm's block), a block
 // ROPE_STORE_THREADS / G rows of one token, whose rotations its rows read from shared
 // memory: the step's table row of the token (rope_table), or formed once by the block
 // (rope_cos_sin; the same bits either way, and as st_cuda_rope's).
@@ -351,7 +350,14 @@ st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_er
     ST_ASSERT(cuda_is_f32_rows(q) && cuda_is_f32_rows(k) && cuda_is_f32_rows(v) && cuda_same_shape(k, v));
     ST_ASSERT(q->ne[3] == 1 && k->ne[0] == hd && k->ne[2] == M);
     ST_ASSERT((op->q_norm == NULL) == (op->k_norm == NULL));
-    if (op->q_norm) ST_ASSERT(op->q_norm->ne[0] == hd && op->k_norm->ne[0] == hd);
+    const bool whole = st_fused_rope_store_whole_norm(op);
+    if (op->q_norm && !whole) ST_ASSERT(op->q_norm->ne[0] == hd && op->k_norm->ne[0] == hd);
+    if (whole) { // each token's whole q and k normalised first, as the composite does (the same bits)
+        st_tensor qf = st_fused_heads_flat(q), kf = st_fused_heads_flat(k); // [hd n_head(_kv), M]
+        const st_fused_norm_pair np = {{&qf, &kf}, {&qf, &kf}, {op->q_norm, op->k_norm}, {op->eps, op->eps}};
+        const st_status s = st_cuda_norm_pair(b, &np, err);
+        if (s != ST_OK) return s;
+    }
     ST_ASSERT(p->mode == ST_ROPE_MODE_NORM || p->mode == ST_ROPE_MODE_NEOX);
     ST_ASSERT(p->n_rot >= 0 && p->n_rot % 2 == 0 && p->n_rot <= hd && p->freq_base > 0.0f);
     ST_ASSERT(cuda_is_i32_index(op->positions) && op->positions->ne[0] >= M);
@@ -362,12 +368,12 @@ st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_er
     const int64_t rows = q->ne[1] + 2 * k->ne[1];
     if (M == 0 || hd == 0 || rows == 0) return ST_OK;
     // a row's threads: the norm's, so that its partial sums are st_cuda_rms_norm's
-    const int G = norm_threads(hd), R = ROPE_STORE_THREADS / G;
+    const int G = cuda_norm_threads(hd), R = ROPE_STORE_THREADS / G;
     ST_ASSERT(R * hd <= ROPE_STORE_ROW_FLOATS);
     const int threads = (int)(rows < R ? rows : R) * G;
     const dim3 grid((unsigned int)((rows + R - 1) / R), (unsigned int)M);
-    const float *qn = op->q_norm ? (const float *)op->q_norm->data : NULL;
-    const float *kn = op->k_norm ? (const float *)op->k_norm->data : NULL;
+    const float *qn = op->q_norm && !whole ? (const float *)op->q_norm->data : NULL;
+    const float *kn = op->k_norm && !whole ? (const float *)op->k_norm->data : NULL;
     const int neox = p->mode == ST_ROPE_MODE_NEOX ? 1 : 0;
     const int32_t *pos = (const int32_t *)op->positions->data, *slots = (const int32_t *)op->slots->data;
     const float2 *cs = NULL; // the step's rotations (rope_table), else formed per block

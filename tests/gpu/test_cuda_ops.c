@@ -1123,28 +1123,35 @@ static dual dual_clone(const dual *d) {
     return c;
 }
 
+/* The q/k norms of a rope_store's operands: none, per head ([hd] weights: qwen3, gemma3),
+ * or over each token's whole q and k ([hd Hq], [hd Hk]: olmoe). */
+enum { QK_NORM_NONE, QK_NORM_HEAD, QK_NORM_WHOLE };
+static const char *const qk_norm_desc[] = {"", " qk-norm", " qk-norm whole"};
+
 /* The operands of a rope_store over M tokens, three times: CPU, CUDA, and a CUDA copy for
  * the composite of plain ops. q, k, v are heads of one qkv row per token (as the forward
- * pass has them), rows `row_gap` floats apart beyond the row; per-head norm weights; F16
+ * pass has them), rows `row_gap` floats apart beyond the row; norm weights (QK_NORM_*); F16
  * or F32 caches of n_ctx random entries; positions pos[0..M). */
 typedef struct rope_operands {
-    view vq, vk, vv, vall, vn, vkc, vvc, vp;
+    view vq, vk, vv, vall, vqn, vkn, vkc, vvc, vp;
     dual dqkv, dqkv2, dqn, dkn, dkc, dkc2, dvc, dvc2, dp;
     st_tensor q[3], k[3], v[3], qn[3], kn[3], kc[3], vc[3], p[3]; /* [0] cpu, [1] cuda, [2] cuda copy */
     st_fused_rope_store op[3];
 } rope_operands;
 
 static void rope_operands_init(rope_operands *o, st_type ct, int64_t hd, int64_t Hq, int64_t Hk, int64_t M,
-                               int64_t n_ctx, int64_t row_gap, bool norms, const int32_t *pos, const st_rope_params *rp) {
+                               int64_t n_ctx, int64_t row_gap, int norms, const int32_t *pos, const st_rope_params *rp) {
     const int64_t R = (Hq + 2 * Hk) * hd;
     const size_t row = (size_t)(R + row_gap) * 4;
     o->vq = mkview(ST_TYPE_F32, hd, Hq, M, (size_t)hd * 4, row, 0);
     o->vk = mkview(ST_TYPE_F32, hd, Hk, M, (size_t)hd * 4, row, (size_t)(Hq * hd) * 4);
     o->vv = mkview(ST_TYPE_F32, hd, Hk, M, (size_t)hd * 4, row, (size_t)((Hq + Hk) * hd) * 4);
     o->vall = mkview(ST_TYPE_F32, R, M, 1, row, row * (size_t)M, 0);
-    o->vn = mkpacked(ST_TYPE_F32, hd, 1, 1);
+    o->vqn = mkpacked(ST_TYPE_F32, norms == QK_NORM_WHOLE ? hd * Hq : hd, 1, 1);
+    o->vkn = mkpacked(ST_TYPE_F32, norms == QK_NORM_WHOLE ? hd * Hk : hd, 1, 1);
     o->vp = ids_view(M, 1);
-    o->dqkv = dual_new(view_bytes(&o->vall)), o->dqn = dual_new(view_bytes(&o->vn)), o->dkn = dual_new(view_bytes(&o->vn));
+    o->dqkv = dual_new(view_bytes(&o->vall));
+    o->dqn = dual_new(view_bytes(&o->vqn)), o->dkn = dual_new(view_bytes(&o->vkn));
     dual_random_f32(&o->dqkv);
     dual_random_f32(&o->dqn);
     dual_random_f32(&o->dkn);
@@ -1155,7 +1162,7 @@ static void rope_operands_init(rope_operands *o, st_type ct, int64_t hd, int64_t
         const dual *qkv = b == 2 ? &o->dqkv2 : &o->dqkv, *kc = b == 2 ? &o->dkc2 : &o->dkc, *vc = b == 2 ? &o->dvc2 : &o->dvc;
         char *qkv_b = b ? qkv->gpu : qkv->cpu, *kc_b = b ? kc->gpu : kc->cpu, *vc_b = b ? vc->gpu : vc->cpu;
         o->q[b] = on(&o->vq, qkv_b), o->k[b] = on(&o->vk, qkv_b), o->v[b] = on(&o->vv, qkv_b);
-        o->qn[b] = on(&o->vn, b ? o->dqn.gpu : o->dqn.cpu), o->kn[b] = on(&o->vn, b ? o->dkn.gpu : o->dkn.cpu);
+        o->qn[b] = on(&o->vqn, b ? o->dqn.gpu : o->dqn.cpu), o->kn[b] = on(&o->vkn, b ? o->dkn.gpu : o->dkn.cpu);
         o->kc[b] = on(&o->vkc, kc_b), o->vc[b] = on(&o->vvc, vc_b);
         o->p[b] = on(&o->vp, b ? o->dp.gpu : o->dp.cpu);
     }
@@ -1163,7 +1170,7 @@ static void rope_operands_init(rope_operands *o, st_type ct, int64_t hd, int64_t
         st_fused_rope_store op = {.q = &o->q[b], .k = &o->k[b], .v = &o->v[b], .eps = 1e-6f, .positions = &o->p[b],
                                   .slots = &o->p[b],
                                   .rope = rp, .k_cache = &o->kc[b], .v_cache = &o->vc[b]};
-        if (norms) op.q_norm = &o->qn[b], op.k_norm = &o->kn[b];
+        if (norms != QK_NORM_NONE) op.q_norm = &o->qn[b], op.k_norm = &o->kn[b];
         o->op[b] = op;
     }
 }
@@ -1192,7 +1199,7 @@ static void rope_operands_free(rope_operands *o) {
 /* The CUDA fused op against the CPU composite (q/k by normalised error; an F32 cache too),
  * and against the CUDA composite of plain ops bitwise (the same arithmetic in one kernel). */
 static void test_rope_store(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, int32_t n_rot, st_rope_mode mode,
-                            bool norms, int64_t M) {
+                            int norms, int64_t M) {
     const int64_t n_ctx = 24;
     int32_t pos[16];
     for (int64_t m = 0; m < M; m++) pos[m] = (int32_t)((5 + 3 * m) % n_ctx); /* distinct for M <= 8 */
@@ -1206,7 +1213,7 @@ static void test_rope_store(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, int3
     char desc[128];
     snprintf(desc, sizeof(desc), "%s cache hd=%lld Hq=%lld Hk=%lld n_rot=%d %s%s M=%lld", tname(ct), (long long)hd,
              (long long)Hq, (long long)Hk, n_rot, mode == ST_ROPE_MODE_NORM ? "norm" : "neox",
-             norms ? " qk-norm" : "", (long long)M);
+             qk_norm_desc[norms], (long long)M);
     char *got = dual_fetch(&o.dqkv), *got2 = dual_fetch(&o.dqkv2);
     cmp_result r = compare_f32(&o.vall, o.dqkv.cpu, got, o.dqkv.bytes);
     record("rope_store", desc, &r, TOL_ELEMENTWISE);
@@ -1422,7 +1429,7 @@ static void test_graph_outlives_growth(void) {
  * against the CPU composite by the attention tolerance. n_kv: pos + 1, or the whole
  * cache (as a recorded decode step passes it). */
 static void test_rope_attention(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, int32_t n_rot, st_rope_mode mode,
-                                bool norms, int32_t pos, int32_t window, bool n_kv_ctx) {
+                                int norms, int32_t pos, int32_t window, bool n_kv_ctx) {
     const int64_t n_ctx = 800;
     st_rope_params rp = st_rope_params_default(mode, n_rot, 10000.0f);
     rope_operands o;
@@ -1443,7 +1450,7 @@ static void test_rope_attention(st_type ct, int64_t hd, int64_t Hq, int64_t Hk, 
     char desc[144];
     snprintf(desc, sizeof(desc), "%s cache hd=%lld Hq=%lld Hk=%lld n_rot=%d %s%s pos=%d win=%d n_kv=%s%s", tname(ct),
              (long long)hd, (long long)Hq, (long long)Hk, n_rot, mode == ST_ROPE_MODE_NORM ? "norm" : "neox",
-             norms ? " qk-norm" : "", pos, window, n_kv_ctx ? "ctx" : "pos+1",
+             qk_norm_desc[norms], pos, window, n_kv_ctx ? "ctx" : "pos+1",
              st_cuda_attn_decode_rope_supported(g_gpu, &og) ? " (fused)" : " (composite)");
     char *y = dual_fetch(&dy), *y2 = dual_fetch(&dy2);
     cmp_result r = compare_f32(&vy, dy.cpu, y, dy.bytes);
@@ -1981,19 +1988,20 @@ static void run_fused_products_staged_and_registers(void) {
 }
 
 /* rope_attention (one decode token): head_dim 64/128/256, GQA groups 1-8, NORM/NEOX,
- * partial rotary, qk-norms or none, short and long context (one split and several), a
+ * partial rotary, qk-norms per head, whole or none, short and long context (one split and
+ * several), a
  * window, n_kv = pos + 1 or the whole cache, both caches; and a shape the fused kernel does
  * not take (head_dim 96: the composite). short_f16: only the cases of an F16 cache and a
  * bound of at most 128 keys (where the warps kernel can take the shape). */
 static void rope_attention_case(bool short_f16, st_type ct, int64_t hd, int64_t Hq, int64_t Hk, int32_t n_rot,
-                                st_rope_mode mode, bool norms, int32_t pos, int32_t window, bool n_kv_ctx) {
+                                st_rope_mode mode, int norms, int32_t pos, int32_t window, bool n_kv_ctx) {
     if (short_f16 && (ct != ST_TYPE_F16 || n_kv_ctx || pos + 1 > 128)) return;
     test_rope_attention(ct, hd, Hq, Hk, n_rot, mode, norms, pos, window, n_kv_ctx);
 }
 static void run_rope_attention(bool short_f16) {
     for (int ci = 0; ci < 2; ci++) {
         const st_type ct = ci ? ST_TYPE_F32 : ST_TYPE_F16;
-        for (int norms = 0; norms <= 1; norms++) {
+        for (int norms = QK_NORM_NONE; norms <= QK_NORM_WHOLE; norms++) {
             rope_attention_case(short_f16, ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 0, 0, false);
             rope_attention_case(short_f16, ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 64, 0, true);
             rope_attention_case(short_f16, ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 130, 0, false);
@@ -2015,6 +2023,10 @@ static void run_rope_attention(bool short_f16) {
             rope_attention_case(short_f16, ct, 128, 32, 8, 128, ST_ROPE_MODE_NEOX, norms, 127, 0, false);
             rope_attention_case(short_f16, ct, 128, 8, 8, 128, ST_ROPE_MODE_NORM, norms, 120, 50, false); /* window */
             rope_attention_case(short_f16, ct, 128, 16, 8, 128, ST_ROPE_MODE_NEOX, norms, 700, 0, true);
+            /* olmoe-1b-7b's 16 heads on 16 kv heads, at tg128's depths and past them */
+            rope_attention_case(short_f16, ct, 128, 16, 16, 128, ST_ROPE_MODE_NEOX, norms, 63, 0, false);
+            rope_attention_case(short_f16, ct, 128, 16, 16, 128, ST_ROPE_MODE_NEOX, norms, 127, 0, false);
+            rope_attention_case(short_f16, ct, 128, 16, 16, 128, ST_ROPE_MODE_NEOX, norms, 700, 0, true);
         }
     }
 }
@@ -2175,11 +2187,12 @@ static void run_all(void) {
     run_rope_attention(false);
     with_cuda_tuning("early_launch=0", run_one_token_attention_plain);
 
-    /* rope_store: per-head norms or none, NORM/NEOX, partial rotary, GQA, both caches; a
-     * block holds 8 rows of head_dim <= 128 or 2 of 256: llama's 48 rows of a token in 6
-     * blocks, and a last block left partly idle (12 rows of 128, 5 rows of 256) */
+    /* rope_store: norms per head, whole or none, NORM/NEOX, partial rotary, GQA, both
+     * caches; a block holds 8 rows of head_dim <= 128 or 2 of 256: llama's 48 rows of a token
+     * in 6 blocks, and a last block left partly idle (12 rows of 128, 5 rows of 256); olmoe's
+     * 16 + 16 heads of 128 */
     for (int ci = 0; ci < 2; ci++)
-        for (int norms = 0; norms <= 1; norms++) {
+        for (int norms = QK_NORM_NONE; norms <= QK_NORM_WHOLE; norms++) {
             const st_type ct = ci ? ST_TYPE_F32 : ST_TYPE_F16;
             test_rope_store(ct, 64, 4, 2, 64, ST_ROPE_MODE_NORM, norms, 1);
             test_rope_store(ct, 128, 8, 2, 128, ST_ROPE_MODE_NEOX, norms, 3);
@@ -2187,6 +2200,7 @@ static void run_all(void) {
             test_rope_store(ct, 256, 4, 1, 256, ST_ROPE_MODE_NEOX, norms, 2);
             test_rope_store(ct, 256, 3, 1, 256, ST_ROPE_MODE_NEOX, norms, 3);
             test_rope_store(ct, 64, 32, 8, 64, ST_ROPE_MODE_NORM, norms, 5);
+            test_rope_store(ct, 128, 16, 16, 128, ST_ROPE_MODE_NEOX, norms, 4);
         }
 
     /* the one-column products under each decode kernel: the block-a-row kernel wherever it

@@ -3,9 +3,10 @@
  * sequence, a prompt micro-batch, and a paged batch of several sequences, matched group by
  * group. What must fuse: per layer the normed q/k/v product, the rope-attention, the
  * residual adds of o and down and the normed gate/up with its gated unit (a fused gate_up
- * weight, phi3, as the pair of its halves), except where a post-norm (gemma3) or a
- * whole-projection q/k norm (olmoe) keep the intermediate alive; the liveness rules must
- * refuse those. A post-norm goes into its residual add instead. An MoE layer's experts form
+ * weight, phi3, as the pair of its halves), except where a post-norm (gemma3) keeps the
+ * intermediate alive; the liveness rules must refuse those. A post-norm goes into its
+ * residual add instead. q/k norms, per head (qwen3, gemma3) or over the whole q and k
+ * (olmoe), fold into the rope-attention. An MoE layer's experts form
  * two groups: the gate and up products with their gated unit, the down product with the
  * weighted combination. */
 #include <setjmp.h>
@@ -24,11 +25,12 @@
 #include "stride/synth.h"
 
 /* One layer's groups, in order: 'Q' normed product STORE of three weights (q/k/v), 'S' of
- * one (a fused qkv or gate_up, the output head), 'A' rope-attention, 'R' residual add,
- * 'G' normed gated pair, 'E' the experts' gated unit, 'D' the experts' down product with
- * its combination (and the residual add after it), 'N' a post-norm into the residual, 'P'
- * two independent norms, 'T' a router's product and its routing (with the FFN norm before
- * them, whose output the experts read), '.' a node alone. */
+ * one (a fused qkv or gate_up, the output head), 'A' rope-attention ('W' with q/k norms
+ * over the whole q and k), 'R' residual add, 'G' normed gated pair, 'E' the experts' gated
+ * unit, 'D' the experts' down product with its combination (and the residual add after
+ * it), 'N' a post-norm into the residual, 'P' two independent norms, 'T' a router's product
+ * and its routing (with the FFN norm before them, whose output the experts read), '.' a
+ * node alone. */
 typedef struct arch_case {
     const char *preset;
     const char *layer;  /* the groups of every layer */
@@ -40,11 +42,11 @@ static const arch_case CASES[] = {
     {"tiny-qwen3", "QARGR", 3},          /* per-head q/k norms fold into the rope-attention */
     {"tiny-gemma3", "QA.NG.N", 3},        /* post-norms keep o and down apart, fused into the adds */
     {"tiny-phi3", "SARGR", 1},           /* fused qkv; fused gate_up as the gated pair of its halves */
-    {"tiny-olmoe", "QPARTED", 3},        /* whole-projection q/k norms as a pair; FFN norm, router, routing */
+    {"tiny-olmoe", "QWRTED", 3},         /* whole q/k norms in the rope-attention; FFN norm, router, routing */
 };
 
 static char group_code(const st_fuse_group *grp) {
-    if (grp->kind == ST_FUSE_ROPE_ATTENTION) return 'A';
+    if (grp->kind == ST_FUSE_ROPE_ATTENTION) return st_fused_rope_store_whole_norm(&grp->ra.rs) ? 'W' : 'A';
     if (grp->kind == ST_FUSE_NONE) return '.';
     if (grp->kind == ST_FUSE_MOE) return grp->moe.kind == ST_FUSED_MOE_GLU ? 'E' : 'D';
     if (grp->kind == ST_FUSE_NORM_ADD) return 'N';
