@@ -133,7 +133,11 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
 
 // ---- down, weighted over the slots (and added to the residual) ----------------------------
 
-template <st_type T, bool RESIDUAL, int P>
+// EARLY: launched early (CUDA_EARLY_MOE_DOWN), behind the gated unit: the first batch of
+// weight rows (and residuals) goes in flight before the block waits for the unit, whose
+// output (x) it then reads through L2. The ids and weights of the slots, and the residual,
+// come from kernels that ended before the unit began.
+template <st_type T, bool RESIDUAL, int P, bool EARLY>
 __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     moe_down_rowblock_kernel(const moe_rowblock_args a) {
     constexpr int VEC = 16 / cuda_elem_bytes<T>::value, RB = rowblock_rows(P, false), M = 1;
@@ -150,17 +154,6 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
     const char *w = a.w[0] + (ok ? e : 0) * a.nb2[0] + (int64_t)k * cuda_elem_bytes<T>::value;
     const float wt = __ldg(a.wts + s);
     const float4 *xs = (const float4 *)((const char *)a.x + s * a.x_nb1) + k / 4;
-    float h[P][VEC];
-#pragma unroll
-    for (int p = 0; p < P; p++)
-#pragma unroll
-        for (int i = 0; i < VEC; i += 4) {
-            const float4 v = __ldg(xs + (p * STEP + i) / 4);
-            h[p][i] = ok ? __fmul_rn(wt, v.x) : 0.0f;
-            h[p][i + 1] = ok ? __fmul_rn(wt, v.y) : 0.0f;
-            h[p][i + 2] = ok ? __fmul_rn(wt, v.z) : 0.0f;
-            h[p][i + 3] = ok ? __fmul_rn(wt, v.w) : 0.0f;
-        }
     uint4 wq[M][RB][P];
     float resid = 0.0f;
     // the batch's rows from r0; thread i also row r0 + i G's residual (read with the loads)
@@ -177,6 +170,18 @@ __global__ void __launch_bounds__(ROWBLOCK_THREADS, ROWBLOCK_MIN_BLOCKS)
         }
     };
     issue((int)blockIdx.x);
+    if (EARLY) cuda_early_wait();
+    float h[P][VEC];
+#pragma unroll
+    for (int p = 0; p < P; p++)
+#pragma unroll
+        for (int i = 0; i < VEC; i += 4) {
+            const float4 v = EARLY ? st_gpu_load_l2(xs + (p * STEP + i) / 4) : __ldg(xs + (p * STEP + i) / 4);
+            h[p][i] = ok ? __fmul_rn(wt, v.x) : 0.0f;
+            h[p][i + 1] = ok ? __fmul_rn(wt, v.y) : 0.0f;
+            h[p][i + 2] = ok ? __fmul_rn(wt, v.z) : 0.0f;
+            h[p][i + 3] = ok ? __fmul_rn(wt, v.w) : 0.0f;
+        }
     rowblock_batches<T, P, RB, M>(a.rows, h, wq, resid, issue, [&](int d, float (&sum)[M], float resid_now) {
         if (RESIDUAL) a.residual[d] = __fadd_rn(resid_now, sum[0]);
         else ((float *)a.out)[d] = sum[0];
@@ -209,10 +214,18 @@ bool cuda_moe_rowblock_takes(const st_cuda_ctx *c, const st_fused_moe *op) {
     return ROWBLOCK_WARPS % n_used == 0 && x->nb[1] % 16 == 0; // a warp's span within one slot
 }
 
+template <st_type T, bool RESIDUAL, int P>
+static void moe_down_rowblock_launch_as(st_cuda_ctx *c, const moe_rowblock_args &a, unsigned int grid) {
+    if (c->tune.early_launch & CUDA_EARLY_MOE_DOWN)
+        (void)st_gpu_launch_early(moe_down_rowblock_kernel<T, RESIDUAL, P, true>, dim3(grid), ROWBLOCK_THREADS, 0,
+                                  c->stream, a); // (its error: ST_GPU_CHECK_LAUNCH)
+    else moe_down_rowblock_kernel<T, RESIDUAL, P, false><<<grid, ROWBLOCK_THREADS, 0, c->stream>>>(a);
+}
+
 template <st_type T, int P>
 static void moe_down_rowblock_launch(st_cuda_ctx *c, const moe_rowblock_args &a, unsigned int grid) {
-    if (a.residual) moe_down_rowblock_kernel<T, true, P><<<grid, ROWBLOCK_THREADS, 0, c->stream>>>(a);
-    else moe_down_rowblock_kernel<T, false, P><<<grid, ROWBLOCK_THREADS, 0, c->stream>>>(a);
+    if (a.residual) moe_down_rowblock_launch_as<T, true, P>(c, a, grid);
+    else moe_down_rowblock_launch_as<T, false, P>(c, a, grid);
 }
 
 template <st_type T>

@@ -38,8 +38,8 @@ static const tuning_key KEYS[] = {
     {"rowblock", -1, CUDA_ROWBLOCK_ALL, "-1 (by shape) or a mask of 1 (stores), 2 (residual adds) and 4 (gated pairs)"},
     {"rowblock_staged", -1, CUDA_ROWBLOCK_ALL, "-1 (by shape) or a mask of 1, 2 and 4"},
     {"early_launch", 0, CUDA_EARLY_ALL,
-     "a mask of 1, 2, 4, 8 (attention), 16 (long residual adds), 32 (post-norms), 64 (MoE routing) and "
-     "128 (K no multiple of 2,048)"},
+     "a mask of 1, 2, 4, 8 (attention), 16 (long residual adds), 32 (post-norms), 64 (MoE routing), "
+     "128 (K no multiple of 2,048) and 256 (the experts' down)"},
     {"norm_prepared", 0, 2, "0 (never), 1 (where it pays) or 2 (wherever it can)"},
     {"norm_apart_waves", 0, 1000000, "waves of blocks (0: never)"},
     {"moe_rowblock", 0, CUDA_MOE_ROWBLOCK_ALL, "a mask of 1 (the experts' gate/up) and 2 (their down)"},

@@ -29,16 +29,18 @@ enum {
 /* Decode kernels launched early beside the product kinds above (early_launch): the
  * one-token warps attention, residual adds of rows longer than two pieces a thread (down;
  * the ADD bit alone covers o), post-norms into the residual (gemma3's, after o and down),
- * MoE routing (the router's product with its norm and the top-k), and every block-a-row
- * product whose K is no multiple of 2,048 (its rows end in a partial round of pieces). */
+ * MoE routing (the router's product with its norm and the top-k), every block-a-row
+ * product whose K is no multiple of 2,048 (its rows end in a partial round of pieces), and
+ * the chosen experts' down product (its weight rows in flight under the gated unit). */
 enum {
     CUDA_EARLY_ATTENTION = 8,
     CUDA_EARLY_LONG_ADD = 16,
     CUDA_EARLY_NORM_ADD = 32,
     CUDA_EARLY_ROUTE = 64,
     CUDA_EARLY_PARTIAL_ROWS = 128,
+    CUDA_EARLY_MOE_DOWN = 256,
     CUDA_EARLY_ALL = CUDA_ROWBLOCK_ALL | CUDA_EARLY_ATTENTION | CUDA_EARLY_LONG_ADD | CUDA_EARLY_NORM_ADD |
-                     CUDA_EARLY_ROUTE | CUDA_EARLY_PARTIAL_ROWS
+                     CUDA_EARLY_ROUTE | CUDA_EARLY_PARTIAL_ROWS | CUDA_EARLY_MOE_DOWN
 };
 
 /* Kinds of one-token MoE expert product (the moe_rowblock mask). */

@@ -2260,8 +2260,10 @@ static void run_all(void) {
                         }
 
     /* the experts fused: one token's products by the block-a-row kernels where they take
-     * them, then by the warp-a-row kernels alone */
-    with_cuda_tuning("moe_rowblock=3", run_moe_fused_rowblock);
+     * them (launched plainly, then every kernel that can launched early: the down product
+     * too), then by the warp-a-row kernels alone */
+    with_cuda_tuning("moe_rowblock=3,early_launch=0", run_moe_fused_rowblock);
+    with_cuda_tuning("moe_rowblock=3,early_launch=511", run_moe_fused_rowblock);
     with_cuda_tuning("moe_rowblock=0", run_moe_fused_warps);
 
     for (int64_t M = 1; M <= 33; M += 32)

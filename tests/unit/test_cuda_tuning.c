@@ -64,7 +64,7 @@ static void test_parse_errors(void **state) {
     expect_invalid("rowblock=8", "rowblock=8");             /* past the mask */
     expect_invalid("rowblock=-2", "rowblock=-2");
     expect_invalid("rowblock_staged=-2", "rowblock_staged");
-    expect_invalid("early_launch=256", "early_launch");
+    expect_invalid("early_launch=512", "early_launch"); /* past CUDA_EARLY_ALL */
     expect_invalid("norm_prepared=3", "norm_prepared");
     expect_invalid("moe_rowblock=4", "moe_rowblock");
     expect_invalid("flash_split=17", "flash_split"); /* past CUDA_FLASH_MAX_SPLITS */
