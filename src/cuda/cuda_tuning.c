@@ -14,9 +14,10 @@ st_cuda_tuning st_cuda_tuning_default(int cc_major) {
          * routing: their launch overlaps the product's tail (gemma3: 2 a layer; the
          * router's rows go in flight under it). Products of K = 2,048 multiples (llama,
          * qwen3, olmoe: q/k/v, down) do not gain from it; those of other K (gemma3,
-         * phi3: every product) do. */
+         * phi3: every product) do. The experts' down product does: its rows go in flight
+         * under the gated unit, whose one wave leaves it the SMs' spare slots. */
         .early_launch = cc_major >= 9 ? (CUDA_ROWBLOCK_ADD | CUDA_EARLY_ATTENTION | CUDA_EARLY_NORM_ADD |
-                                         CUDA_EARLY_ROUTE | CUDA_EARLY_PARTIAL_ROWS)
+                                         CUDA_EARLY_ROUTE | CUDA_EARLY_PARTIAL_ROWS | CUDA_EARLY_MOE_DOWN)
                                       : 0,
         .norm_prepared = 1,
         .norm_apart_waves = 4,

@@ -244,21 +244,22 @@ if want models; then
                     else row "$name norms prepared = in the loop" FAIL "$resc"; fi
                 fi
 
-                # the decode kernels launched early (early_launch=255: the products staged,
+                # the decode kernels launched early (early_launch=511: the products staged,
                 # their rows' copies issued before they wait for the kernel ahead, x read after
                 # it; the warps attention's K/V rows loaded before its wait; the post-norms
-                # waiting for the product ahead; the router's rows loaded before its wait)
-                # against plain launches: the same sums in the same order, so the same bits.
-                # tiny-qwen3-wide's rows (2,048) reach the block-a-row kernels that do this;
-                # tiny-gemma3 has the post-norms, tiny-olmoe-wide the routing.
+                # waiting for the product ahead; the router's rows loaded before its wait; the
+                # experts' down rows loaded before it waits for their gated unit) against plain
+                # launches: the same sums in the same order, so the same bits. tiny-qwen3-wide's
+                # rows (2,048) reach the block-a-row kernels that do this; tiny-gemma3 has the
+                # post-norms, tiny-olmoe-wide the routing and the experts.
                 if [ "$preset" = tiny-qwen3-wide ] || [ "$preset" = tiny-gemma3 ] || [ "$preset" = tiny-olmoe-wide ]; then
-                    for early in 0 255; do
+                    for early in 0 511; do
                         echo "== $name --backend cuda STRIDE_CUDA_TUNING=early_launch=$early" >>"$OUTDIR/models.log"
                         STRIDE_CUDA_TUNING=early_launch=$early "$STRIDE" run -m "$m" --tokens $PROMPT --decode-tokens $DECODE \
                             -n 0 --backend cuda --logits-out "$WORK/$preset-$type-early$early.npy" >>"$OUTDIR/models.log" 2>&1
                     done
-                    rese=$(compare_npy "$WORK/$preset-$type-early255.npy" "$WORK/$preset-$type-early0.npy" 0 2>&1)
-                    if [ $? -eq 0 ] && cmp -s "$WORK/$preset-$type-early255.npy" "$WORK/$preset-$type-early0.npy"; then
+                    rese=$(compare_npy "$WORK/$preset-$type-early511.npy" "$WORK/$preset-$type-early0.npy" 0 2>&1)
+                    if [ $? -eq 0 ] && cmp -s "$WORK/$preset-$type-early511.npy" "$WORK/$preset-$type-early0.npy"; then
                         row "$name launched early = plain" PASS "logits bitwise identical ($rese)"
                     else row "$name launched early = plain" FAIL "$rese"; fi
                 fi

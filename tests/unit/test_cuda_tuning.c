@@ -17,7 +17,7 @@ static void test_defaults_by_architecture(void **state) {
     assert_int_equal(h.rowblock, -1);
     assert_int_equal(h.rowblock_staged, -1);
     assert_int_equal(h.early_launch, CUDA_ROWBLOCK_ADD | CUDA_EARLY_ATTENTION | CUDA_EARLY_NORM_ADD | CUDA_EARLY_ROUTE |
-                                         CUDA_EARLY_PARTIAL_ROWS);
+                                         CUDA_EARLY_PARTIAL_ROWS | CUDA_EARLY_MOE_DOWN);
     assert_int_equal(h.norm_prepared, 1);
     assert_int_equal(h.norm_apart_waves, 4);
     assert_int_equal(h.moe_rowblock, CUDA_MOE_ROWBLOCK_ALL);
