@@ -22,7 +22,8 @@
 #  5. the three test programs again under compute-sanitizer memcheck (leak check on);
 #  6. a pass/fail table.
 # Logs and the table go to $OUT when set, else ./gpu-test-out. STAGES="build ops models"
-# runs a subset; MEMCHECK="ops" the programs stage 5 runs (default "ops quant batch"), each
+# runs a subset; MODEL_PRESETS="tiny-olmoe-wide" the presets stage 4 runs (default every
+# tiny one); MEMCHECK="ops" the programs stage 5 runs (default "ops quant batch"), each
 # within MEMCHECK_TIMEOUT seconds (default 300). Exit status: 0 when every stage asked for
 # ran and passed; 1 when one failed; 2 when one could not run (ctest without cmocka), and
 # the table says INCOMPLETE.
@@ -182,8 +183,8 @@ EOF
 if want models; then
     : >"$OUTDIR/models.log"
     if [ ! -x "$STRIDE" ]; then row models FAIL "$STRIDE missing"; else
-        for preset in tiny-llama tiny-qwen3 tiny-gemma3 tiny-phi3 tiny-olmoe tiny-llama-hd64 tiny-qwen3-hd128 \
-            tiny-qwen3-wide tiny-olmoe-wide; do
+        for preset in ${MODEL_PRESETS:-tiny-llama tiny-qwen3 tiny-gemma3 tiny-phi3 tiny-olmoe tiny-llama-hd64 \
+            tiny-qwen3-hd128 tiny-qwen3-wide tiny-olmoe-wide}; do
             for type in f32 f16 bf16; do
                 m=$WORK/$preset-$type.gguf
                 name="$preset $type"
