@@ -282,8 +282,6 @@ static inline dim3 cuda_rows_grid(int64_t ne0, int64_t rows) {
     return dim3(gx < 64 ? (gx ? gx : 1) : 64, cuda_grid_y(rows));
 }
 
-/* An RMSNorm's scale 1 / sqrt(ss / n + eps) from the sum of squares ss of n values, in
- * double as the CPU backend forms it (so that the f32 result rounds alike). */
 /* The threads st_cuda_rms_norm gives a row of D floats, whole warps: one up to 128
  * elements, 128 up to 1,024, else CUDA_NORM_MAX_THREADS. Its sum of squares runs in their
  * order (thread t its elements t, t + G, ...; each warp's xor tree; the warps' sums in
@@ -293,6 +291,8 @@ __host__ __device__ constexpr int cuda_norm_threads(int64_t D) {
     return D <= 128 ? ST_GPU_WARP_SIZE : D <= 1024 ? 128 : CUDA_NORM_MAX_THREADS;
 }
 
+/* An RMSNorm's scale 1 / sqrt(ss / n + eps) from the sum of squares ss of n values, in
+ * double as the CPU backend forms it (so that the f32 result rounds alike). */
 __device__ __forceinline__ float cuda_rms_scale(float ss, int64_t n, float eps) {
     return (float)(1.0 / sqrt((double)ss / (double)n + (double)eps));
 }

@@ -17,7 +17,6 @@ __device__ __forceinline__ float block_sum_f32(float v, float *shared) {
     return cuda_group_sum_f32(v, shared, threadIdx.x, blockDim.x);
 }
 
-
 // The scale of row xr [D]: the sum of squares in f32 (each thread its elements t, t +
 // blockDim.x, ..., then a block tree), formed as the CPU forms it (1 / sqrt(mean + eps) in
 // double, rounded to f32). Every thread of the block calls it; rms_norm_f32 and
@@ -88,8 +87,8 @@ st_status st_cuda_norm_pair(st_backend *b, const st_fused_norm_pair *op, st_erro
     const unsigned int grid = (unsigned int)(rows < (1 << 30) ? rows : (1 << 30));
     const float *w0 = op->w[0] ? (const float *)op->w[0]->data : NULL, *w1 = op->w[1] ? (const float *)op->w[1]->data : NULL;
     rms_norm_pair_f32<<<grid, cuda_norm_threads(D), 0, c->stream>>>(cuda_view(op->dst[0]), cuda_view(op->x[0]), w0,
-                                                               op->eps[0], cuda_view(op->dst[1]), cuda_view(op->x[1]),
-                                                               w1, op->eps[1]);
+                                                                    op->eps[0], cuda_view(op->dst[1]),
+                                                                    cuda_view(op->x[1]), w1, op->eps[1]);
     ST_GPU_CHECK_LAUNCH();
     return ST_OK;
 }
@@ -147,8 +146,8 @@ st_status st_cuda_norm_add(st_backend *b, const st_fused_norm_add *op, st_error 
     const unsigned int grid = (unsigned int)(rows < (1 << 30) ? rows : (1 << 30));
     const float *wd = w ? (const float *)w->data : (const float *)NULL;
     if (c->tune.early_launch & CUDA_EARLY_NORM_ADD)
-        (void)st_gpu_launch_early(rms_norm_add_f32<true>, dim3(grid), (unsigned int)cuda_norm_threads(D), 0, c->stream,
-                                  cuda_view(op->out), cuda_view(x), cuda_view(y), wd,
+        (void)st_gpu_launch_early(rms_norm_add_f32<true>, dim3(grid), (unsigned int)cuda_norm_threads(D), 0,
+                                  c->stream, cuda_view(op->out), cuda_view(x), cuda_view(y), wd,
                                   op->eps); // (its error: ST_GPU_CHECK_LAUNCH)
     else
         rms_norm_add_f32<false><<<grid, cuda_norm_threads(D), 0, c->stream>>>(cuda_view(op->out), cuda_view(x),
@@ -352,12 +351,6 @@ st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_er
     ST_ASSERT((op->q_norm == NULL) == (op->k_norm == NULL));
     const bool whole = st_fused_rope_store_whole_norm(op);
     if (op->q_norm && !whole) ST_ASSERT(op->q_norm->ne[0] == hd && op->k_norm->ne[0] == hd);
-    if (whole) { // each token's whole q and k normalised first, as the composite does (the same bits)
-        st_tensor qf = st_fused_heads_flat(q), kf = st_fused_heads_flat(k); // [hd n_head(_kv), M]
-        const st_fused_norm_pair np = {{&qf, &kf}, {&qf, &kf}, {op->q_norm, op->k_norm}, {op->eps, op->eps}};
-        const st_status s = st_cuda_norm_pair(b, &np, err);
-        if (s != ST_OK) return s;
-    }
     ST_ASSERT(p->mode == ST_ROPE_MODE_NORM || p->mode == ST_ROPE_MODE_NEOX);
     ST_ASSERT(p->n_rot >= 0 && p->n_rot % 2 == 0 && p->n_rot <= hd && p->freq_base > 0.0f);
     ST_ASSERT(cuda_is_i32_index(op->positions) && op->positions->ne[0] >= M);
@@ -367,6 +360,12 @@ st_status st_cuda_rope_store(st_backend *b, const st_fused_rope_store *op, st_er
     ST_ASSERT(cuda_is_float_weight(kc) && cuda_same_shape(kc, vc) && kc->ne[0] == hd && kc->ne[1] == k->ne[1]);
     const int64_t rows = q->ne[1] + 2 * k->ne[1];
     if (M == 0 || hd == 0 || rows == 0) return ST_OK;
+    if (whole) { // each token's whole q and k normalised first, as the composite does (the same bits)
+        st_tensor qf = st_fused_heads_flat(q), kf = st_fused_heads_flat(k); // [hd n_head(_kv), M]
+        const st_fused_norm_pair np = {{&qf, &kf}, {&qf, &kf}, {op->q_norm, op->k_norm}, {op->eps, op->eps}};
+        const st_status s = st_cuda_norm_pair(b, &np, err);
+        if (s != ST_OK) return s;
+    }
     // a row's threads: the norm's, so that its partial sums are st_cuda_rms_norm's
     const int G = cuda_norm_threads(hd), R = ROPE_STORE_THREADS / G;
     ST_ASSERT(R * hd <= ROPE_STORE_ROW_FLOATS);
