@@ -235,6 +235,10 @@ __device__ __forceinline__ float cuda_gelu_tanh_f32(float x) {
     const float t = tanhf(__fmul_rn(sqrt_2_over_pi, __fadd_rn(x, cube)));
     return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
 }
+/* A gated unit's output element: act(g) * u, GeGLU's or SwiGLU's act. */
+template <bool GELU> __device__ __forceinline__ float cuda_glu_one(float g, float u) {
+    return __fmul_rn(GELU ? cuda_gelu_tanh_f32(g) : cuda_silu_f32(g), u);
+}
 
 /* Records a data error (first one wins); the kernel then skips the bad row. */
 __device__ __forceinline__ void cuda_report_op_error(st_cuda_op_error *e, int code, int value, long long index,

@@ -20,10 +20,6 @@ static dim3 ew_grid(int64_t ne0, int64_t rows) {
 
 // ---- gated units ----------------------------------------------------------------------------
 
-template <bool GELU> __device__ __forceinline__ float glu_one(float g, float u) {
-    return __fmul_rn(GELU ? cuda_gelu_tanh_f32(g) : cuda_silu_f32(g), u);
-}
-
 // y[i] = act(gate[i]) * up[i]; gate/up rows start gate_off/up_off bytes into their rows
 // (the fused form reads both halves of one gate_up row). Rows whose three pointers are
 // 16-byte aligned and whose width is a multiple of 4 go four elements a thread (float4
@@ -40,11 +36,11 @@ __device__ void glu_impl(st_cuda_view dst, st_cuda_view gate, int64_t gate_off, 
         if (cuda_vec4_row(g, n) && cuda_vec4_row(u, n) && cuda_vec4_row(y, n)) {
             for (int64_t i = first; i < n / 4; i += step) {
                 const float4 a = ((const float4 *)g)[i], b = ((const float4 *)u)[i];
-                ((float4 *)y)[i] = make_float4(glu_one<GELU>(a.x, b.x), glu_one<GELU>(a.y, b.y), glu_one<GELU>(a.z, b.z),
-                                               glu_one<GELU>(a.w, b.w));
+                ((float4 *)y)[i] = make_float4(cuda_glu_one<GELU>(a.x, b.x), cuda_glu_one<GELU>(a.y, b.y), cuda_glu_one<GELU>(a.z, b.z),
+                                               cuda_glu_one<GELU>(a.w, b.w));
             }
         } else {
-            for (int64_t i = first; i < n; i += step) y[i] = glu_one<GELU>(g[i], u[i]);
+            for (int64_t i = first; i < n; i += step) y[i] = cuda_glu_one<GELU>(g[i], u[i]);
         }
     }
 }
@@ -98,11 +94,11 @@ template <bool GELU, st_type T> __global__ void glu_packed_kernel(char *__restri
             for (int64_t i = first; i < F / 4; i += step) {
                 const float4 a = ((const float4 *)g)[i], b = ((const float4 *)u)[i];
                 cuda_store4_as<T>(out, r * F + 4 * i,
-                                  make_float4(glu_one<GELU>(a.x, b.x), glu_one<GELU>(a.y, b.y), glu_one<GELU>(a.z, b.z),
-                                              glu_one<GELU>(a.w, b.w)));
+                                  make_float4(cuda_glu_one<GELU>(a.x, b.x), cuda_glu_one<GELU>(a.y, b.y), cuda_glu_one<GELU>(a.z, b.z),
+                                              cuda_glu_one<GELU>(a.w, b.w)));
             }
         } else {
-            for (int64_t i = first; i < F; i += step) cuda_store_as<T>(out, r * F + i, glu_one<GELU>(g[i], u[i]));
+            for (int64_t i = first; i < F; i += step) cuda_store_as<T>(out, r * F + i, cuda_glu_one<GELU>(g[i], u[i]));
         }
     }
 }

@@ -8,17 +8,19 @@
 // slice W + e * nb[2] at the row stride nb[1].
 //
 // mul_mat_id, prefill: grouped by expert. The ids come to the host (one synchronisation
-// per call, as a prompt may have), the slots are sorted by expert (a counting sort, as
-// the CPU backend does), their x rows gathered into one packed operand in the weight's
-// type, and each expert that has slots runs one cuBLAS GEMM over its slice, at the row
-// stride nb[1] as the leading dimension; the results are scattered back to their slots.
-// Each expert's weights are then read once per call instead of once per slot.
+// per call, as a prompt may have), the slots are laid out by expert in batches of experts
+// with similar slot counts (cuda_moe_group.h), their x rows gathered into one packed
+// operand in the weight's type, and each batch runs one batched cuBLAS GEMM over its
+// experts' slices, at the row stride nb[1] as the leading dimension; the results are
+// scattered back to their slots. Each expert's weights are then read once per call
+// instead of once per slot, and a prompt's experts run in a few launches, not one each.
 #include <math.h>
 #include <stdlib.h>
 
 #include "core/moe_route.h"
 #include "cuda/cuda_gemv.cuh"
 #include "cuda/cuda_moe.cuh"
+#include "cuda/cuda_moe_group.h"
 #include "cuda/cuda_quant.h"
 
 template <st_type T>
@@ -52,57 +54,34 @@ MUL_MAT_ID_KERNEL(mul_mat_id_bf16, ST_TYPE_BF16)
 
 // ---- prefill: slots grouped by expert ----------------------------------------------------
 
-// packed[p * K + k] = x row of slot order[p], in T: the experts' GEMM operand [K, n_slots].
+// packed[q * K + k] = x row of slot slot_of_col[q] in T, zeros where it is -1 (padding):
+// the batched GEMMs' operand [K, n_cols] (cuda_moe_group.h's layout).
 template <st_type T>
 __global__ void moe_gather_rows(char *__restrict__ packed, st_cuda_view x, int x_mode, int64_t n_used,
-                                const int32_t *__restrict__ order, int64_t n_slots) {
+                                const int32_t *__restrict__ slot_of_col, int64_t n_cols) {
     const int64_t K = x.ne0;
-    for (int64_t p = blockIdx.y; p < n_slots; p += gridDim.y) {
-        const int64_t s = order[p];
-        const float *row = moe_slot_x(x, x_mode, s % n_used, s / n_used);
+    for (int64_t q = blockIdx.y; q < n_cols; q += gridDim.y) {
+        const int64_t s = slot_of_col[q];
+        const float *row = s >= 0 ? moe_slot_x(x, x_mode, s % n_used, s / n_used) : (const float *)NULL;
         for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < K; k += (int64_t)gridDim.x * blockDim.x)
-            cuda_store_as<T>(packed, p * K + k, row[k]);
+            cuda_store_as<T>(packed, q * K + k, row ? row[k] : 0.0f);
     }
 }
 
-// y[:, j, m] of slot order[p] = C[p * N .. p * N + N).
-__global__ void moe_scatter_rows(st_cuda_view y, const float *__restrict__ C, const int32_t *__restrict__ order,
-                                 int64_t n_slots) {
+// y[:, j, m] of slot slot_of_col[q] = C[q * N .. q * N + N), or with a gated unit (GLU:
+// 1 SwiGLU, 2 GeGLU) act(C) * C_up of the up product's columns, as the unit's kernel
+// forms it (cuda_glu_one); padding columns are dropped.
+template <int GLU>
+__global__ void moe_scatter_rows(st_cuda_view y, const float *__restrict__ C, const float *__restrict__ C_up,
+                                 const int32_t *__restrict__ slot_of_col, int64_t n_cols) {
     const int64_t N = y.ne0, n_used = y.ne1;
-    for (int64_t p = blockIdx.y; p < n_slots; p += gridDim.y) {
-        const int64_t s = order[p];
+    for (int64_t q = blockIdx.y; q < n_cols; q += gridDim.y) {
+        const int64_t s = slot_of_col[q];
+        if (s < 0) continue;
         float *row = moe_slot_y(y, s % n_used, s / n_used);
         for (int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; n < N; n += (int64_t)gridDim.x * blockDim.x)
-            row[n] = C[p * N + n];
+            row[n] = GLU ? cuda_glu_one<GLU == 2>(C[q * N + n], C_up[q * N + n]) : C[q * N + n];
     }
-}
-
-// The slots of ids [n_used, M] (row stride ids_nb1 bytes) sorted by expert: order[] the
-// slot indices, expert e owning order[first[e] .. first[e + 1]). An id outside [0, E) is
-// the CPU backend's error.
-static st_status moe_sort_slots(const int32_t *ids, int64_t ids_nb1, int64_t n_used, int64_t M, int64_t E,
-                                int32_t *order, int64_t *first, st_error *err) {
-    memset(first, 0, (size_t)(E + 1) * sizeof(*first));
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t j = 0; j < n_used; j++) {
-            const int32_t e = *(const int32_t *)((const char *)ids + m * ids_nb1 + j * (int64_t)sizeof(int32_t));
-            if (e < 0 || e >= E)
-                return st_error_set(err, ST_ERROR_INVALID,
-                                    "mul_mat_id: expert id %d (token %lld, slot %lld) is outside [0, %lld)", (int)e,
-                                    (long long)m, (long long)j, (long long)E);
-            first[e + 1]++;
-        }
-    for (int64_t e = 0; e < E; e++) first[e + 1] += first[e];
-    int64_t *next = (int64_t *)malloc((size_t)E * sizeof(*next));
-    if (!next) return st_error_set(err, ST_ERROR_NOMEM, "out of host memory sorting %lld expert slots", (long long)(M * n_used));
-    memcpy(next, first, (size_t)E * sizeof(*next));
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t j = 0; j < n_used; j++) {
-            const int32_t e = *(const int32_t *)((const char *)ids + m * ids_nb1 + j * (int64_t)sizeof(int32_t));
-            order[next[e]++] = (int32_t)(m * n_used + j);
-        }
-    free(next);
-    return ST_OK;
 }
 
 // Whether the grouped path takes the call: cuBLAS's int dimensions, rows at a whole
@@ -114,102 +93,135 @@ static bool moe_grouped_supported(const st_tensor *w, int64_t n_slots) {
            n_slots <= INT32_MAX && w->ne[0] > 0;
 }
 
-static st_status moe_mul_mat_id_grouped(st_cuda_ctx *c, st_tensor *dst, const st_tensor *w, const st_tensor *x,
-                                        int x_mode, const st_tensor *ids, st_error *err) {
-    const size_t ts = w->nb[0];
-    const int64_t K = w->ne[0], N = w->ne[1], E = w->ne[2], n_used = dst->ne[1], M = dst->ne[2];
-    const int64_t n_slots = n_used * M, ids_nb1 = (int64_t)ids->nb[1];
-
-    // the ids, on the host
+// dst [N, n_used, M] = mul_mat_id(w[0], x, ids), or with a gated unit (glu: 1 SwiGLU, 2
+// GeGLU; n_w = 2, w[1] the up experts of w[0]'s type and shape) the unit of the two
+// products. The ids come to the host and are planned (cuda_moe_group.h: experts in
+// batches of similar slot counts, each padded to its batch's widest); one upload carries
+// the column map and each expert's three GEMM pointers a weight; the x rows are gathered
+// once into the padded operand B [K, n_cols] in the weight's type; each batch runs one
+// batched GEMM a weight, member i C_w[:, its columns] = W_w,e^T-as-stored B[:, its
+// columns] (cuda_matmul.cu's form, at the row stride nb[1] as the leading dimension), so
+// each expert's weights are read once a call and the experts of a batch share a launch;
+// the slots' columns are scattered back (through the unit).
+static st_status moe_grouped(st_cuda_ctx *c, st_tensor *dst, const st_tensor *const *w, int n_w, int glu,
+                             const st_tensor *x, int x_mode, const st_tensor *ids, st_error *err) {
+    const size_t ts = w[0]->nb[0];
+    const int64_t K = w[0]->ne[0], N = w[0]->ne[1], E = w[0]->ne[2], n_used = dst->ne[1], M = dst->ne[2];
+    const int64_t ids_nb1 = (int64_t)ids->nb[1];
     const size_t ids_bytes = (size_t)((M - 1) * ids_nb1) + (size_t)n_used * sizeof(int32_t);
     int32_t *h_ids = (int32_t *)malloc(ids_bytes);
-    int32_t *order = (int32_t *)malloc((size_t)n_slots * sizeof(int32_t));
-    int64_t *first = (int64_t *)malloc((size_t)(E + 1) * sizeof(int64_t));
+    st_moe_group_plan plan;
+    memset(&plan, 0, sizeof(plan)); // (freed on every way out)
+    char *h_upload = NULL;
     st_status s = ST_OK;
-    if (!h_ids || !order || !first) {
-        s = st_error_set(err, ST_ERROR_NOMEM, "out of host memory grouping %lld expert slots", (long long)n_slots);
+    st_gpu_error_t rc;
+    if (!h_ids) {
+        s = st_error_set(err, ST_ERROR_NOMEM, "out of host memory reading %lld expert ids", (long long)(n_used * M));
         goto done;
     }
+    rc = st_gpu_memcpy_async(h_ids, ids->data, ids_bytes, st_gpu_memcpy_device_to_host, c->stream);
+    if (rc == st_gpu_success) rc = st_gpu_stream_synchronize(c->stream);
+    if (rc != st_gpu_success) {
+        s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: reading the expert ids: %s", st_gpu_get_error_string(rc));
+        goto done;
+    }
+    if ((s = st_moe_group_plan_build(&plan, h_ids, ids_nb1, n_used, M, E, c->tune.moe_group_waste, err)) != ST_OK)
+        goto done;
     {
-        st_gpu_error_t rc = st_gpu_memcpy_async(h_ids, ids->data, ids_bytes, st_gpu_memcpy_device_to_host, c->stream);
-        if (rc == st_gpu_success) rc = st_gpu_stream_synchronize(c->stream);
-        if (rc != st_gpu_success) {
-            s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: reading the expert ids: %s", st_gpu_get_error_string(rc));
-            goto done;
-        }
-        if ((s = moe_sort_slots(h_ids, ids_nb1, n_used, M, E, order, first, err)) != ST_OK) goto done;
-
-        // scratch: the gathered x [K, n_slots] in the weight's type, C [N, n_slots] f32, order
-        const size_t x_bytes = ((size_t)K * (size_t)n_slots * ts + 255) / 256 * 256;
-        const size_t c_bytes = ((size_t)N * (size_t)n_slots * sizeof(float) + 255) / 256 * 256;
+        // scratch: B [K, n_cols] in the weight's type, C [N, n_cols] f32 a weight, the
+        // column map [n_cols] i32, then the pointers: A, B and C of each (weight, expert),
+        // the experts in batch order
+        const int64_t n_cols = plan.n_cols, n_experts = plan.n_experts, n_ptr = n_w * n_experts;
+        const size_t b_bytes = ((size_t)K * (size_t)n_cols * ts + 255) / 256 * 256;
+        const size_t c_bytes = ((size_t)N * (size_t)n_cols * sizeof(float) + 255) / 256 * 256;
+        const size_t map_bytes = ((size_t)n_cols * sizeof(int32_t) + 255) / 256 * 256;
+        const size_t upload_bytes = map_bytes + 3 * (size_t)n_ptr * sizeof(void *);
         char *scratch = NULL;
-        if ((s = st_cuda_scratch(c, x_bytes + c_bytes + (size_t)n_slots * sizeof(int32_t), (void **)&scratch, err)) !=
-            ST_OK)
+        if ((s = st_cuda_scratch(c, b_bytes + n_w * c_bytes + upload_bytes, (void **)&scratch, err)) != ST_OK)
             goto done;
         char *B = scratch;
-        float *C = (float *)(scratch + x_bytes);
-        int32_t *d_order = (int32_t *)(scratch + x_bytes + c_bytes);
-        rc = st_gpu_memcpy_async(d_order, order, (size_t)n_slots * sizeof(int32_t), st_gpu_memcpy_host_to_device,
-                                 c->stream);
-        if (rc != st_gpu_success) {
-            s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: uploading the slot order: %s", st_gpu_get_error_string(rc));
+        float *C = (float *)(scratch + b_bytes), *C_up = (float *)(scratch + b_bytes + (n_w - 1) * c_bytes);
+        char *d_upload = scratch + b_bytes + n_w * c_bytes;
+        if (!(h_upload = (char *)malloc(upload_bytes))) {
+            s = st_error_set(err, ST_ERROR_NOMEM, "out of host memory planning %lld expert columns", (long long)n_cols);
             goto done;
         }
-        const dim3 gather_grid = cuda_rows_grid(K, n_slots);
+        memcpy(h_upload, plan.slot_of_col, (size_t)n_cols * sizeof(int32_t));
+        const void **a_ptr = (const void **)(h_upload + map_bytes), **b_ptr = a_ptr + n_ptr;
+        void **c_ptr = (void **)(b_ptr + n_ptr);
+        for (int v = 0; v < n_w; v++)
+            for (int64_t i = 0; i < n_experts; i++) {
+                const int64_t p = v * n_experts + i;
+                a_ptr[p] = (const char *)w[v]->data + plan.expert_of[i] * (int64_t)w[v]->nb[2];
+                b_ptr[p] = B + plan.col0[i] * K * (int64_t)ts;
+                c_ptr[p] = (char *)C + v * c_bytes + plan.col0[i] * N * (int64_t)sizeof(float);
+            }
+        rc = st_gpu_memcpy_async(d_upload, h_upload, upload_bytes, st_gpu_memcpy_host_to_device, c->stream);
+        if (rc != st_gpu_success) {
+            s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: uploading the expert plan: %s",
+                             st_gpu_get_error_string(rc));
+            goto done;
+        }
+        const int32_t *d_map = (const int32_t *)d_upload;
+        const dim3 gather_grid = cuda_rows_grid(K, n_cols);
         const st_cuda_view xv = cuda_view(x);
-        switch (w->type) {
+        switch (w[0]->type) {
         case ST_TYPE_F32:
             moe_gather_rows<ST_TYPE_F32><<<gather_grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(B, xv, x_mode, n_used,
-                                                                                            d_order, n_slots);
+                                                                                            d_map, n_cols);
             break;
         case ST_TYPE_F16:
             moe_gather_rows<ST_TYPE_F16><<<gather_grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(B, xv, x_mode, n_used,
-                                                                                            d_order, n_slots);
+                                                                                            d_map, n_cols);
             break;
         default:
             moe_gather_rows<ST_TYPE_BF16><<<gather_grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(B, xv, x_mode, n_used,
-                                                                                             d_order, n_slots);
+                                                                                             d_map, n_cols);
             break;
         }
         if ((rc = st_gpu_get_last_error()) != st_gpu_success) {
             s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: gather: %s", st_gpu_get_error_string(rc));
             goto done;
         }
-        // C[:, p] = W_e^T-as-stored x_p for the slots p of expert e (cuda_matmul.cu's form)
 #if ST_GPU_HAVE_BLAS
+        const void **d_a = (const void **)(d_upload + map_bytes), **d_b = d_a + n_ptr;
+        void **d_c = (void **)(d_b + n_ptr);
         const float alpha = 1.0f, beta = 0.0f;
-        const st_gpu_blas_data_t t = cuda_blas_type(w->type);
-        for (int64_t e = 0; e < E; e++) {
-            const int64_t p0 = first[e], n_e = first[e + 1] - first[e];
-            if (n_e == 0) continue;
-            const st_gpu_blas_status_t bs = st_gpu_blas_gemm_ex(
-                c->blas, st_gpu_blas_op_t, st_gpu_blas_op_n, (int)N, (int)n_e, (int)K, &alpha,
-                (const char *)w->data + e * (int64_t)w->nb[2], t, (int)(w->nb[1] / ts), B + p0 * K * (int64_t)ts, t,
-                (int)K, &beta, C + p0 * N, st_gpu_blas_r_32f, (int)N, st_gpu_blas_compute_32f, st_gpu_blas_gemm_default);
-            if (bs != st_gpu_blas_success) {
-                s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: expert %lld GEMM: %s", (long long)e,
-                                 st_gpu_blas_get_status_string(bs));
-                goto done;
+        const st_gpu_blas_data_t t = cuda_blas_type(w[0]->type);
+        for (int64_t b = 0; b < plan.n_batches; b++)
+            for (int v = 0; v < n_w; v++) {
+                const int64_t i0 = v * n_experts + plan.batch_first[b], count = plan.batch_first[b + 1] - plan.batch_first[b];
+                const st_gpu_blas_status_t bs = st_gpu_blas_gemm_batched_ex(
+                    c->blas, st_gpu_blas_op_t, st_gpu_blas_op_n, (int)N, (int)plan.batch_cols[b], (int)K, &alpha,
+                    d_a + i0, t, (int)(w[v]->nb[1] / ts), d_b + i0, t, (int)K, &beta, d_c + i0, st_gpu_blas_r_32f,
+                    (int)N, (int)count, st_gpu_blas_compute_32f, st_gpu_blas_gemm_default);
+                if (bs != st_gpu_blas_success) {
+                    s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: GEMMs of %lld experts of %lld slots: %s",
+                                     (long long)count, (long long)plan.batch_cols[b], st_gpu_blas_get_status_string(bs));
+                    goto done;
+                }
             }
-        }
 #else
         s = st_error_set(err, ST_ERROR_UNSUPPORTED, ST_GPU_NO_BLAS_MESSAGE);
         goto done;
 #endif
-        moe_scatter_rows<<<cuda_rows_grid(N, n_slots), ST_CUDA_ROWS_THREADS, 0, c->stream>>>(cuda_view(dst), C, d_order,
-                                                                                            n_slots);
+        const dim3 scatter_grid = cuda_rows_grid(N, n_cols);
+        const st_cuda_view yv = cuda_view(dst);
+        if (glu == 0) moe_scatter_rows<0><<<scatter_grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(yv, C, C, d_map, n_cols);
+        else if (glu == 1) moe_scatter_rows<1><<<scatter_grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(yv, C, C_up, d_map, n_cols);
+        else moe_scatter_rows<2><<<scatter_grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(yv, C, C_up, d_map, n_cols);
         if ((rc = st_gpu_get_last_error()) != st_gpu_success) {
             s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: scatter: %s", st_gpu_get_error_string(rc));
             goto done;
         }
-        // the order's upload read the host buffer; it is freed below, so wait for it
+        // the upload read the host buffer; it is freed below, so wait for it
         rc = st_gpu_stream_synchronize(c->stream);
         if (rc != st_gpu_success) s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: %s", st_gpu_get_error_string(rc));
     }
 done:
     free(h_ids);
-    free(order);
-    free(first);
+    free(h_upload);
+    st_moe_group_plan_free(&plan);
     return s;
 }
 
@@ -224,7 +236,7 @@ st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, 
     const int64_t n_slots = n_used * M;
     if (N == 0 || n_slots == 0) return ST_OK;
     if (M >= ST_CUDA_MOE_GROUPED_MIN_M && !c->capturing && moe_grouped_supported(w, n_slots))
-        return moe_mul_mat_id_grouped(c, dst, w, x, x_mode, ids, err);
+        return moe_grouped(c, dst, &w, 1, 0, x, x_mode, ids, err);
 
     const bool w_vec = cuda_aligned16(w->data) && w->nb[1] % 16 == 0 && w->nb[2] % 16 == 0;
     const bool x_vec = cuda_aligned16(x->data) && x->nb[1] % 16 == 0 && x->nb[2] % 16 == 0;
@@ -274,7 +286,7 @@ __device__ void moe_glu_impl(const char *__restrict__ wg, const char *__restrict
         float g[1], u[1];
         cuda_gemv_row<T, false, 1>(wg + (int64_t)e * g_nb2 + n * g_nb1, K, w_vec, xs, 1, x_vec, g);
         cuda_gemv_row<T, false, 1>(wu + (int64_t)e * u_nb2 + n * u_nb1, K, w_vec, xs, 1, x_vec, u);
-        if (lane == 0) moe_slot_y(out, j, m)[n] = __fmul_rn(GELU ? cuda_gelu_tanh_f32(g[0]) : cuda_silu_f32(g[0]), u[0]);
+        if (lane == 0) moe_slot_y(out, j, m)[n] = cuda_glu_one<GELU>(g[0], u[0]);
     });
 }
 
@@ -356,8 +368,26 @@ static bool moe_fused_takes(const st_cuda_ctx *c, const st_fused_moe *op) {
     return cuda_is_f32_rows(op->out) && op->out->ne[0] == w->ne[1] && op->out->ne[1] == n_used && op->out->ne[2] == M;
 }
 
+// Whether a prompt's gated unit runs grouped (moe_grouped: one plan, one gather, the gate
+// and up GEMMs, the unit formed in the scatter) instead of as the composite's two grouped
+// products and the unit's kernel: float experts of one type and shape, as many tokens as
+// the grouped path takes, outside a recording.
+static bool moe_grouped_unit_takes(const st_cuda_ctx *c, const st_fused_moe *op) {
+    const st_tensor *g = op->w[0], *u = op->w[1];
+    const int64_t n_slots = op->out->ne[1] * op->out->ne[2];
+    return op->kind == ST_FUSED_MOE_GLU && cuda_is_float_weight(g) && u->type == g->type && u->ne[0] == g->ne[0] &&
+           u->ne[1] == g->ne[1] && u->ne[2] == g->ne[2] && op->out->ne[2] >= ST_CUDA_MOE_GROUPED_MIN_M &&
+           !c->capturing && moe_grouped_supported(g, n_slots) && moe_grouped_supported(u, n_slots);
+}
+
 st_status st_cuda_moe_fused(st_backend *b, const st_fused_moe *op, st_error *err) {
     st_cuda_ctx *c = cuda_ctx(b);
+    if (moe_grouped_unit_takes(c, op)) {
+        const st_tensor *const w[2] = {op->w[0], op->w[1]};
+        const int x_mode = moe_check_operands(op->out, w[0], op->x, op->ids);
+        if (op->out->ne[0] == 0 || op->out->ne[1] == 0) return ST_OK;
+        return moe_grouped(c, op->out, w, 2, op->gelu ? 2 : 1, op->x, x_mode, op->ids, err);
+    }
     if (!moe_fused_takes(c, op)) return st_fused_moe_composite(b, op, err);
     const st_tensor *w = op->w[0], *x = op->x, *ids = op->ids;
     const int64_t K = w->ne[0], N = w->ne[1], E = w->ne[2], n_used = op->y[0]->ne[1], M = op->y[0]->ne[2];

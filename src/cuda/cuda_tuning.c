@@ -23,6 +23,7 @@ st_cuda_tuning st_cuda_tuning_default(int cc_major) {
         .norm_apart_waves = 4,
         .moe_rowblock = CUDA_MOE_ROWBLOCK_ALL,
         .flash_split = 0,
+        .moe_group_waste = 25,
         .graphs = true,
     };
     if (cc_major < 8) t.rowblock_staged = 0; /* (cp.async: sm_80) */
@@ -45,6 +46,7 @@ static const tuning_key KEYS[] = {
     {"norm_apart_waves", 0, 1000000, "waves of blocks (0: never)"},
     {"moe_rowblock", 0, CUDA_MOE_ROWBLOCK_ALL, "a mask of 1 (the experts' gate/up) and 2 (their down)"},
     {"flash_split", 0, CUDA_FLASH_MAX_SPLITS, "0 (by the rule) or the blocks a block's keys are split over"},
+    {"moe_group_waste", 0, 100, "a percentage of an expert's columns"},
     {"graphs", 0, 1, "0 or 1"},
 };
 
@@ -57,6 +59,7 @@ static void set_field(st_cuda_tuning *t, int key, long v) {
     case 4: t->norm_apart_waves = (int)v; break;
     case 5: t->moe_rowblock = (int)v; break;
     case 6: t->flash_split = (int)v; break;
+    case 7: t->moe_group_waste = (int)v; break;
     default: t->graphs = v != 0; break;
     }
 }
@@ -76,7 +79,8 @@ st_status st_cuda_tuning_parse(st_cuda_tuning *t, const char *spec, st_error *er
         if (k == n_keys)
             return st_error_set(err, ST_ERROR_INVALID,
                                 "STRIDE_CUDA_TUNING: unknown key '%.*s' (keys: rowblock, rowblock_staged, "
-                                "early_launch, norm_prepared, norm_apart_waves, moe_rowblock, flash_split, graphs)",
+                                "early_launch, norm_prepared, norm_apart_waves, moe_rowblock, flash_split, "
+                                "moe_group_waste, graphs)",
                                 (int)key_len, p);
         char value[32];
         const size_t value_len = len - key_len - 1;

@@ -81,6 +81,10 @@ typedef struct st_cuda_tuning {
      * combines. 0: the rule there (a grid of fewer blocks than SMs split to about one
      * block an SM, at most CUDA_FLASH_MAX_SPLITS ways); 1: never split. */
     int flash_split;
+    /* Prefill's experts (mul_mat_id over many tokens) run as batched GEMMs of experts with
+     * similar slot counts, each padded to its batch's widest: an expert joins a batch while
+     * at most this percentage of its columns would be padding (cuda_moe_group.h). */
+    int moe_group_waste;
     /* Steps of few tokens are recorded as CUDA graphs (per depth bucket) and replayed. */
     bool graphs;
 } st_cuda_tuning;

@@ -172,6 +172,7 @@ typedef hipblasStatus_t st_gpu_blas_status_t;
 #define st_gpu_blas_set_math_mode(h, mode) ((void)(h), (void)(mode), HIPBLAS_STATUS_SUCCESS)
 #define st_gpu_blas_default_math 0
 #define st_gpu_blas_gemm_ex hipblasGemmEx
+#define st_gpu_blas_gemm_batched_ex hipblasGemmBatchedEx
 #define st_gpu_blas_op_n HIPBLAS_OP_N
 #define st_gpu_blas_op_t HIPBLAS_OP_T
 #if HIP_VERSION >= 60500000
@@ -305,6 +306,7 @@ typedef cudaDataType_t st_gpu_blas_data_t;
 #define st_gpu_blas_set_math_mode cublasSetMathMode
 #define st_gpu_blas_default_math CUBLAS_DEFAULT_MATH
 #define st_gpu_blas_gemm_ex cublasGemmEx
+#define st_gpu_blas_gemm_batched_ex cublasGemmBatchedEx
 #define st_gpu_blas_op_n CUBLAS_OP_N
 #define st_gpu_blas_op_t CUBLAS_OP_T
 #define st_gpu_blas_r_32f CUDA_R_32F

@@ -22,6 +22,7 @@ static void test_defaults_by_architecture(void **state) {
     assert_int_equal(h.norm_apart_waves, 4);
     assert_int_equal(h.moe_rowblock, CUDA_MOE_ROWBLOCK_ALL);
     assert_int_equal(h.flash_split, 0); /* by the rule */
+    assert_int_equal(h.moe_group_waste, 25);
     assert_true(h.graphs);
     assert_int_equal(a.early_launch, 0);      /* programmatic dependent launch: sm_90 */
     assert_int_equal(a.rowblock_staged, -1);  /* cp.async: sm_80 */
@@ -34,7 +35,7 @@ static void test_parse_every_key(void **state) {
     st_error err = {0};
     assert_int_equal(st_cuda_tuning_parse(&t,
                                           "rowblock=7,rowblock_staged=0,early_launch=31,norm_prepared=2,"
-                                          "norm_apart_waves=0,moe_rowblock=2,flash_split=3,graphs=0",
+                                          "norm_apart_waves=0,moe_rowblock=2,flash_split=3,moe_group_waste=0,graphs=0",
                                           &err),
                      ST_OK);
     assert_int_equal(t.rowblock, 7);
@@ -44,6 +45,7 @@ static void test_parse_every_key(void **state) {
     assert_int_equal(t.norm_apart_waves, 0);
     assert_int_equal(t.moe_rowblock, CUDA_MOE_ROWBLOCK_DOWN);
     assert_int_equal(t.flash_split, 3);
+    assert_int_equal(t.moe_group_waste, 0);
     assert_false(t.graphs);
     assert_int_equal(st_cuda_tuning_parse(&t, "", &err), ST_OK); /* nothing to change */
     assert_int_equal(st_cuda_tuning_parse(&t, "rowblock=-1,rowblock_staged=-1,graphs=1", &err), ST_OK);
@@ -69,6 +71,8 @@ static void test_parse_errors(void **state) {
     expect_invalid("moe_rowblock=4", "moe_rowblock");
     expect_invalid("flash_split=17", "flash_split"); /* past CUDA_FLASH_MAX_SPLITS */
     expect_invalid("flash_split=-1", "flash_split");
+    expect_invalid("moe_group_waste=101", "moe_group_waste"); /* a percentage */
+    expect_invalid("moe_group_waste=-1", "moe_group_waste");
     expect_invalid("graphs=2", "graphs");
     expect_invalid("graphs=yes", "graphs");                 /* not an integer */
     expect_invalid("graphs=", "graphs");
