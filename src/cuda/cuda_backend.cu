@@ -394,6 +394,7 @@ static void cuda_ctx_destroy(st_cuda_ctx *c) {
     if (c->scratch) (void)st_gpu_free(c->scratch);
     if (c->handoff) (void)st_gpu_free(c->handoff);
     if (c->route_counters) (void)st_gpu_free(c->route_counters);
+    free(c->moe_upload);
     if (c->attn_partials) (void)st_gpu_free(c->attn_partials);
     if (c->norm_ss) (void)st_gpu_free(c->norm_ss);
     for (int i = 0; i < c->n_retired; i++) (void)st_gpu_free(c->retired[i]);

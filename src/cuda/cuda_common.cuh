@@ -57,6 +57,9 @@ typedef struct st_cuda_ctx {
     size_t handoff_bytes;
     int *route_counters;                 /* the fused routing's blocks done a token (zero between launches) */
     size_t route_counters_bytes;
+    char *moe_upload;                    /* host: a grouped experts' call's plan upload (cuda_moe.cu); the next
+                                          * call rewrites it after its wait for the ids, so after the copy */
+    size_t moe_upload_bytes;
     st_cuda_op_error *d_op_error;        /* device: the claim on the first data error of an op */
     st_cuda_op_error *h_op_error;        /* page-locked: its record, written by the kernel */
     st_error sticky;                     /* first failure of a void op */

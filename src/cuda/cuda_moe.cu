@@ -112,7 +112,6 @@ static st_status moe_grouped(st_cuda_ctx *c, st_tensor *dst, const st_tensor *co
     int32_t *h_ids = (int32_t *)malloc(ids_bytes);
     st_moe_group_plan plan;
     memset(&plan, 0, sizeof(plan)); // (freed on every way out)
-    char *h_upload = NULL;
     st_status s = ST_OK;
     st_gpu_error_t rc;
     if (!h_ids) {
@@ -142,10 +141,17 @@ static st_status moe_grouped(st_cuda_ctx *c, st_tensor *dst, const st_tensor *co
         char *B = scratch;
         float *C = (float *)(scratch + b_bytes), *C_up = (float *)(scratch + b_bytes + (n_w - 1) * c_bytes);
         char *d_upload = scratch + b_bytes + n_w * c_bytes;
-        if (!(h_upload = (char *)malloc(upload_bytes))) {
-            s = st_error_set(err, ST_ERROR_NOMEM, "out of host memory planning %lld expert columns", (long long)n_cols);
-            goto done;
+        // the upload's host side: the context's, whose last copy ended before the wait above
+        if (upload_bytes > c->moe_upload_bytes) {
+            char *grown = (char *)realloc(c->moe_upload, upload_bytes);
+            if (!grown) {
+                s = st_error_set(err, ST_ERROR_NOMEM, "out of host memory planning %lld expert columns",
+                                 (long long)n_cols);
+                goto done;
+            }
+            c->moe_upload = grown, c->moe_upload_bytes = upload_bytes;
         }
+        char *h_upload = c->moe_upload;
         memcpy(h_upload, plan.slot_of_col, (size_t)n_cols * sizeof(int32_t));
         const void **a_ptr = (const void **)(h_upload + map_bytes), **b_ptr = a_ptr + n_ptr;
         void **c_ptr = (void **)(b_ptr + n_ptr);
@@ -214,13 +220,9 @@ static st_status moe_grouped(st_cuda_ctx *c, st_tensor *dst, const st_tensor *co
             s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: scatter: %s", st_gpu_get_error_string(rc));
             goto done;
         }
-        // the upload read the host buffer; it is freed below, so wait for it
-        rc = st_gpu_stream_synchronize(c->stream);
-        if (rc != st_gpu_success) s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: %s", st_gpu_get_error_string(rc));
     }
 done:
     free(h_ids);
-    free(h_upload);
     st_moe_group_plan_free(&plan);
     return s;
 }
