@@ -196,14 +196,16 @@ static st_status moe_grouped(st_cuda_ctx *c, st_tensor *dst, const st_tensor *co
         const st_gpu_blas_data_t t = cuda_blas_type(w[0]->type);
         for (int64_t b = 0; b < plan.n_batches; b++)
             for (int v = 0; v < n_w; v++) {
-                const int64_t i0 = v * n_experts + plan.batch_first[b], count = plan.batch_first[b + 1] - plan.batch_first[b];
+                const int64_t count = plan.batch_first[b + 1] - plan.batch_first[b];
+                const int64_t i0 = v * n_experts + plan.batch_first[b];
                 const st_gpu_blas_status_t bs = st_gpu_blas_gemm_batched_ex(
                     c->blas, st_gpu_blas_op_t, st_gpu_blas_op_n, (int)N, (int)plan.batch_cols[b], (int)K, &alpha,
                     d_a + i0, t, (int)(w[v]->nb[1] / ts), d_b + i0, t, (int)K, &beta, d_c + i0, st_gpu_blas_r_32f,
                     (int)N, (int)count, st_gpu_blas_compute_32f, st_gpu_blas_gemm_default);
                 if (bs != st_gpu_blas_success) {
                     s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: GEMMs of %lld experts of %lld slots: %s",
-                                     (long long)count, (long long)plan.batch_cols[b], st_gpu_blas_get_status_string(bs));
+                                     (long long)count, (long long)plan.batch_cols[b],
+                                     st_gpu_blas_get_status_string(bs));
                     goto done;
                 }
             }
@@ -211,11 +213,11 @@ static st_status moe_grouped(st_cuda_ctx *c, st_tensor *dst, const st_tensor *co
         s = st_error_set(err, ST_ERROR_UNSUPPORTED, ST_GPU_NO_BLAS_MESSAGE);
         goto done;
 #endif
-        const dim3 scatter_grid = cuda_rows_grid(N, n_cols);
+        const dim3 sg = cuda_rows_grid(N, n_cols);
         const st_cuda_view yv = cuda_view(dst);
-        if (glu == 0) moe_scatter_rows<0><<<scatter_grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(yv, C, C, d_map, n_cols);
-        else if (glu == 1) moe_scatter_rows<1><<<scatter_grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(yv, C, C_up, d_map, n_cols);
-        else moe_scatter_rows<2><<<scatter_grid, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(yv, C, C_up, d_map, n_cols);
+        if (glu == 0) moe_scatter_rows<0><<<sg, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(yv, C, C, d_map, n_cols);
+        else if (glu == 1) moe_scatter_rows<1><<<sg, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(yv, C, C_up, d_map, n_cols);
+        else moe_scatter_rows<2><<<sg, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(yv, C, C_up, d_map, n_cols);
         if ((rc = st_gpu_get_last_error()) != st_gpu_success) {
             s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: scatter: %s", st_gpu_get_error_string(rc));
             goto done;
