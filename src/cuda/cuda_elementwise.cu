@@ -36,8 +36,8 @@ __device__ void glu_impl(st_cuda_view dst, st_cuda_view gate, int64_t gate_off, 
         if (cuda_vec4_row(g, n) && cuda_vec4_row(u, n) && cuda_vec4_row(y, n)) {
             for (int64_t i = first; i < n / 4; i += step) {
                 const float4 a = ((const float4 *)g)[i], b = ((const float4 *)u)[i];
-                ((float4 *)y)[i] = make_float4(cuda_glu_one<GELU>(a.x, b.x), cuda_glu_one<GELU>(a.y, b.y), cuda_glu_one<GELU>(a.z, b.z),
-                                               cuda_glu_one<GELU>(a.w, b.w));
+                ((float4 *)y)[i] = make_float4(cuda_glu_one<GELU>(a.x, b.x), cuda_glu_one<GELU>(a.y, b.y),
+                                               cuda_glu_one<GELU>(a.z, b.z), cuda_glu_one<GELU>(a.w, b.w));
             }
         } else {
             for (int64_t i = first; i < n; i += step) y[i] = cuda_glu_one<GELU>(g[i], u[i]);
@@ -94,8 +94,8 @@ template <bool GELU, st_type T> __global__ void glu_packed_kernel(char *__restri
             for (int64_t i = first; i < F / 4; i += step) {
                 const float4 a = ((const float4 *)g)[i], b = ((const float4 *)u)[i];
                 cuda_store4_as<T>(out, r * F + 4 * i,
-                                  make_float4(cuda_glu_one<GELU>(a.x, b.x), cuda_glu_one<GELU>(a.y, b.y), cuda_glu_one<GELU>(a.z, b.z),
-                                              cuda_glu_one<GELU>(a.w, b.w)));
+                                  make_float4(cuda_glu_one<GELU>(a.x, b.x), cuda_glu_one<GELU>(a.y, b.y),
+                                              cuda_glu_one<GELU>(a.z, b.z), cuda_glu_one<GELU>(a.w, b.w)));
             }
         } else {
             for (int64_t i = first; i < F; i += step) cuda_store_as<T>(out, r * F + i, cuda_glu_one<GELU>(g[i], u[i]));

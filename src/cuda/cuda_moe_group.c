@@ -58,10 +58,11 @@ st_status st_moe_group_plan_build(st_moe_group_plan *plan, const int32_t *ids, i
         if (count[e] > 0) order[n_active++] = (expert_count){count[e], (int32_t)e};
     qsort(order, (size_t)n_active, sizeof(*order), by_count_desc);
 
+    /* (one more entry than the experts: batch_first's end, and never a zero-byte malloc) */
     plan->batch_first = (int64_t *)malloc((size_t)(n_active + 1) * sizeof(int64_t));
-    plan->batch_cols = (int64_t *)malloc((size_t)(n_active > 0 ? n_active : 1) * sizeof(int64_t));
-    plan->expert_of = (int32_t *)malloc((size_t)(n_active > 0 ? n_active : 1) * sizeof(int32_t));
-    plan->col0 = (int64_t *)malloc((size_t)(n_active > 0 ? n_active : 1) * sizeof(int64_t));
+    plan->batch_cols = (int64_t *)malloc((size_t)(n_active + 1) * sizeof(int64_t));
+    plan->expert_of = (int32_t *)malloc((size_t)(n_active + 1) * sizeof(int32_t));
+    plan->col0 = (int64_t *)malloc((size_t)(n_active + 1) * sizeof(int64_t));
     if (!plan->batch_first || !plan->batch_cols || !plan->expert_of || !plan->col0) {
         s = st_error_set(err, ST_ERROR_NOMEM, "out of host memory planning %lld experts", (long long)E);
         goto done;
@@ -82,7 +83,7 @@ st_status st_moe_group_plan_build(st_moe_group_plan *plan, const int32_t *ids, i
     }
     plan->batch_first[plan->n_batches] = n_active;
 
-    plan->slot_of_col = (int32_t *)malloc((size_t)(plan->n_cols > 0 ? plan->n_cols : 1) * sizeof(int32_t));
+    plan->slot_of_col = (int32_t *)malloc((size_t)(plan->n_cols + 1) * sizeof(int32_t));
     if (!plan->slot_of_col) {
         s = st_error_set(err, ST_ERROR_NOMEM, "out of host memory planning %lld expert columns",
                          (long long)plan->n_cols);

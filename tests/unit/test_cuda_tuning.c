@@ -35,7 +35,8 @@ static void test_parse_every_key(void **state) {
     st_error err = {0};
     assert_int_equal(st_cuda_tuning_parse(&t,
                                           "rowblock=7,rowblock_staged=0,early_launch=31,norm_prepared=2,"
-                                          "norm_apart_waves=0,moe_rowblock=2,flash_split=3,moe_group_waste=0,graphs=0",
+                                          "norm_apart_waves=0,moe_rowblock=2,flash_split=3,moe_group_waste=0,"
+                                          "graphs=0",
                                           &err),
                      ST_OK);
     assert_int_equal(t.rowblock, 7);
