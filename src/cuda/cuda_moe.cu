@@ -84,6 +84,25 @@ __global__ void moe_scatter_rows(st_cuda_view y, const float *__restrict__ C, co
     }
 }
 
+// The experts' down products weighed and summed, a token's slots read from their columns
+// (col_of_slot [n_used, M]): out[:, m] = sum over j in slot order of wts[j, m] * C[:, col],
+// with moe_combine's roundings (a product, then a sum), or with RESIDUAL dst the residual,
+// dst[:, m] += that sum with the add's: the composite's bits (mul_mat_id, moe_combine, add).
+template <bool RESIDUAL>
+__global__ void moe_combine_cols(st_cuda_view dst, const float *__restrict__ C, const int32_t *__restrict__ col_of_slot,
+                                 st_cuda_view wts, int64_t N, int64_t n_used, int64_t M) {
+    for (int64_t m = blockIdx.y; m < M; m += gridDim.y) {
+        const float *w = (const float *)(wts.data + m * wts.nb1);
+        const int32_t *col = col_of_slot + m * n_used;
+        float *y = (float *)(dst.data + m * dst.nb1);
+        for (int64_t d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; d < N; d += (int64_t)gridDim.x * blockDim.x) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < n_used; j++) acc = __fadd_rn(acc, __fmul_rn(w[j], C[(int64_t)col[j] * N + d]));
+            y[d] = RESIDUAL ? __fadd_rn(y[d], acc) : acc;
+        }
+    }
+}
+
 // Whether the grouped path takes the call: cuBLAS's int dimensions, rows at a whole
 // number of elements.
 static bool moe_grouped_supported(const st_tensor *w, int64_t n_slots) {
@@ -102,9 +121,13 @@ static bool moe_grouped_supported(const st_tensor *w, int64_t n_slots) {
 // batched GEMM a weight, member i C_w[:, its columns] = W_w,e^T-as-stored B[:, its
 // columns] (cuda_matmul.cu's form, at the row stride nb[1] as the leading dimension), so
 // each expert's weights are read once a call and the experts of a batch share a launch;
-// the slots' columns are scattered back (through the unit).
+// the slots' columns are scattered back (through the unit). With down (an experts' down
+// product, st_fused_moe DOWN; n_w = 1, glu 0) dst is not written: each token's slots are
+// weighed and summed from their columns into down's out, or added to its residual
+// (moe_combine_cols).
 static st_status moe_grouped(st_cuda_ctx *c, st_tensor *dst, const st_tensor *const *w, int n_w, int glu,
-                             const st_tensor *x, int x_mode, const st_tensor *ids, st_error *err) {
+                             const st_fused_moe *down, const st_tensor *x, int x_mode, const st_tensor *ids,
+                             st_error *err) {
     const size_t ts = w[0]->nb[0];
     const int64_t K = w[0]->ne[0], N = w[0]->ne[1], E = w[0]->ne[2], n_used = dst->ne[1], M = dst->ne[2];
     const int64_t ids_nb1 = (int64_t)ids->nb[1];
@@ -128,12 +151,13 @@ static st_status moe_grouped(st_cuda_ctx *c, st_tensor *dst, const st_tensor *co
         goto done;
     {
         // scratch: B [K, n_cols] in the weight's type, C [N, n_cols] f32 a weight, the
-        // column map [n_cols] i32, then the pointers: A, B and C of each (weight, expert),
-        // the experts in batch order
+        // column map [n_cols] i32 (with down, then each slot's column [n_used, M] i32),
+        // then the pointers: A, B and C of each (weight, expert), the experts in batch order
         const int64_t n_cols = plan.n_cols, n_experts = plan.n_experts, n_ptr = n_w * n_experts;
         const size_t b_bytes = ((size_t)K * (size_t)n_cols * ts + 255) / 256 * 256;
         const size_t c_bytes = ((size_t)N * (size_t)n_cols * sizeof(float) + 255) / 256 * 256;
-        const size_t map_bytes = ((size_t)n_cols * sizeof(int32_t) + 255) / 256 * 256;
+        const size_t cols_bytes = down ? (size_t)(n_used * M) * sizeof(int32_t) : 0;
+        const size_t map_bytes = ((size_t)n_cols * sizeof(int32_t) + cols_bytes + 255) / 256 * 256;
         const size_t upload_bytes = map_bytes + 3 * (size_t)n_ptr * sizeof(void *);
         char *scratch = NULL;
         if ((s = st_cuda_scratch(c, b_bytes + n_w * c_bytes + upload_bytes, (void **)&scratch, err)) != ST_OK)
@@ -153,6 +177,11 @@ static st_status moe_grouped(st_cuda_ctx *c, st_tensor *dst, const st_tensor *co
         }
         char *h_upload = c->moe_upload;
         memcpy(h_upload, plan.slot_of_col, (size_t)n_cols * sizeof(int32_t));
+        if (down) {
+            int32_t *col_of_slot = (int32_t *)h_upload + n_cols;
+            for (int64_t q = 0; q < n_cols; q++)
+                if (plan.slot_of_col[q] >= 0) col_of_slot[plan.slot_of_col[q]] = (int32_t)q;
+        }
         const void **a_ptr = (const void **)(h_upload + map_bytes), **b_ptr = a_ptr + n_ptr;
         void **c_ptr = (void **)(b_ptr + n_ptr);
         for (int v = 0; v < n_w; v++)
@@ -213,15 +242,27 @@ static st_status moe_grouped(st_cuda_ctx *c, st_tensor *dst, const st_tensor *co
         s = st_error_set(err, ST_ERROR_UNSUPPORTED, ST_GPU_NO_BLAS_MESSAGE);
         goto done;
 #endif
-        const dim3 sg = cuda_rows_grid(N, n_cols);
         const st_cuda_view yv = cuda_view(dst);
-        if (glu == 0) moe_scatter_rows<0><<<sg, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(yv, C, C, d_map, n_cols);
-        else if (glu == 1) moe_scatter_rows<1><<<sg, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(yv, C, C_up, d_map, n_cols);
-        else moe_scatter_rows<2><<<sg, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(yv, C, C_up, d_map, n_cols);
-        if ((rc = st_gpu_get_last_error()) != st_gpu_success) {
-            s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: scatter: %s", st_gpu_get_error_string(rc));
-            goto done;
+        if (down) { // each token's slots weighed and summed from their columns
+            const dim3 cg = cuda_rows_grid(N, M);
+            const int32_t *cols = d_map + n_cols;
+            const st_cuda_view wv = cuda_view(down->wts);
+            if (down->residual)
+                moe_combine_cols<true><<<cg, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(cuda_view(down->residual), C, cols,
+                                                                                  wv, N, n_used, M);
+            else
+                moe_combine_cols<false><<<cg, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(cuda_view(down->out), C, cols, wv,
+                                                                                   N, n_used, M);
+        } else { // each slot's column to its row of dst (through the unit)
+            const dim3 sg = cuda_rows_grid(N, n_cols);
+            if (glu == 0) moe_scatter_rows<0><<<sg, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(yv, C, C, d_map, n_cols);
+            else if (glu == 1)
+                moe_scatter_rows<1><<<sg, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(yv, C, C_up, d_map, n_cols);
+            else moe_scatter_rows<2><<<sg, ST_CUDA_ROWS_THREADS, 0, c->stream>>>(yv, C, C_up, d_map, n_cols);
         }
+        if ((rc = st_gpu_get_last_error()) != st_gpu_success)
+            s = st_error_set(err, ST_ERROR_DEVICE, "mul_mat_id: %s: %s", down ? "weighted sum" : "scatter",
+                             st_gpu_get_error_string(rc));
     }
 done:
     free(h_ids);
@@ -240,7 +281,7 @@ st_status st_cuda_mul_mat_id(st_backend *b, st_tensor *dst, const st_tensor *w, 
     const int64_t n_slots = n_used * M;
     if (N == 0 || n_slots == 0) return ST_OK;
     if (M >= ST_CUDA_MOE_GROUPED_MIN_M && !c->capturing && moe_grouped_supported(w, n_slots))
-        return moe_grouped(c, dst, &w, 1, 0, x, x_mode, ids, err);
+        return moe_grouped(c, dst, &w, 1, 0, NULL, x, x_mode, ids, err);
 
     const bool w_vec = cuda_aligned16(w->data) && w->nb[1] % 16 == 0 && w->nb[2] % 16 == 0;
     const bool x_vec = cuda_aligned16(x->data) && x->nb[1] % 16 == 0 && x->nb[2] % 16 == 0;
@@ -352,6 +393,16 @@ __global__ void __launch_bounds__(CUDA_GEMV_WARPS *ST_GPU_WARP_SIZE)
     }
 }
 
+// Whether a down op's operands have the shapes its weighted sum takes: x [F, n_used, M] a
+// row a slot, out [D, M], wts [n_used, >= M], the residual (if any) [D, M], all F32 rows.
+static bool moe_down_shapes_ok(const st_fused_moe *op) {
+    const st_tensor *w = op->w[0], *r = op->residual;
+    const int64_t n_used = op->y[0]->ne[1], M = op->y[0]->ne[2];
+    return op->x->ne[1] == n_used && op->x->ne[2] == M && cuda_is_f32_rows(op->out) && op->out->ne[0] == w->ne[1] &&
+           op->out->ne[1] == M && cuda_is_f32_rows(op->wts) && op->wts->ne[0] == n_used && op->wts->ne[1] >= M &&
+           (!r || (cuda_is_f32_rows(r) && r->ne[0] == w->ne[1] && r->ne[1] == M && r->ne[2] == 1 && r->ne[3] == 1));
+}
+
 // Whether the fused kernels take op: float experts of one type (F32/F16/BF16), the decode
 // path's slots, the shapes mul_mat_id and moe_combine take.
 static bool moe_fused_takes(const st_cuda_ctx *c, const st_fused_moe *op) {
@@ -362,13 +413,7 @@ static bool moe_fused_takes(const st_cuda_ctx *c, const st_fused_moe *op) {
         return false;
     const int64_t n_used = op->y[0]->ne[1], M = op->y[0]->ne[2];
     if (M >= ST_CUDA_MOE_GROUPED_MIN_M && !c->capturing && moe_grouped_supported(w, n_used * M)) return false;
-    if (op->kind == ST_FUSED_MOE_DOWN) {
-        const st_tensor *r = op->residual;
-        return n_used <= MOE_DOWN_MAX_USED && op->x->ne[1] == n_used && op->x->ne[2] == M && cuda_is_f32_rows(op->out) &&
-               op->out->ne[0] == w->ne[1] && op->out->ne[1] == M && cuda_is_f32_rows(op->wts) &&
-               op->wts->ne[0] == n_used && op->wts->ne[1] >= M &&
-               (!r || (cuda_is_f32_rows(r) && r->ne[0] == w->ne[1] && r->ne[1] == M && r->ne[2] == 1 && r->ne[3] == 1));
-    }
+    if (op->kind == ST_FUSED_MOE_DOWN) return n_used <= MOE_DOWN_MAX_USED && moe_down_shapes_ok(op);
     return cuda_is_f32_rows(op->out) && op->out->ne[0] == w->ne[1] && op->out->ne[1] == n_used && op->out->ne[2] == M;
 }
 
@@ -384,13 +429,30 @@ static bool moe_grouped_unit_takes(const st_cuda_ctx *c, const st_fused_moe *op)
            !c->capturing && moe_grouped_supported(g, n_slots) && moe_grouped_supported(u, n_slots);
 }
 
+// Whether a prompt's down product runs grouped with its weighted sum (moe_grouped with
+// down: the sum read from the GEMMs' columns, y never written) instead of as the
+// composite's grouped product, moe_combine and add: float experts, as many tokens as the
+// grouped path takes (a slot a token at least), outside a recording, the sum's shapes.
+static bool moe_grouped_down_takes(const st_cuda_ctx *c, const st_fused_moe *op) {
+    const st_tensor *w = op->w[0];
+    const int64_t M = op->y[0]->ne[2];
+    return op->kind == ST_FUSED_MOE_DOWN && cuda_is_float_weight(w) && M >= ST_CUDA_MOE_GROUPED_MIN_M &&
+           op->y[0]->ne[1] >= 1 && !c->capturing && moe_grouped_supported(w, op->y[0]->ne[1] * M) &&
+           moe_down_shapes_ok(op);
+}
+
 st_status st_cuda_moe_fused(st_backend *b, const st_fused_moe *op, st_error *err) {
     st_cuda_ctx *c = cuda_ctx(b);
     if (moe_grouped_unit_takes(c, op)) {
         const st_tensor *const w[2] = {op->w[0], op->w[1]};
         const int x_mode = moe_check_operands(op->out, w[0], op->x, op->ids);
         if (op->out->ne[0] == 0 || op->out->ne[1] == 0) return ST_OK;
-        return moe_grouped(c, op->out, w, 2, op->gelu ? 2 : 1, op->x, x_mode, op->ids, err);
+        return moe_grouped(c, op->out, w, 2, op->gelu ? 2 : 1, NULL, op->x, x_mode, op->ids, err);
+    }
+    if (moe_grouped_down_takes(c, op)) {
+        const int x_mode = moe_check_operands(op->y[0], op->w[0], op->x, op->ids);
+        if (op->y[0]->ne[0] == 0) return ST_OK;
+        return moe_grouped(c, op->y[0], op->w, 1, 0, op, op->x, x_mode, op->ids, err);
     }
     if (!moe_fused_takes(c, op)) return st_fused_moe_composite(b, op, err);
     const st_tensor *w = op->w[0], *x = op->x, *ids = op->ids;

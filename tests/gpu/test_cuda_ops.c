@@ -688,10 +688,11 @@ static void moe_random_ids(int32_t *ids, int64_t E, int64_t n_used, int64_t M) {
  * and up products, SwiGLU or GeGLU) over h [K, M], then the down product of the unit's
  * output with the weighted combination into out [D, M] (residual: added to a residual
  * [D, M] instead, out then scratch). The CUDA fused ops against the CPU composite (the
- * meaning, by the GEMV tolerance, on either kernel: f32 sums in another order), and below
- * ST_CUDA_MOE_GROUPED_MIN_M tokens each against the CUDA composite of plain ops on the same
- * input (down: over the fused unit's output), moe_fused_vs_composite; from it the fused op
- * is the composite, grouped GEMMs. */
+ * meaning, by the GEMV tolerance, on either kernel: f32 sums in another order), and each
+ * against the CUDA composite of plain ops on the same input (down: over the fused unit's
+ * output), moe_fused_vs_composite: from ST_CUDA_MOE_GROUPED_MIN_M tokens the fused ops run
+ * the composite's grouped GEMMs over one plan and form the unit or the weighted sum and
+ * residual add from their columns with the composite's roundings, so bitwise there too. */
 static void moe_fused_case(const moe_experts *ex, st_type t, int64_t K, int64_t F, int64_t D, int64_t E,
                            int64_t n_used, int64_t M, size_t pad, bool gelu, bool residual) {
     int32_t ids[512];
@@ -753,10 +754,8 @@ static void moe_fused_case(const moe_experts *ex, st_type t, int64_t K, int64_t 
     record("moe unit fused", desc, &r, tol);
     r = compare_f32(&vo, result[0].cpu, out[1], result[0].bytes);
     record("moe down+combine fused", desc, &r, tol);
-    if (M < ST_CUDA_MOE_GROUPED_MIN_M) {
-        moe_fused_vs_composite("moe unit fused = composite", unit_rb, desc, unit[2], unit[1], du[1].bytes);
-        moe_fused_vs_composite("moe down+combine fused = composite", down_rb, desc, out[2], out[1], result[1].bytes);
-    }
+    moe_fused_vs_composite("moe unit fused = composite", unit_rb, desc, unit[2], unit[1], du[1].bytes);
+    moe_fused_vs_composite("moe down+combine fused = composite", down_rb, desc, out[2], out[1], result[1].bytes);
     for (int k = 1; k < 3; k++) free(unit[k]), free(out[k]);
     for (int k = 0; k < 3; k++)
         dual_free(&dg[k]), dual_free(&du[k]), dual_free(&dy[k]), dual_free(&dout[k]), dual_free(&dres[k]);
