@@ -1,9 +1,9 @@
 """How far an MoE model's logits move under a backend's roundings, and why (bench/moe-precision-*.md).
 
-    moe_precision.py model DIR                          OLMoE-shaped F16 GGUF + token sequences
-    moe_precision.py reference DIR                      float64 logits: exact and rounded variants
-    moe_precision.py logits STRIDE DIR NAME BACKEND KV  stride's logits of every sequence (run)
-    moe_precision.py report DIR [NAME...] [--json F]    errors against the exact pass
+    moe-precision.py model DIR                          OLMoE-shaped F16 GGUF + token sequences
+    moe-precision.py reference DIR                      float64 logits: exact and rounded variants
+    moe-precision.py logits STRIDE DIR NAME BACKEND KV  stride's logits of every sequence (run)
+    moe-precision.py report DIR [NAME...] [--json F]    errors against the exact pass
 
 The model has OLMoE-1B-7B's widths (hidden 2,048, 16 heads of 128 with whole-projection q/k
 norms, 64 experts of 1,024, top-8, F32 router) and 4 layers, random weights at the
@@ -31,14 +31,15 @@ Needs numpy and gguf (tests/fixtures' generator for the vocabulary, no torch).
 import json
 import math
 import os
-import subprocess
 import sys
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "fixtures"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 from gguf_forward import Model, round_to  # noqa: E402
+from test_model_reference import norm_err, run_stride  # noqa: E402  (the CPU's fixture test)
 
 N_EMBD, N_HEAD, HEAD_DIM, N_EXPERT, N_FF, N_USED, N_LAYER = 2048, 16, 128, 64, 1024, 8, 4
 N_SEQ, N_PROMPT, N_DECODE = 8, 40, 4
@@ -193,18 +194,12 @@ def write_reference(d):
 def write_logits(stride, d, name, backend, kv):
     s = json.load(open(os.path.join(d, SEQS)))
     os.makedirs(os.path.join(d, name), exist_ok=True)
+    n = s["n_prompt"]
     for i, seq in enumerate(s["sequences"]):
-        n = s["n_prompt"]
-        args = [stride, "run", "-m", os.path.join(d, MODEL), "--backend", backend, "--kv-type", kv,
-                "--tokens", ",".join(map(str, seq[:n])), "--decode-tokens", ",".join(map(str, seq[n:])),
-                "-n", "0", "--logits-out", os.path.join(d, name, f"{i}.npy")]
-        p = subprocess.run(args, capture_output=True, text=True)
-        if p.returncode != 0:
-            sys.exit(f"{' '.join(args)}: exit {p.returncode}: {p.stderr.strip()}")
-
-
-def nerr(a, b):
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+        ref = {"prompt": seq[:n], "decode_tokens": seq[n:]}
+        if run_stride(stride, os.path.join(d, MODEL), ref, os.path.join(d, name, f"{i}.npy"), kv,
+                      backend=backend) is None:
+            sys.exit(f"stride run failed on sequence {i}")
 
 
 def report(d, names, json_out=None):
@@ -223,10 +218,10 @@ def report(d, names, json_out=None):
     rows += [(n, [np.load(os.path.join(d, n, f"{i}.npy")).astype(np.float64) for i in range(n_s)], None)
              for n in names]
     for name, logits, routes in rows:
-        per_seq = [nerr(a, b) for a, b in zip(logits, exact)]
+        per_seq = [norm_err(a, b) for a, b in zip(logits, exact)]
         row = {"median": float(np.median(per_seq)),
-               "median_prompt": float(np.median([nerr(a[:n_p], b[:n_p]) for a, b in zip(logits, exact)])),
-               "median_decode": float(np.median([nerr(a[n_p:], b[n_p:]) for a, b in zip(logits, exact)])),
+               "median_prompt": float(np.median([norm_err(a[:n_p], b[:n_p]) for a, b in zip(logits, exact)])),
+               "median_decode": float(np.median([norm_err(a[n_p:], b[n_p:]) for a, b in zip(logits, exact)])),
                "per_sequence": per_seq}
         if routes is not None:
             row["flips_per_sequence"] = [int((x != r[f"{i}/exact/routes"]).any(axis=2).sum())
